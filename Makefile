@@ -1,0 +1,31 @@
+# Every target works on a fresh clone: it creates .venv and installs the project into it first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo experiments experiments-quick benchmarks clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test,experiments]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+demo: $(STAMP)
+	$(PY) -m experiments.demo
+
+experiments-quick: $(STAMP)
+	$(PY) -m experiments.run_all --quick
+
+experiments: $(STAMP)
+	$(PY) -m experiments.run_all
+
+benchmarks: $(STAMP)
+	$(PY) -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,13 @@
+"""jaxrvga: recursive variational Gaussian inference in JAX.
+
+R-VGA (Lambert, Bonnabel & Bach 2021) updates a Gaussian belief one observation at a
+time, each update being the KL-optimal Gaussian given the previous belief and the new
+observation. L-RVGA (Lambert, Bonnabel & Bach 2023) keeps the precision as
+``W W^T + diag(psi)`` and maintains it by a recursive EM for factor analysis, in time
+and memory linear in the dimension.
+"""
+from . import models, special, validation
+from .core import (Filter, GaussianState, LowRankState, SolverInfo, run, trace_info,
+                   trace_mean)
+
+__version__ = "0.1.0"

@@ -1,0 +1,106 @@
+"""Input checks shared by every public entry point.
+
+Checks run at trace time on shapes and dtypes, and on values only where the
+values are concrete (outside ``jit``): inside a trace a value check is skipped,
+never guessed. Every failure raises ``ValueError`` naming the argument.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def is_concrete(x) -> bool:
+    """True when ``x`` holds values we may inspect (it is not a JAX tracer)."""
+    return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x))
+
+
+def check_float_array(name: str, x):
+    """Return ``x`` as a floating JAX array; raise if it is not numeric."""
+    x = jnp.asarray(x)
+    if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)
+            or x.dtype == jnp.bool_):
+        raise ValueError(f"{name} must be a real array, got dtype {x.dtype}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(float))
+    return x
+
+
+def check_vector(name: str, x, dim: int | None = None):
+    """``x`` must be 1-D, of length ``dim`` when given."""
+    x = check_float_array(name, x)
+    if x.ndim != 1:
+        raise ValueError(f"{name} must be a vector of shape ({dim if dim is not None else 'd'},), "
+                         f"got shape {x.shape}")
+    if dim is not None and x.shape[0] != dim:
+        raise ValueError(f"{name} must have length {dim} to match the state, got shape {x.shape}")
+    return x
+
+
+def check_cov(name: str, cov, dim: int, rtol: float = 1e-6):
+    """``cov`` must be a square (dim, dim) matrix, symmetric where concrete."""
+    cov = check_float_array(name, cov)
+    if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
+        raise ValueError(f"{name} must be a square matrix, got shape {cov.shape}")
+    if cov.shape[0] != dim:
+        raise ValueError(f"{name} must have shape ({dim}, {dim}) to match the mean, got {cov.shape}")
+    if is_concrete(cov):
+        c = np.asarray(cov, dtype=np.float64)
+        scale = max(np.max(np.abs(c)), np.finfo(np.float64).tiny)
+        if np.max(np.abs(c - c.T)) > rtol * scale:
+            raise ValueError(f"{name} must be symmetric; max |{name} - {name}^T| = "
+                             f"{np.max(np.abs(c - c.T)):.3g}")
+        if not np.all(np.isfinite(c)):
+            raise ValueError(f"{name} must be finite")
+    return cov
+
+
+def check_positive(name: str, v, allow_traced: bool = True):
+    """Every entry of ``v`` must be > 0 (checked where concrete)."""
+    if is_concrete(v):
+        a = np.asarray(v)
+        if not np.all(np.isfinite(a)) or not np.all(a > 0):
+            raise ValueError(f"{name} must be positive and finite, got min {np.min(a)!r}")
+    elif not allow_traced:
+        raise ValueError(f"{name} must be a concrete value")
+    return v
+
+
+def check_labels01(name: str, y):
+    """Labels of a Bernoulli model must be 0 or 1 (checked where concrete)."""
+    if is_concrete(y):
+        a = np.asarray(y)
+        if not np.all((a == 0) | (a == 1)):
+            bad = a[(a != 0) & (a != 1)].ravel()[:3]
+            raise ValueError(f"{name} must contain labels in {{0, 1}} for the logistic model, "
+                             f"got values such as {bad.tolist()}")
+    return y
+
+
+def check_counts(name: str, y):
+    """Poisson observations must be non-negative integers (checked where concrete)."""
+    if is_concrete(y):
+        a = np.asarray(y)
+        if not np.all((a >= 0) & (np.floor(a) == a)):
+            raise ValueError(f"{name} must contain non-negative integer counts for the Poisson model")
+    return y
+
+
+def check_choice(name: str, value, allowed: Iterable[str]):
+    """``value`` must be one of ``allowed``."""
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ValueError(f"unknown {name} {value!r}; expected one of {allowed}")
+    return value
+
+
+def check_finite_data(name: str, x):
+    """Raise if concrete data contain NaN or inf (used by ``validate=True`` paths)."""
+    if is_concrete(x):
+        for leaf in jax.tree_util.tree_leaves(x):
+            if not np.all(np.isfinite(np.asarray(leaf))):
+                raise ValueError(f"{name} contains NaN or inf")
+    return x
