@@ -6,8 +6,11 @@ observation. L-RVGA (Lambert, Bonnabel & Bach 2023) keeps the precision as
 ``W W^T + diag(psi)`` and maintains it by a recursive EM for factor analysis, in time
 and memory linear in the dimension.
 """
-from . import models, special, validation
+from . import implicit, models, special, validation
+from .baselines import LaplaceResult, ekf, laplace, qkf
 from .core import (Filter, GaussianState, LowRankState, SolverInfo, run, trace_info,
                    trace_mean)
+from .mirror_prox import mirror_prox
+from .rvga import kalman, predictive, rvga
 
 __version__ = "0.1.0"

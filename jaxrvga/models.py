@@ -91,6 +91,7 @@ class Model(NamedTuple):
     predict: Callable  # (theta, x) -> eta, scalar for GLMs, scalar or vector otherwise
     moments: Optional[Callable]  # (m, v, y) -> (E[l'], E[l''])  (GLMs only)
     noise_var: Optional[object] = None  # linear-Gaussian only
+    expected_log_lik: Optional[Callable] = None  # (m, v, y) -> E_{eta ~ N(m, v)}[log p(y | eta)]  (GLMs)
 
     @property
     def is_glm(self) -> bool:
@@ -112,17 +113,23 @@ def _linear_predict(theta, x):
     return jnp.dot(x, theta)
 
 
-def _gauss_hermite_moments(family: Family, num_points: int):
-    """GLM moments by Gauss-Hermite quadrature, derivatives of ``log_prob`` by autodiff."""
-    d1 = jax.grad(lambda eta, y: family.log_prob(y, eta))
-    d2 = jax.grad(d1)
-    d1v = jnp.vectorize(d1)
-    d2v = jnp.vectorize(d2)
+def _gauss_hermite_expected_log_lik(family: Family, num_points: int):
+    """``E_{eta ~ N(m, v)}[log p(y | eta)]`` by Gauss-Hermite quadrature."""
+
+    def expected(m, v, y):
+        return special.gaussian_expectation_1d(lambda a: family.log_prob(y, a), m, v, num_points)
+
+    return expected
+
+
+def _moments_from_expectation(expected):
+    """GLM moments from ``E[log p]`` by Bonnet's and Price's theorems:
+    ``E[l'] = d/dm E[l]`` and ``E[l''] = 2 d/dv E[l]``."""
+    dm = jnp.vectorize(jax.grad(expected, argnums=0))
+    dv = jnp.vectorize(jax.grad(expected, argnums=1))
 
     def moments(m, v, y):
-        g = special.gaussian_expectation_1d(lambda a: d1v(a, y), m, v, num_points)
-        h = special.gaussian_expectation_1d(lambda a: d2v(a, y), m, v, num_points)
-        return g, h
+        return dm(m, v, y), 2.0 * dv(m, v, y)
 
     return moments
 
@@ -138,7 +145,10 @@ def linear_gaussian(noise_var=1.0) -> Model:
         del v
         return (y - m) / noise_var, -jnp.ones_like(m) / noise_var
 
-    return Model("linear_gaussian", fam, _linear_predict, moments, noise_var)
+    def expected(m, v, y):
+        return -0.5 * (((y - m) ** 2 + v) / noise_var + jnp.log(2 * jnp.pi * noise_var))
+
+    return Model("linear_gaussian", fam, _linear_predict, moments, noise_var, expected)
 
 
 def logistic() -> Model:
@@ -152,7 +162,9 @@ def logistic() -> Model:
         mean, slope = special.probit_moments(m, v)
         return y - mean, -slope
 
-    return Model("logistic", bernoulli(), _linear_predict, moments)
+    fam = bernoulli()
+    return Model("logistic", fam, _linear_predict, moments, None,
+                 _gauss_hermite_expected_log_lik(fam, 32))
 
 
 def poisson() -> Model:
@@ -162,19 +174,27 @@ def poisson() -> Model:
         rate = jnp.exp(m + 0.5 * v)
         return y - rate, -rate
 
-    return Model("glm", poisson_family(), _linear_predict, moments)
+    def expected(m, v, y):
+        return y * m - jnp.exp(m + 0.5 * v) - jax.scipy.special.gammaln(y + 1.0)
+
+    return Model("glm", poisson_family(), _linear_predict, moments, None, expected)
 
 
 def glm(family: Family, num_points: int = 32) -> Model:
-    """A generalised linear model ``eta = x^T theta`` with any family; moments by Gauss-Hermite."""
-    return Model("glm", family, _linear_predict, _gauss_hermite_moments(family, num_points))
+    """A generalised linear model ``eta = x^T theta`` with any family; expectations by Gauss-Hermite."""
+    expected = _gauss_hermite_expected_log_lik(family, num_points)
+    return Model("glm", family, _linear_predict, _moments_from_expectation(expected), None, expected)
 
 
-def nonlinear(h: Callable, family: Family | None = None) -> Model:
+def nonlinear(h: Callable, family: Family | None = None, unravel: Callable | None = None) -> Model:
     """A nonlinear model ``eta = h(theta, x)`` with an exponential-family output (default Gaussian, unit noise).
 
     ``h`` may return a scalar or a vector; components of ``y`` are independent given ``eta``.
     Filters take Jacobians of ``h`` by autodiff ([LRVGA] §4.2, GGN eq. 41).
+    Filters work on a flat parameter vector. For a pytree of parameters (a flax or
+    equinox model), pass ``unravel`` from ``jax.flatten_util.ravel_pytree``: ``h`` is then
+    called as ``h(unravel(theta), x)``.
     """
     family = gaussian(1.0) if family is None else family
-    return Model("nonlinear", family, h, None)
+    predict = h if unravel is None else (lambda theta, x: h(unravel(theta), x))
+    return Model("nonlinear", family, predict, None)

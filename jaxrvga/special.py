@@ -22,15 +22,17 @@ def sigmoid(z):
 
 
 def sig1(z):
-    """First derivative of the logistic function, ``sig(z) (1 - sig(z))``."""
-    s = jax.nn.sigmoid(z)
-    return s * (1.0 - s)
+    """First derivative of the logistic function, ``sig(z) (1 - sig(z))``.
+
+    Computed as ``sig(z) sig(-z)``, which keeps full relative precision in the tails
+    (``1 - sig(z)`` cancels catastrophically for large z, notably in float32).
+    """
+    return jax.nn.sigmoid(z) * jax.nn.sigmoid(-z)
 
 
 def sig2(z):
     """Second derivative of the logistic function, ``sig1(z) (1 - 2 sig(z))``."""
-    s = jax.nn.sigmoid(z)
-    return s * (1.0 - s) * (1.0 - 2.0 * s)
+    return sig1(z) * (jax.nn.sigmoid(-z) - jax.nn.sigmoid(z))
 
 
 def probit_k(v):

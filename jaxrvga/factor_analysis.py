@@ -1,0 +1,347 @@
+"""Factor analysis (FA) of a symmetric matrix: ``S ~ W W^T + diag(psi)`` ([LRVGA] §3, App. A-E).
+
+* :func:`recursive_em_step` - Algorithm 1 of [LRVGA]: FA of
+  ``alpha (W_prev W_prev^T + diag(psi_prev)) + beta X X^T`` in O(d p (m + p)) without
+  any d x d matrix. It is the covariance stage of every L-RVGA filter.
+* :func:`recursive_em` - Algorithm 1 as a :class:`~jaxrvga.core.Filter` over a data stream,
+  accumulating a precision (``alpha = beta = 1``) or a moving-average covariance
+  (``alpha = (t-1)/t``, ``beta = 1/t``, [LRVGA] App. C eq. 101).
+* :func:`online_em` - the online EM of Cappé & Moulines for FA ([LRVGA] App. E, eqs. 110-116).
+* :func:`batch_em_step`, :func:`batch_em` - batch EM on a dense target ([LRVGA] eqs. 20-21;
+  O(d^2 p), a baseline only).
+* :func:`ml_residuals` (App. B eqs. 73-77), :func:`fa_kl` (eq. 11), :func:`fa_neg_log_lik` (eq. 13).
+
+All EM maps share one M-step written with Cholesky solves only. Writing
+``M = I_p + W^T Psi^{-1} W``, ``V = S Psi^{-1} W`` and ``G = W^T Psi^{-1} S Psi^{-1} W``,
+eq. (21) ``W_new = V (I_p + M^{-1} G)^{-1}`` equals ``V (M + G)^{-1} M`` and the
+diagonal update ``psi_new = Diag(S) - rowdot(W_new M^{-1}, V)`` equals
+``Diag(S) - rowdot(V (M + G)^{-1}, V)``; ``M + G`` is symmetric positive definite.
+
+``psi`` is kept positive by a tiny relative floor: ``psi_new_i >= PSI_FLOOR * S_ii``
+(plus the smallest normal number). Mathematically ``0 < psi_new_i <= S_ii`` (a Schur
+complement), so the floor only binds when rounding would make ``psi`` vanish or turn
+negative, which the authors' code does not guard against ([reproduction] C4).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.linalg import cho_solve, solve_triangular
+
+from . import lowrank
+from .core import Filter
+from .validation import check_choice, check_positive
+
+#: Relative floor of ``psi`` in every EM map: ``psi_i >= PSI_FLOOR * S_ii``.
+PSI_FLOOR = 1e-12
+
+
+def _rowdot(A, B):
+    """``Diag(A B^T) = sum_j A[:, j] * B[:, j]`` (the paper's ``A * B`` operator, Alg. 1)."""
+    return jnp.sum(A * B, axis=-1)
+
+
+def _sym(A):
+    return 0.5 * (A + A.T)
+
+
+def _gram_m(W, psi):
+    """``M = I_p + W^T Psi^{-1} W`` as an exactly symmetric Gram matrix."""
+    B = W / jnp.sqrt(psi)[:, None]
+    return jnp.eye(W.shape[1], dtype=W.dtype) + B.T @ B
+
+
+def _m_step(V, H, M, diagS, psi_floor):
+    """Shared EM M-step: ``W = V H^{-1} M``, ``psi = Diag(S) - rowdot(V H^{-1}, V)`` with ``H = M + G``."""
+    L = jnp.linalg.cholesky(H)
+    U = solve_triangular(L, V.T, lower=True).T  # V L^{-T}, so rowdot(U, U) = rowdot(V H^{-1}, V)
+    W_new = U @ solve_triangular(L, M, lower=True)  # V L^{-T} L^{-1} M = V H^{-1} M
+    psi_new = diagS - jnp.sum(U * U, axis=1)
+    floor = psi_floor * diagS + jnp.finfo(diagS.dtype).tiny
+    return W_new, jnp.maximum(psi_new, floor)
+
+
+def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
+                      psi_floor: float = PSI_FLOOR):
+    """Algorithm 1 of [LRVGA]: ``W W^T + diag(psi)  ~FA~  alpha (W_prev W_prev^T + diag(psi_prev)) + beta X X^T``.
+
+    The target ``S = alpha (W_prev W_prev^T + Psi_prev) + beta X X^T`` (eq. 28) is never
+    formed. Starting from ``(W, psi) = (W_prev, psi_prev)``, each inner loop is one batch-EM
+    iteration (eqs. 20-21) on ``S``:
+
+        M      = I_p + W^T Psi^{-1} W
+        V      = beta X (X^T Psi^{-1} W) + alpha (W_prev (W_prev^T Psi^{-1} W) + Psi_prev Psi^{-1} W)   (= S Psi^{-1} W)
+        W_new  = V (I_p + M^{-1} W^T Psi^{-1} V)^{-1}
+        psi_new= beta rowdot(X, X) + alpha (rowdot(W_prev, W_prev) + psi_prev) - rowdot(W_new M^{-1}, V)
+
+    The p x p matrix ``G = W^T Psi^{-1} V`` is assembled from the weighted Grams
+    ``A = X^T Psi^{-1} W``, ``B = W_prev^T Psi^{-1} W`` and ``W^T Psi^{-1} Psi_prev Psi^{-1} W``,
+    and the M-step uses ``V (M + G)^{-1} M`` with one Cholesky factorisation (see the
+    module docstring). No 1/m normalisation is applied to a (d, m) ``X``: scale it by
+    ``1/sqrt(m)`` (as eq. 46 does) or through ``beta``.
+
+    Args:
+      W_prev: (d, p); psi_prev: (d,) positive.
+      X: (d,) or (d, m).
+      alpha, beta: non-negative scalars (may be traced).
+      inner_loops: number of EM iterations (a Python int; 1 to 3 suffice per the paper).
+      psi_floor: relative floor keeping ``psi > 0`` (module docstring).
+
+    Returns:
+      ``(W, psi)``. Cost O(inner_loops (d p m + d p^2 + p^3)), memory O(d (p + m)).
+    """
+    if int(inner_loops) < 1:
+        raise ValueError(f"inner_loops must be a positive integer, got {inner_loops}")
+    W_prev = jnp.asarray(W_prev)
+    psi_prev = jnp.asarray(psi_prev)
+    X = jnp.asarray(X, dtype=W_prev.dtype)
+    if X.ndim == 1:
+        X = X[:, None]
+    if W_prev.ndim != 2 or psi_prev.shape != W_prev.shape[:1] or X.ndim != 2 \
+            or X.shape[0] != W_prev.shape[0]:
+        raise ValueError(f"recursive_em_step: W_prev (d, p), psi_prev (d,) and X (d,) or (d, m) "
+                         f"must agree, got {W_prev.shape}, {psi_prev.shape}, {X.shape}")
+    diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
+
+    def em_iteration(_, carry):
+        W, psi = carry
+        Wp = W / psi[:, None]
+        A = X.T @ Wp  # (m, p)
+        B = W_prev.T @ Wp  # (p, p)
+        Cp = Wp * jnp.sqrt(psi_prev)[:, None]
+        V = beta * (X @ A) + alpha * (W_prev @ B + psi_prev[:, None] * Wp)
+        G = beta * (A.T @ A) + alpha * (B.T @ B + Cp.T @ Cp)
+        M = _gram_m(W, psi)
+        return _m_step(V, M + _sym(G), M, diagS, psi_floor)
+
+    return jax.lax.fori_loop(0, int(inner_loops), em_iteration, (W_prev, psi_prev))
+
+
+def batch_em_step(S, W, psi, *, psi_floor: float = PSI_FLOOR):
+    """One batch-EM iteration for FA of a dense target ``S`` ([LRVGA] eqs. 20-21, App. A).
+
+        W_new   = S Psi^{-1} W (I_p + M^{-1} W^T Psi^{-1} S Psi^{-1} W)^{-1}
+        psi_new = Diag(S - W_new M^{-1} W^T Psi^{-1} S)
+
+    O(d^2 p) time and O(d^2) memory (``S`` itself): a baseline, not a limited-memory method.
+    Any exact representation ``S = W W^T + diag(psi)`` is a fixed point.
+    """
+    Wp = W / psi[:, None]
+    V = S @ Wp
+    M = _gram_m(W, psi)
+    return _m_step(V, M + _sym(Wp.T @ V), M, jnp.diagonal(S), psi_floor)
+
+
+def batch_em(S, W0, psi0, max_iter: int = 1000, tol: float = 0.0, *,
+             psi_floor: float = PSI_FLOOR):
+    """Iterate :func:`batch_em_step` until the relative change of ``(W, psi)`` is <= ``tol``.
+
+    Returns ``(W, psi, num_iterations)``. ``tol = 0`` runs exactly ``max_iter`` iterations.
+    """
+    def change(W, psi, W_new, psi_new):
+        num = jnp.sqrt(jnp.sum((W_new - W) ** 2) + jnp.sum((psi_new - psi) ** 2))
+        return num / jnp.sqrt(jnp.sum(W_new**2) + jnp.sum(psi_new**2))
+
+    def cond(c):
+        _, _, it, delta = c
+        return (it < max_iter) & (delta > tol)
+
+    def body(c):
+        W, psi, it, _ = c
+        W_new, psi_new = batch_em_step(S, W, psi, psi_floor=psi_floor)
+        return W_new, psi_new, it + 1, change(W, psi, W_new, psi_new)
+
+    init = (W0, psi0, jnp.asarray(0, jnp.int32), jnp.asarray(jnp.inf, dtype=W0.dtype))
+    W, psi, it, _ = jax.lax.while_loop(cond, body, init)
+    return W, psi, it
+
+
+def ml_residuals(S, W, psi):
+    """Relative residuals of the FA maximum-likelihood equations ([LRVGA] App. B eqs. 73-77).
+
+    ``W = S (W W^T + Psi)^{-1} W`` and ``psi = Diag(S - W W^T)``; returns the pair
+    ``(||W - S Lam^{-1} W|| / ||W||, ||psi - Diag(S - W W^T)|| / ||psi||)``. At a fixed point
+    of EM both vanish (App. B, Proposition 1).
+    """
+    rW = W - S @ lowrank.solve(W, psi, W)
+    rpsi = psi - (jnp.diagonal(S) - _rowdot(W, W))
+    return jnp.linalg.norm(rW) / jnp.linalg.norm(W), jnp.linalg.norm(rpsi) / jnp.linalg.norm(psi)
+
+
+def fa_kl(S, W, psi, logdet_S=None):
+    """``KL(N(0, S) || N(0, W W^T + Psi))`` ([LRVGA] eq. 11), dense ``S`` (d, d); O(d^2 p).
+
+    ``= 1/2 [tr(Lam^{-1} S) + logdet Lam - logdet S - d]``. This is the second-stage
+    projection objective of L-RVGA and the y-axis of [LRVGA] Fig. 1. Pass ``logdet_S``
+    to avoid an O(d^3) Cholesky of ``S`` when it is known.
+    """
+    d = S.shape[0]
+    fac = lowrank.factorize(W, psi)
+    trace = jnp.trace(fac.solve(S))
+    if logdet_S is None:
+        logdet_S = 2.0 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(S))))
+    return 0.5 * (trace + fac.logdet() - logdet_S - d)
+
+
+def fa_neg_log_lik(V, W, psi):
+    """Average negative log-likelihood of samples ``V`` (n, d) under ``N(0, W W^T + Psi)`` ([LRVGA] eq. 13).
+
+    ``= 1/2 [mean_i v_i^T Lam^{-1} v_i + logdet Lam + d log(2 pi)]``; equals
+    ``fa_kl(S) + const`` with ``S = V^T V / n``. O(n d p + d p^2).
+    """
+    V = jnp.atleast_2d(V)
+    fac = lowrank.factorize(W, psi)
+    quad = jnp.mean(fac.quad_form(V.T))
+    return 0.5 * (quad + fac.logdet() + V.shape[1] * jnp.log(2.0 * jnp.pi))
+
+
+# --------------------------------------------------------------------------- stream filters
+
+
+class FAState(NamedTuple):
+    """State of a recursive FA filter: ``W`` (d, p), ``psi`` (d,), ``step`` = samples seen."""
+
+    W: jax.Array
+    psi: jax.Array
+    step: jax.Array
+
+
+def _check_factors(W, psi):
+    W = jnp.asarray(W)
+    psi = jnp.asarray(psi, dtype=W.dtype)
+    if W.ndim != 2 or psi.shape != (W.shape[0],):
+        raise ValueError(f"W must be (d, p) and psi (d,), got W {W.shape} and psi {psi.shape}")
+    if not 1 <= W.shape[1] <= W.shape[0]:
+        raise ValueError(f"the rank p = W.shape[1] must satisfy 1 <= p <= d, got W {W.shape}")
+    check_positive("psi", psi)
+    return W, psi
+
+
+def recursive_em(inner_loops: int = 1, mode: str = "covariance", *,
+                 psi_floor: float = PSI_FLOOR) -> Filter:
+    """Algorithm 1 of [LRVGA] run over a data stream ``x_1, x_2, ...`` as a :class:`Filter`.
+
+    ``mode="covariance"`` ([LRVGA] §5.1, App. C eq. 101): a moving-average second moment,
+    ``W_t W_t^T + Psi_t ~FA~ (t-1)/t (W_{t-1} W_{t-1}^T + Psi_{t-1}) + (1/t) x_t x_t^T``.
+    Because ``alpha_1 = 0`` the initial pair is only the EM starting point.
+
+    ``mode="precision"`` (eq. 26): accumulated information,
+    ``W_t W_t^T + Psi_t ~FA~ W_{t-1} W_{t-1}^T + Psi_{t-1} + x_t x_t^T`` (``alpha = beta = 1``).
+
+    ``init(W0, psi0) -> FAState``; ``update(state, x, y=None)`` with ``x`` (d,) or (d, m)
+    (``y`` is ignored; :func:`jaxrvga.run` needs some ``ys`` of matching length).
+    """
+    check_choice("mode", mode, ("covariance", "precision"))
+
+    def init(W, psi):
+        W, psi = _check_factors(W, psi)
+        return FAState(W, psi, jnp.asarray(0, jnp.int32))
+
+    def update(state, x, y=None):
+        del y
+        t = (state.step + 1).astype(state.W.dtype)
+        alpha, beta = ((t - 1) / t, 1 / t) if mode == "covariance" else (1.0, 1.0)
+        W, psi = recursive_em_step(state.W, state.psi, x, alpha, beta, inner_loops,
+                                   psi_floor=psi_floor)
+        return FAState(W, psi, state.step + 1)
+
+    return Filter(init, update)
+
+
+class OnlineEMState(NamedTuple):
+    """State of :func:`online_em`.
+
+    ``W, psi``: the parameters used by the next E-step. ``S2`` (d, p), ``S3`` (p, p),
+    ``s1`` (d,): running sufficient statistics (eq. 110-111; ``S2`` is stored transposed).
+    ``W_avg, psi_avg``: the estimate to report (the Polyak-Ruppert average once averaging
+    has started, the current iterate before).
+    """
+
+    W: jax.Array
+    psi: jax.Array
+    S2: jax.Array
+    S3: jax.Array
+    s1: jax.Array
+    W_avg: jax.Array
+    psi_avg: jax.Array
+    step: jax.Array
+
+
+def online_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper",
+              average_start: Optional[int] = None, step_exponent: float = 0.6, *,
+              psi_floor: float = PSI_FLOOR) -> Filter:
+    """Online EM of Cappé & Moulines (2009) for FA, as in [LRVGA] App. E (eqs. 102-116).
+
+    For the t-th sample ``v`` (0-based ``t = state.step``), with step
+    ``gamma_t = 1`` if ``t == 0`` else ``t^{-step_exponent}`` (eqs. 113-114, 0.6 in the paper):
+
+        M  = I_p + W^T Psi^{-1} W;   Ez = M^{-1} W^T Psi^{-1} v
+        S2 = (1 - gamma) S2 + gamma v Ez^T           (eq. 110; the paper's "mu_{t-1}" is S2)
+        S3 = (1 - gamma) S3 + gamma (M^{-1} + Ez Ez^T)
+        s1 = (1 - gamma) s1 + gamma v * v            (eq. 111)
+        W_new = S2 S3^{-1};   psi_new = s1 - rowdot(W_new, S2)
+
+    Averaging (eqs. 115-116, with the running average on the right-hand side):
+
+    * ``"paper"``: Polyak-Ruppert averaging of the iterates for ``t > average_start``
+      (default ``num_steps // 2``, i.e. t > N/2), kept in ``W_avg, psi_avg`` "in
+      post-processing": the E-step keeps using the un-averaged iterate.
+    * ``"code"``: the authors' code: averaging for ``t > average_start`` (default 500,
+      hard-coded there) and the *averaged* parameters are fed back into the next E-step.
+    * ``None``: no averaging.
+
+    One E/M iteration per sample, O(d p^2 + p^3) time, memory ~ 2 d p (``S2`` and ``W``).
+    ``init(W0, psi0)``; ``update(state, v, y=None)`` with ``v`` of shape (d,).
+    """
+    check_choice("averaging", averaging, ("paper", "code", None))
+    if averaging == "paper":
+        if average_start is None:
+            if num_steps is None:
+                raise ValueError("online_em(averaging='paper') needs num_steps (averaging starts "
+                                 "after num_steps // 2) or average_start")
+            average_start = int(num_steps) // 2
+    elif averaging == "code" and average_start is None:
+        average_start = 500
+
+    def init(W, psi):
+        W, psi = _check_factors(W, psi)
+        d, p = W.shape
+        zeros = jnp.zeros
+        return OnlineEMState(W, psi, zeros((d, p), W.dtype), zeros((p, p), W.dtype),
+                             zeros((d,), W.dtype), W, psi, jnp.asarray(0, jnp.int32))
+
+    def update(state, v, y=None):
+        del y
+        v = jnp.asarray(v, dtype=state.W.dtype)
+        if v.shape != state.psi.shape:
+            raise ValueError(f"online_em: x must have shape {state.psi.shape}, got {v.shape}")
+        t = state.step
+        tf = t.astype(v.dtype)
+        gamma = jnp.where(t == 0, 1.0, jnp.maximum(tf, 1.0) ** (-step_exponent))
+        fac = lowrank.factorize(state.W, state.psi)
+        Minv = cho_solve((fac.chol, True), jnp.eye(fac.chol.shape[0], dtype=v.dtype))
+        Ez = cho_solve((fac.chol, True), fac.Wp.T @ v)
+        S2 = (1 - gamma) * state.S2 + gamma * jnp.outer(v, Ez)
+        S3 = (1 - gamma) * state.S3 + gamma * _sym(Minv + jnp.outer(Ez, Ez))
+        s1 = (1 - gamma) * state.s1 + gamma * v * v
+        W_new = cho_solve((jnp.linalg.cholesky(S3), True), S2.T).T
+        psi_new = jnp.maximum(s1 - _rowdot(W_new, S2), psi_floor * s1 + jnp.finfo(v.dtype).tiny)
+
+        if averaging is None:
+            W_avg, psi_avg = W_new, psi_new
+        else:
+            t_tilde = jnp.maximum(tf - average_start, 1.0)
+            on = t > average_start
+            w = jnp.where(on, (t_tilde - 1) / t_tilde, 0.0)
+            W_avg = w * state.W_avg + (1 - w) * W_new
+            psi_avg = w * state.psi_avg + (1 - w) * psi_new
+        W_next, psi_next = (W_avg, psi_avg) if averaging == "code" else (W_new, psi_new)
+        return OnlineEMState(W_next, psi_next, S2, S3, s1, W_avg, psi_avg, t + 1)
+
+    return Filter(init, update)
+
+
+__all__ = ["PSI_FLOOR", "recursive_em_step", "batch_em_step", "batch_em", "ml_residuals", "fa_kl",
+           "fa_neg_log_lik", "FAState", "recursive_em", "OnlineEMState", "online_em"]

@@ -1,0 +1,290 @@
+"""The 2-D root of the implicit logistic R-VGA update ([RVGA] eqs. 69-77, App. 9.5).
+
+With ``alpha0 = x^T mu_{t-1}`` and ``nu0 = x^T P_{t-1} x``, the implicit update reduces to
+finding ``(alpha, nu) = (x^T mu_t, x^T P_t x)`` such that ([RVGA] eqs. 69-70)::
+
+    f(alpha, nu) = alpha + nu0 sig(k(nu) alpha) - alpha0 - nu0 y            = 0
+    g(alpha, nu) = nu - nu0 / (1 + nu0 k(nu) sig'(k(nu) alpha))             = 0
+
+The root lies in the box (71)-(72), which the refinement (129)-(136) shrinks.
+
+The solver, :func:`solve_logistic`, is jittable and vmappable:
+
+1. the box is refined by a fixed number of sweeps of (129)-(136);
+2. Newton's method in ``(alpha, log nu)``, each iterate projected back onto the box;
+3. if Newton has not met the tolerance, a bracketed fallback that cannot fail: for fixed
+   ``nu``, ``f`` is strictly increasing in ``alpha`` and changes sign on the box, and
+   ``G(nu) = g(alpha(nu), nu)`` changes sign between ``nu_min`` and ``nu_max``; both 1-D
+   problems are solved by safeguarded Newton (bisection whenever Newton leaves the bracket).
+
+It returns the residual and a convergence flag instead of failing silently.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .core import SolverInfo
+from .special import probit_k, sig1, sigmoid
+
+_REFINE_SWEEPS = 8
+_NEWTON_ITERS = 30
+_BRACKET_ITERS = 100
+
+
+def _tolerance(dtype):
+    return jnp.maximum(jnp.asarray(1e-12, dtype), 64 * jnp.finfo(dtype).eps)
+
+
+def residuals(alpha, nu, alpha0, nu0, y):
+    """``(f, g)`` of [RVGA] eqs. (69)-(70)."""
+    k = probit_k(nu)
+    f = alpha + nu0 * sigmoid(k * alpha) - alpha0 - nu0 * y
+    g = nu - nu0 / (1.0 + nu0 * k * sig1(k * alpha))
+    return f, g
+
+
+def scaled_residual(alpha, nu, alpha0, nu0, y):
+    """Dimensionless residual ``max(|f| / (1 + |alpha0| + nu0), |g| / nu0)`` (0 when ``nu0 = 0``)."""
+    f, g = residuals(alpha, nu, alpha0, nu0, y)
+    safe = jnp.where(nu0 > 0, nu0, 1.0)
+    return jnp.where(nu0 > 0, jnp.maximum(jnp.abs(f) / (1.0 + jnp.abs(alpha0) + nu0),
+                                          jnp.abs(g) / safe), 0.0)
+
+
+def coarse_box(alpha0, nu0, y):
+    """Coarse bounds (71)-(72) = (127)-(128): ``(alpha_min, alpha_max, nu_min, nu_max)``."""
+    return alpha0 + nu0 * (y - 1.0), alpha0 + nu0 * y, 4.0 * nu0 / (4.0 + nu0), nu0
+
+
+def refine_box(box, alpha0, nu0, y, sweeps: int = _REFINE_SWEEPS):
+    """Iterate the refinement (129)-(136), intersecting with the current box each sweep."""
+
+    def sweep(_, b):
+        a_lo, a_hi, n_lo, n_hi = b
+        k_hi, k_lo = probit_k(n_lo), probit_k(n_hi)  # k is decreasing in nu
+        a1 = a_lo * jnp.where(a_lo >= 0, k_lo, k_hi)
+        a2 = a_hi * jnp.where(a_hi >= 0, k_hi, k_lo)
+        new_a_lo = alpha0 + nu0 * y - nu0 * sigmoid(a2)
+        new_a_hi = alpha0 + nu0 * y - nu0 * sigmoid(a1)
+        s1, s2 = sig1(a1), sig1(a2)
+        b1 = jnp.minimum(s1, s2)
+        b2 = jnp.where(a1 * a2 > 0, jnp.maximum(s1, s2), 0.25)
+        new_n_lo = nu0 / (1.0 + nu0 * k_hi * b2)
+        new_n_hi = nu0 / (1.0 + nu0 * k_lo * b1)
+        a_lo2, a_hi2 = jnp.maximum(a_lo, new_a_lo), jnp.minimum(a_hi, new_a_hi)
+        n_lo2, n_hi2 = jnp.maximum(n_lo, new_n_lo), jnp.minimum(n_hi, new_n_hi)
+        # Rounding can cross the bounds of a collapsed box; keep it ordered.
+        a_mid, n_mid = 0.5 * (a_lo2 + a_hi2), 0.5 * (n_lo2 + n_hi2)
+        a_lo2, a_hi2 = jnp.minimum(a_lo2, a_mid), jnp.maximum(a_hi2, a_mid)
+        n_lo2, n_hi2 = jnp.minimum(n_lo2, n_mid), jnp.maximum(n_hi2, n_mid)
+        return a_lo2, a_hi2, n_lo2, n_hi2
+
+    return lax.fori_loop(0, sweeps, sweep, box)
+
+
+def _safeguarded_newton(fun, lo, hi, max_iter):
+    """Root of an increasing scalar function on ``[lo, hi]`` with ``fun(lo) <= 0 <= fun(hi)``.
+
+    ``fun(z) -> (value, derivative)``. A Newton step is taken only when it stays inside
+    the current bracket and is less than half the step before last (the rule of
+    Numerical Recipes' ``rtsafe``); otherwise the bracket is bisected, so the bracket
+    shrinks geometrically and always contains a root.
+    """
+    z0 = 0.5 * (lo + hi)
+    v0, d0 = fun(z0)
+    xtol = 4 * jnp.finfo(z0.dtype).eps  # run to machine precision: the bracket is cheap
+
+    def cond(c):
+        it, lo, hi, z, v, _, _ = c
+        return (it < max_iter) & (v != 0) & (hi - lo > xtol * (1.0 + jnp.abs(z)))
+
+    def body(c):
+        it, lo, hi, z, v, dv, dx_old = c
+        lo = jnp.where(v < 0, z, lo)
+        hi = jnp.where(v > 0, z, hi)
+        newton = z - v / jnp.where(dv > 0, dv, 1.0)
+        ok = (dv > 0) & (newton > lo) & (newton < hi) & (2.0 * jnp.abs(newton - z) < jnp.abs(dx_old))
+        z_new = jnp.where(ok, newton, 0.5 * (lo + hi))
+        v, dv = fun(z_new)
+        return it + 1, lo, hi, z_new, v, dv, jnp.abs(z_new - z) * jnp.where(ok, 1.0, 2.0)
+
+    out = lax.while_loop(cond, body, (0, lo, hi, z0, v0, d0, hi - lo))
+    return out[3]
+
+
+def _bracketed_solve(alpha0, nu0, y):
+    """Fallback: nested safeguarded Newton on ``alpha(nu)`` then ``G(nu)``; always converges.
+
+    It brackets on the coarse box (71)-(72), where the sign changes hold for every ``nu``
+    (resp. every ``alpha``): ``f(alpha_min) = nu0 (sig - 1) <= 0 <= nu0 sig = f(alpha_max)`` and,
+    since ``k sig' <= 1/4``, ``g(., nu_min) <= 0 <= g(., nu_max)``. The refined box holds only
+    at the root, so it cannot bracket the inner problem.
+    """
+    a_lo, a_hi, n_lo, n_hi = coarse_box(alpha0, nu0, y)
+
+    def alpha_of(nu):
+        def fa(a):
+            k = probit_k(nu)
+            val = a + nu0 * sigmoid(k * a) - alpha0 - nu0 * y
+            return val, 1.0 + nu0 * k * sig1(k * a)
+
+        return _safeguarded_newton(fa, a_lo, a_hi, _BRACKET_ITERS)
+
+    def G(log_nu):
+        nu = jnp.exp(log_nu)
+        a = alpha_of(nu)
+        _, g = residuals(a, nu, alpha0, nu0, y)
+        # dG/dlog nu by the implicit function theorem (alpha solves f = 0 for each nu).
+        (fa, fn), (ga, gn) = jax.jacfwd(lambda z: jnp.stack(residuals(z[0], z[1], alpha0, nu0, y)))(
+            jnp.stack([a, nu]))
+        dG = (gn - ga * fn / fa) * nu
+        return g, jnp.maximum(dG, 0.0)
+
+    log_nu = _safeguarded_newton(G, jnp.log(n_lo), jnp.log(n_hi), _BRACKET_ITERS)
+    nu = jnp.exp(log_nu)
+    return alpha_of(nu), nu
+
+
+def _newton(alpha0, nu0, y, box, tol, max_iter):
+    """Newton in ``(alpha, log nu)`` from the box centre, projected onto the box."""
+    a_lo, a_hi, n_lo, n_hi = box
+    log_lo, log_hi = jnp.log(n_lo), jnp.log(n_hi)
+
+    def F(z):
+        return jnp.stack(residuals(z[0], jnp.exp(z[1]), alpha0, nu0, y))
+
+    def done(z):
+        f, g = residuals(z[0], jnp.exp(z[1]), alpha0, nu0, y)
+        return (jnp.abs(f) <= tol * (1.0 + jnp.abs(alpha0) + nu0)) & (jnp.abs(g) <= tol * jnp.exp(z[1]))
+
+    def cond(c):
+        it, z = c
+        return (it < max_iter) & ~done(z)
+
+    def body(c):
+        it, z = c
+        Fz = F(z)
+        J = jax.jacfwd(F)(z)
+        det = J[0, 0] * J[1, 1] - J[0, 1] * J[1, 0]
+        safe_det = jnp.where(det != 0, det, 1.0)
+        step = jnp.stack([J[1, 1] * Fz[0] - J[0, 1] * Fz[1], -J[1, 0] * Fz[0] + J[0, 0] * Fz[1]]) / safe_det
+        step = jnp.where(det != 0, step, 0.0)
+        z = z - step
+        z = jnp.stack([jnp.clip(z[0], a_lo, a_hi), jnp.clip(z[1], log_lo, log_hi)])
+        return it + 1, z
+
+    z0 = jnp.stack([0.5 * (a_lo + a_hi), jnp.log(0.5 * (n_lo + n_hi))])
+    it, z = lax.while_loop(cond, body, (0, z0))
+    return z[0], jnp.exp(z[1]), it, done(z)
+
+
+def solve_logistic(alpha0, nu0, y, max_iter: int | None = None):
+    """Solve the implicit logistic R-VGA equations (69)-(70) for ``(alpha, nu)``.
+
+    Args:
+      alpha0: ``x^T mu_{t-1}``.
+      nu0: ``x^T P_{t-1} x`` (>= 0).
+      y: the label in {0, 1}.
+      max_iter: cap on Newton iterations before the bracketed fallback (default 30).
+
+    Returns:
+      ``(alpha, nu, info)`` with ``alpha = x^T mu_t``, ``nu = x^T P_t x`` and a
+      :class:`~jaxrvga.core.SolverInfo` holding the dimensionless residual
+      (:func:`scaled_residual`), the number of Newton iterations (plus one if the
+      fallback ran) and whether the tolerance ``max(1e-12, 64 eps)`` was met.
+    """
+    alpha0, nu0, y = jnp.broadcast_arrays(*(jnp.asarray(v) for v in (alpha0, nu0, y)))
+    dtype = jnp.result_type(alpha0.dtype, nu0.dtype, float)
+    alpha0, nu0, y = alpha0.astype(dtype), nu0.astype(dtype), y.astype(dtype)
+    tol = _tolerance(dtype)
+    degenerate = ~(nu0 > 0)  # x in the null space of P: nothing to update
+    nu0_safe = jnp.where(degenerate, 1.0, nu0)
+    box = refine_box(coarse_box(alpha0, nu0_safe, y), alpha0, nu0_safe, y)
+
+    max_iter = _NEWTON_ITERS if max_iter is None else int(max_iter)
+    alpha, nu, iters, ok = _newton(alpha0, nu0_safe, y, box, tol, max_iter)
+    alpha, nu, used_fallback = lax.cond(
+        ok,
+        lambda: (alpha, nu, jnp.asarray(False)),
+        lambda: (*_bracketed_solve(alpha0, nu0_safe, y), jnp.asarray(True)),
+    )
+    alpha = jnp.where(degenerate, alpha0, alpha)
+    nu = jnp.where(degenerate, jnp.zeros_like(nu0), nu)
+    res = scaled_residual(alpha, nu, alpha0, jnp.where(degenerate, 0.0, nu0_safe), y)
+    converged = res <= tol
+    info = SolverInfo(converged, res, (iters + used_fallback.astype(jnp.int32)).astype(jnp.int32))
+    return alpha, nu, info
+
+
+def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
+    """Implicit R-VGA along ``x`` for any log-concave GLM: the 1-D marginal ``(alpha, nu)`` of ``q_t``.
+
+    The likelihood depends on ``theta`` only through ``eta = x^T theta``, so the R-VGA
+    update ([RVGA] eq. 2) is fixed by the marginal ``eta ~ N(alpha, nu)`` that minimises::
+
+        J(alpha, L) = -E_{N(alpha, L^2)}[log p(y | eta)] + KL(N(alpha, L^2) || N(alpha0, nu0))
+
+    whose stationarity conditions are the implicit equations ``alpha = alpha0 + nu0 E[l']``
+    and ``1/nu = 1/nu0 - E[l'']`` ([RVGA] eqs. 28-29 projected on x). ``J`` is strictly
+    convex in ``(alpha, L)`` for log-concave likelihoods, so damped Newton (backtracking
+    on ``J``, keeping ``L > 0``) converges from the explicit start ``(alpha0, sqrt(nu0))``.
+
+    Returns ``(alpha, nu, info)`` like :func:`solve_logistic`; ``info.residual`` is the
+    dimensionless residual of the two implicit equations.
+    """
+    alpha0, nu0, y = jnp.broadcast_arrays(*(jnp.asarray(v) for v in (alpha0, nu0, y)))
+    dtype = jnp.result_type(alpha0.dtype, nu0.dtype, float)
+    alpha0, nu0, y = alpha0.astype(dtype), nu0.astype(dtype), y.astype(dtype)
+    tol = _tolerance(dtype)
+    degenerate = ~(nu0 > 0)
+    nu0s = jnp.where(degenerate, 1.0, nu0)
+
+    def J(z):
+        a, L = z[0], z[1]
+        kl = 0.5 * ((a - alpha0) ** 2 + L**2) / nu0s - jnp.log(L)
+        val = -expected_log_lik(a, L**2, y) + kl
+        return jnp.where(L > 0, val, jnp.inf)
+
+    grad, hess = jax.grad(J), jax.hessian(J)
+
+    def residual(z):
+        g = grad(z)
+        a, L = z[0], z[1]
+        # nu0 dJ/dalpha = alpha - alpha0 - nu0 E[l'];  L nu0 dJ/dL = nu (1 + nu0 c) - nu0.
+        r_a = jnp.abs(nu0s * g[0]) / (1.0 + jnp.abs(alpha0) + nu0s)
+        # |nu - nu0 / (1 + nu0 c)| / nu0 with 1 + nu0 c = nu0 (dJ/dL + 1/L) / L.
+        r_v = jnp.abs(L**2 * g[1]) / (nu0s * jnp.abs(g[1] + 1.0 / L))
+        return jnp.maximum(r_a, r_v)
+
+    def cond(c):
+        it, z, res = c
+        return (it < max_iter) & (res > tol)
+
+    def body(c):
+        it, z, _ = c
+        g, H = grad(z), hess(z)
+        det = H[0, 0] * H[1, 1] - H[0, 1] * H[1, 0]
+        newton = -jnp.stack([H[1, 1] * g[0] - H[0, 1] * g[1], -H[1, 0] * g[0] + H[0, 0] * g[1]]) / det
+        direction = jnp.where((det > 0) & (H[0, 0] > 0) & jnp.all(jnp.isfinite(newton)), newton, -g)
+        f0, slope = J(z), g @ direction
+
+        def shrink(ct):
+            t, _ = ct
+            return 0.5 * t, J(z + 0.5 * t * direction)
+
+        def too_long(ct):
+            t, f = ct
+            return ~(f <= f0 + 1e-4 * t * slope) & (t > 1e-12)
+
+        t, _ = lax.while_loop(too_long, shrink, (jnp.asarray(1.0, dtype), J(z + direction)))
+        z = z + t * direction
+        return it + 1, z, residual(z)
+
+    z0 = jnp.stack([alpha0, jnp.sqrt(nu0s)])
+    it, z, res = lax.while_loop(cond, body, (jnp.int32(0), z0, residual(z0)))
+    alpha = jnp.where(degenerate, alpha0, z[0])
+    nu = jnp.where(degenerate, jnp.zeros_like(nu0), z[1] ** 2)
+    res = jnp.where(degenerate, 0.0, res)
+    return alpha, nu, SolverInfo(res <= tol, res, it)

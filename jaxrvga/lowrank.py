@@ -1,0 +1,210 @@
+"""Algebra of a factor-analysis precision ``Lam = W W^T + diag(psi)`` ([LRVGA] §3, eq. 27, §4.2.2).
+
+``W`` is (d, p) with p << d and ``psi`` (d,) is positive. Everything here costs
+O(d p^2 + p^3) time and O(d p) memory: the only matrices ever formed are d x p or
+p x p. The p x p work goes through one Cholesky factor of
+
+    M = I_p + W^T Psi^{-1} W                                  ([LRVGA] eq. 27)
+
+and never through an explicit inverse. With ``P = Lam^{-1}`` (the covariance):
+
+* Woodbury:            ``P v = v / psi - (W/psi) M^{-1} (W/psi)^T v``                (27)
+* determinant lemma:   ``logdet Lam = sum(log psi) + logdet M``
+* diagonal of P:       ``Diag(P) = 1/psi - rowdot((W/psi) L^{-T}, (W/psi) L^{-T})``, ``M = L L^T``
+* Proposition 1 (corrected, see :func:`sample_from_noise`): exact samples of ``N(mean, P)``.
+
+:func:`to_dense_precision` and :func:`to_dense_covariance` build d x d matrices; they
+are for tests and evaluation only.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.linalg import cho_solve, solve_triangular
+
+
+class Woodbury(NamedTuple):
+    """Cached factorisation of ``Lam = W W^T + diag(psi)`` for repeated O(d p^2) operations.
+
+    Build it with :func:`factorize`. ``Wp = W / psi`` (row i divided by ``psi_i``) and
+    ``chol`` is the lower Cholesky factor of ``M = I_p + W^T Psi^{-1} W``.
+    """
+
+    W: jax.Array
+    psi: jax.Array
+    Wp: jax.Array
+    chol: jax.Array
+
+    def solve(self, v):
+        """``P v = Lam^{-1} v`` by Woodbury ([LRVGA] eq. 27); ``v`` is (d,) or (d, k)."""
+        v = jnp.asarray(v)
+        inner = cho_solve((self.chol, True), self.Wp.T @ v)
+        if v.ndim == 1:
+            return v / self.psi - self.Wp @ inner
+        return v / self.psi[:, None] - self.Wp @ inner
+
+    def quad_form(self, x):
+        """``x^T P x`` for a vector ``x`` (or the diagonal of ``X^T P X`` for (d, k))."""
+        x = jnp.asarray(x)
+        b = solve_triangular(self.chol, self.Wp.T @ x, lower=True)
+        if x.ndim == 1:
+            return jnp.sum(x * x / self.psi) - jnp.sum(b * b)
+        return jnp.sum(x * x / self.psi[:, None], axis=0) - jnp.sum(b * b, axis=0)
+
+    def logdet(self):
+        """``logdet(W W^T + diag(psi)) = sum(log psi) + logdet M`` (matrix determinant lemma)."""
+        return jnp.sum(jnp.log(self.psi)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(self.chol)))
+
+    def inverse_diag(self):
+        """``Diag(P)``, the marginal variances, in O(d p^2)."""
+        G = solve_triangular(self.chol, self.Wp.T, lower=True)  # (p, d) = L^{-1} Wp^T
+        return 1.0 / self.psi - jnp.sum(G * G, axis=0)
+
+    def matvec(self, v):
+        """``Lam v = W (W^T v) + psi v``; ``v`` is (d,) or (d, k)."""
+        return matvec(self.W, self.psi, v)
+
+
+def factorize(W, psi) -> Woodbury:
+    """Cholesky-factorise ``M = I_p + W^T Psi^{-1} W`` once; O(d p^2 + p^3).
+
+    ``M`` is formed as ``I + B^T B`` with ``B = W / sqrt(psi)``, so it is symmetric to
+    the last bit and positive definite whenever ``psi > 0``.
+    """
+    W = jnp.asarray(W)
+    psi = jnp.asarray(psi)
+    B = W / jnp.sqrt(psi)[:, None]
+    M = jnp.eye(W.shape[1], dtype=W.dtype) + B.T @ B
+    return Woodbury(W, psi, W / psi[:, None], jnp.linalg.cholesky(M))
+
+
+def solve(W, psi, v):
+    """``(W W^T + diag(psi))^{-1} v`` by Woodbury ([LRVGA] eq. 27), O(d p^2); ``v`` (d,) or (d, k)."""
+    return factorize(W, psi).solve(v)
+
+
+def quad_form(W, psi, x):
+    """``x^T (W W^T + diag(psi))^{-1} x`` in O(d p^2)."""
+    return factorize(W, psi).quad_form(x)
+
+
+def logdet(W, psi):
+    """``logdet(W W^T + diag(psi))`` by the matrix determinant lemma, O(d p^2)."""
+    return factorize(W, psi).logdet()
+
+
+def inverse_diag(W, psi):
+    """Diagonal of ``(W W^T + diag(psi))^{-1}`` (marginal variances), O(d p^2)."""
+    return factorize(W, psi).inverse_diag()
+
+
+def matvec(W, psi, v):
+    """``(W W^T + diag(psi)) v`` in O(d p); no factorisation needed."""
+    v = jnp.asarray(v)
+    scale = psi if v.ndim == 1 else psi[:, None]
+    return W @ (W.T @ v) + scale * v
+
+
+def ensemble_gain(W, psi):
+    """``L = Psi^{-1} W M^{-1}`` (d x p) of Proposition 1 ([LRVGA] §4.2.2)."""
+    fac = factorize(W, psi)
+    return cho_solve((fac.chol, True), fac.Wp.T).T
+
+
+def sample_from_noise(mean, W, psi, z, e):
+    """Samples of ``N(mean, (W W^T + diag(psi))^{-1})`` from given base noise (Proposition 1, corrected).
+
+    With ``x = z / sqrt(psi) ~ N(0, Psi^{-1})`` and ``e ~ N(0, I_p)`` independent,
+    ``x+ = x + L (e - W^T x) = (I_d - L W^T) x + L e`` with ``L = Psi^{-1} W M^{-1}`` has
+    covariance ``(I - L W^T) Psi^{-1} (I - L W^T)^T + L L^T = (W W^T + Psi)^{-1}``
+    ([LRVGA] eqs. 38-40). The paper's first form ``x + L(e - L W^T x)`` is a typo.
+
+    Args:
+      mean: (d,).
+      W, psi: (d, p) and (d,).
+      z: (num, d) standard normal; e: (num, p) standard normal. Passing fixed noise
+        reproduces common-random-number ("frozen noise") schemes.
+
+    Returns:
+      (num, d) samples, in O(num d p + d p^2) time and O(num d) extra memory.
+    """
+    fac = factorize(W, psi)
+    x = z / jnp.sqrt(fac.psi)  # rows ~ N(0, Psi^{-1})
+    r = e - x @ fac.W  # (num, p) = e - W^T x
+    corr = cho_solve((fac.chol, True), r.T)  # (p, num) = M^{-1}(e - W^T x)
+    return mean + x + (fac.Wp @ corr).T
+
+
+def sample(key, mean, W, psi, num: int):
+    """``num`` exact samples of ``N(mean, (W W^T + diag(psi))^{-1})``, shape (num, d).
+
+    Fresh noise from ``key`` fed to :func:`sample_from_noise` (Proposition 1, corrected:
+    ``x + L(eps - W^T x)``). Cost O(num d p + d p^2); no d x d matrix.
+    """
+    mean = jnp.asarray(mean)
+    d, p = jnp.shape(W)
+    kz, ke = jax.random.split(key)
+    z = jax.random.normal(kz, (num, d), dtype=mean.dtype)
+    e = jax.random.normal(ke, (num, p), dtype=mean.dtype)
+    return sample_from_noise(mean, W, psi, z, e)
+
+
+def _check_init_args(dim, rank):
+    if int(rank) < 1 or int(rank) > int(dim):
+        raise ValueError(f"rank must satisfy 1 <= rank <= dim={dim}, got rank={rank}")
+
+
+def init_factors(key, dim: int, rank: int, prior_var, eps: float = 1e-8, dtype=None):
+    """Trace-matched initialisation ``W0 W0^T + Psi0 ~ P0^{-1}`` of [LRVGA] Appendix D.
+
+    For ``P0 = sigma0^2 I_d`` (``prior_var = sigma0^2``):
+    ``psi0 = (1 - eps) / sigma0^2`` and the columns of ``W0`` are independent Gaussian
+    directions rescaled to norm ``w0 = sqrt(eps d / p) / sigma0``, so that
+    ``tr(W0 W0^T + Psi0) = p w0^2 + d psi0 = d / sigma0^2 = tr(P0^{-1})``.
+    ``W0 = 0`` would be a fixed point of EM, hence the small ``eps > 0``.
+
+    A vector ``prior_var`` (d,) gives the per-coordinate version of Remark 2:
+    ``psi0_i = (1 - eps) / sigma_i^2`` and row i of ``W0`` is divided by ``sigma_i``
+    (trace-matched in expectation).
+
+    Returns:
+      ``(W0, psi0)`` of shapes (d, p) and (d,).
+    """
+    _check_init_args(dim, rank)
+    if not 0.0 < eps < 1.0:
+        raise ValueError(f"eps must lie in (0, 1), got {eps}")
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    inv_sigma = 1.0 / jnp.sqrt(jnp.broadcast_to(jnp.asarray(prior_var, dtype=dtype), (dim,)))
+    U = jax.random.normal(key, (dim, rank), dtype=dtype)
+    U = U / jnp.linalg.norm(U, axis=0) * jnp.sqrt(eps * dim / rank)
+    return U * inv_sigma[:, None], (1.0 - eps) * inv_sigma**2
+
+
+def init_factors_plain(key, dim: int, rank: int, prior_var, scale: float = 1e-2, dtype=None):
+    """The initialisation of the authors' logistic experiments ([reproduction] C7 table).
+
+    ``psi0 = 1 / prior_var`` and ``W0 = scale * N(0, 1)`` entrywise (``scale`` is 1e-3
+    in [LRVGA] Fig. 3 and 1e-2 in Fig. 4). Not trace-matched: the initial precision
+    exceeds ``P0^{-1}`` by ``W0 W0^T``.
+    """
+    _check_init_args(dim, rank)
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    psi0 = jnp.broadcast_to(1.0 / jnp.asarray(prior_var, dtype=dtype), (dim,))
+    return scale * jax.random.normal(key, (dim, rank), dtype=dtype), psi0
+
+
+def to_dense_precision(W, psi):
+    """Dense ``W W^T + diag(psi)``. O(d^2 p) time, O(d^2) memory: tests and evaluation only."""
+    return W @ W.T + jnp.diag(psi)
+
+
+def to_dense_covariance(W, psi):
+    """Dense ``(W W^T + diag(psi))^{-1}`` by Woodbury. O(d^2 p): tests and evaluation only."""
+    return factorize(W, psi).solve(jnp.eye(W.shape[0], dtype=W.dtype))
+
+
+__all__ = ["Woodbury", "factorize", "solve", "quad_form", "logdet", "inverse_diag", "matvec",
+           "ensemble_gain", "sample", "sample_from_noise", "init_factors", "init_factors_plain",
+           "to_dense_precision", "to_dense_covariance"]
