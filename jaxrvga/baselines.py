@@ -121,6 +121,11 @@ def laplace(model: Model, X, y, prior_mean, prior_cov, *, max_iter: int = 100,
         raise ValueError(f"X must have shape (N, {d}), got {X.shape}")
     model.family.check_y("y", y)
     tol = (1e3 * jnp.finfo(mu0.dtype).eps) if tol is None else tol
+    return jax.jit(lambda *a: _laplace_newton(model, max_iter, tol, *a))(X, y, mu0, P0)
+
+
+def _laplace_newton(model, max_iter, tol, X, y, mu0, P0):
+    d = mu0.shape[0]
     chol0 = jnp.linalg.cholesky(P0)
 
     def objective(theta):
@@ -141,9 +146,11 @@ def laplace(model: Model, X, y, prior_mean, prior_cov, *, max_iter: int = 100,
             t, _ = c
             return t * 0.5, objective(theta + 0.5 * t * step)
 
+        slack = 16 * jnp.finfo(theta.dtype).eps * jnp.abs(f0)  # rounding near the optimum
+
         def too_big(c):
             t, f = c
-            return (f > f0 - 1e-4 * t * decrement) & (t > 1e-10)
+            return (f > f0 - 1e-4 * t * decrement + slack) & (t > 1e-10)
 
         t, _ = lax.while_loop(too_big, shrink, (jnp.asarray(1.0, theta.dtype), objective(theta + step)))
         return it + 1, theta + t * step, decrement

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 #: Environment variable naming a directory that holds the data files (checked first).
@@ -60,12 +59,12 @@ def _legacy_rng(seed: int) -> np.random.RandomState:
 
 
 def _stewart_special_ortho(d: int, rs: np.random.RandomState) -> np.ndarray:
-    """``scipy.stats.special_ortho_group.rvs(d)`` as in SciPy 1.3-1.15 (Stewart 1980).
+    """``scipy.stats.special_ortho_group.rvs(d)`` as in SciPy up to 1.15 (Stewart 1980).
 
     A product of Householder reflections built from ``d - 1`` Gaussian vectors of decreasing
-    length, drawn from ``rs`` in this order. This is the algorithm the authors' SciPy (2020-2021)
-    used; SciPy >= 1.16 draws one d x d Gaussian matrix and takes its QR factor instead, so the
-    same seed gives a different rotation there.
+    length, drawn from ``rs`` in this order. This is the algorithm of the authors' SciPy
+    (2020-2021); it agrees bit for bit with SciPy 1.15.3. SciPy >= 1.16 (scipy PR #22304) takes
+    the QR factor of one d x d Gaussian matrix instead, so the same seed gives another rotation.
     """
     H = np.eye(d)
     D = np.empty((d,))
@@ -82,10 +81,12 @@ def _stewart_special_ortho(d: int, rs: np.random.RandomState) -> np.ndarray:
 
 
 def _jax_special_ortho(key, d: int) -> np.ndarray:
-    """A Haar-distributed rotation of SO(d) from ``key`` (QR with sign correction, Mezzadri 2007)."""
-    z = jax.random.normal(key, (d, d))
-    q, r = jnp.linalg.qr(z)
-    q = np.array(q * jnp.sign(jnp.diagonal(r))[None, :], dtype=np.float64)
+    """A Haar-distributed rotation of SO(d) from ``key`` (QR with sign correction, Mezzadri 2007).
+
+    The Gaussian matrix comes from ``key``; the QR runs in float64 NumPy.
+    """
+    q, r = np.linalg.qr(_jax_normal(key, (d, d)))
+    q = q * np.sign(np.diagonal(r))[None, :]
     if np.linalg.slogdet(q)[0] < 0:  # reflect into SO(d)
         q[0, :] = -q[0, :]
     return q
@@ -96,7 +97,7 @@ def random_rotation(d: int, seed: Optional[int] = None, *, key=None,
     """A random rotation ``Q`` in SO(d), Haar distributed (the ``M`` of [RVGA] eq. 91).
 
     Legacy mode (``seed``): ``np.random.seed(seed); Q = special_ortho_group.rvs(dim=d)``.
-    ``rotation="stewart"`` (default) replays the Householder algorithm of SciPy 1.3-1.15, which the
+    ``rotation="stewart"`` (default) replays the Householder algorithm of SciPy <= 1.15, which the
     authors used; ``rotation="scipy"`` calls the installed SciPy (different numbers from SciPy 1.16
     on). JAX mode (``key``): QR of a Gaussian matrix with the sign correction.
     """

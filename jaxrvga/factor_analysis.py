@@ -11,16 +11,25 @@
   O(d^2 p), a baseline only).
 * :func:`ml_residuals` (App. B eqs. 73-77), :func:`fa_kl` (eq. 11), :func:`fa_neg_log_lik` (eq. 13).
 
-All EM maps share one M-step written with Cholesky solves only. Writing
-``M = I_p + W^T Psi^{-1} W``, ``V = S Psi^{-1} W`` and ``G = W^T Psi^{-1} S Psi^{-1} W``,
-eq. (21) ``W_new = V (I_p + M^{-1} G)^{-1}`` equals ``V (M + G)^{-1} M`` and the
-diagonal update ``psi_new = Diag(S) - rowdot(W_new M^{-1}, V)`` equals
-``Diag(S) - rowdot(V (M + G)^{-1}, V)``; ``M + G`` is symmetric positive definite.
+All EM maps share one M-step written with Cholesky solves only, in the well-scaled form of
+Ghahramani & Hinton. With ``M = I_p + W^T Psi^{-1} W`` and the E-step gain
+``Bt = beta^T = (W W^T + Psi)^{-1} W = Psi^{-1} W M^{-1}`` (d x p; ``E[z|v] = Bt^T v``),
 
-``psi`` is kept positive by a tiny relative floor: ``psi_new_i >= PSI_FLOOR * S_ii``
-(plus the smallest normal number). Mathematically ``0 < psi_new_i <= S_ii`` (a Schur
-complement), so the floor only binds when rounding would make ``psi`` vanish or turn
-negative, which the authors' code does not guard against ([reproduction] C4).
+    Q   = S Bt                     (= V M^{-1}, V = S Psi^{-1} W of eq. 21)
+    C   = M^{-1} + Bt^T S Bt       (= E[z z^T] averaged over S; = M^{-1} (M + G) M^{-1})
+    W_new   = Q C^{-1}             (= V (I_p + M^{-1} W^T Psi^{-1} V)^{-1}, eq. 21)
+    psi_new = Diag(S) - rowdot(W_new, Q)   (= Diag(S) - rowdot(W_new M^{-1}, V))
+
+``C`` stays well conditioned when ``psi`` becomes tiny, unlike ``M + G`` whose condition
+number grows like ``1/psi^2``.
+
+``psi`` is kept positive by a tiny floor relative to the mean diagonal of the target:
+``psi_new_i >= max(psi_floor, eps) * mean(Diag(S))`` with ``eps`` the machine epsilon of
+the dtype (``psi_floor = PSI_FLOOR = 1e-12`` by default, so the float64 floor is 1e-12 and
+the float32 floor the rounding level 1.2e-7). Mathematically ``0 <= psi_new_i <= S_ii`` (a
+Schur complement), so the floor only binds when the target is (nearly) representable with
+``psi_i = 0`` and rounding would make ``psi`` vanish or turn negative, which the authors'
+code does not guard against ([reproduction] C4). It keeps ``1 / psi`` finite.
 """
 from __future__ import annotations
 
@@ -34,7 +43,7 @@ from . import lowrank
 from .core import Filter
 from .validation import check_choice, check_positive
 
-#: Relative floor of ``psi`` in every EM map: ``psi_i >= PSI_FLOOR * S_ii``.
+#: Relative floor of ``psi`` in every EM map (module docstring).
 PSI_FLOOR = 1e-12
 
 
@@ -47,20 +56,24 @@ def _sym(A):
     return 0.5 * (A + A.T)
 
 
-def _gram_m(W, psi):
-    """``M = I_p + W^T Psi^{-1} W`` as an exactly symmetric Gram matrix."""
-    B = W / jnp.sqrt(psi)[:, None]
-    return jnp.eye(W.shape[1], dtype=W.dtype) + B.T @ B
+def _e_step(W, psi):
+    """``(Bt, M^{-1})`` with ``Bt = Psi^{-1} W M^{-1}`` (d x p), one Cholesky of ``M`` (p x p)."""
+    fac = lowrank.factorize(W, psi)
+    Minv = cho_solve((fac.chol, True), jnp.eye(W.shape[1], dtype=W.dtype))
+    return fac.Wp @ Minv, _sym(Minv)
 
 
-def _m_step(V, H, M, diagS, psi_floor):
-    """Shared EM M-step: ``W = V H^{-1} M``, ``psi = Diag(S) - rowdot(V H^{-1}, V)`` with ``H = M + G``."""
-    L = jnp.linalg.cholesky(H)
-    U = solve_triangular(L, V.T, lower=True).T  # V L^{-T}, so rowdot(U, U) = rowdot(V H^{-1}, V)
-    W_new = U @ solve_triangular(L, M, lower=True)  # V L^{-T} L^{-1} M = V H^{-1} M
-    psi_new = diagS - jnp.sum(U * U, axis=1)
-    floor = psi_floor * diagS + jnp.finfo(diagS.dtype).tiny
-    return W_new, jnp.maximum(psi_new, floor)
+def _m_step(Q, C, diagS, psi_floor):
+    """Shared EM M-step: ``W = Q C^{-1}``, ``psi = Diag(S) - rowdot(W, Q)`` (module docstring)."""
+    W_new = cho_solve((jnp.linalg.cholesky(C), True), Q.T).T
+    psi_new = diagS - _rowdot(W_new, Q)
+    return W_new, jnp.maximum(psi_new, _floor(diagS, psi_floor))
+
+
+def _floor(diagS, psi_floor):
+    """The floor of ``psi`` (module docstring): ``max(psi_floor, eps) * mean(Diag(S))``."""
+    finfo = jnp.finfo(diagS.dtype)
+    return jnp.maximum(psi_floor, finfo.eps) * jnp.mean(diagS) + finfo.tiny
 
 
 def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
@@ -76,10 +89,11 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
         W_new  = V (I_p + M^{-1} W^T Psi^{-1} V)^{-1}
         psi_new= beta rowdot(X, X) + alpha (rowdot(W_prev, W_prev) + psi_prev) - rowdot(W_new M^{-1}, V)
 
-    The p x p matrix ``G = W^T Psi^{-1} V`` is assembled from the weighted Grams
-    ``A = X^T Psi^{-1} W``, ``B = W_prev^T Psi^{-1} W`` and ``W^T Psi^{-1} Psi_prev Psi^{-1} W``,
-    and the M-step uses ``V (M + G)^{-1} M`` with one Cholesky factorisation (see the
-    module docstring). No 1/m normalisation is applied to a (d, m) ``X``: scale it by
+    It is computed in the equivalent well-scaled form of the module docstring: with the
+    E-step gain ``Bt = Psi^{-1} W M^{-1}``, ``Q = S Bt = V M^{-1}`` and the p x p matrix
+    ``Bt^T S Bt`` are assembled from the Grams ``A = X^T Bt``, ``B = W_prev^T Bt`` and
+    ``Bt^T Psi_prev Bt``, then ``W_new = Q C^{-1}`` with ``C = M^{-1} + Bt^T S Bt`` (two p x p
+    Cholesky factorisations, no inverse of a d x d matrix). No 1/m normalisation is applied to a (d, m) ``X``: scale it by
     ``1/sqrt(m)`` (as eq. 46 does) or through ``beta``.
 
     Args:
@@ -106,15 +120,13 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
 
     def em_iteration(_, carry):
-        W, psi = carry
-        Wp = W / psi[:, None]
-        A = X.T @ Wp  # (m, p)
-        B = W_prev.T @ Wp  # (p, p)
-        Cp = Wp * jnp.sqrt(psi_prev)[:, None]
-        V = beta * (X @ A) + alpha * (W_prev @ B + psi_prev[:, None] * Wp)
-        G = beta * (A.T @ A) + alpha * (B.T @ B + Cp.T @ Cp)
-        M = _gram_m(W, psi)
-        return _m_step(V, M + _sym(G), M, diagS, psi_floor)
+        Bt, Minv = _e_step(*carry)
+        A = X.T @ Bt  # (m, p)
+        B = W_prev.T @ Bt  # (p, p)
+        Cp = Bt * jnp.sqrt(psi_prev)[:, None]
+        Q = beta * (X @ A) + alpha * (W_prev @ B + psi_prev[:, None] * Bt)  # S Bt
+        K = beta * (A.T @ A) + alpha * (B.T @ B + Cp.T @ Cp)  # Bt^T S Bt from Grams
+        return _m_step(Q, Minv + _sym(K), diagS, psi_floor)
 
     return jax.lax.fori_loop(0, int(inner_loops), em_iteration, (W_prev, psi_prev))
 
@@ -128,10 +140,9 @@ def batch_em_step(S, W, psi, *, psi_floor: float = PSI_FLOOR):
     O(d^2 p) time and O(d^2) memory (``S`` itself): a baseline, not a limited-memory method.
     Any exact representation ``S = W W^T + diag(psi)`` is a fixed point.
     """
-    Wp = W / psi[:, None]
-    V = S @ Wp
-    M = _gram_m(W, psi)
-    return _m_step(V, M + _sym(Wp.T @ V), M, jnp.diagonal(S), psi_floor)
+    Bt, Minv = _e_step(W, psi)
+    Q = S @ Bt
+    return _m_step(Q, Minv + _sym(Bt.T @ Q), jnp.diagonal(S), psi_floor)
 
 
 def batch_em(S, W0, psi0, max_iter: int = 1000, tol: float = 0.0, *,
@@ -327,7 +338,7 @@ def online_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper
         S3 = (1 - gamma) * state.S3 + gamma * _sym(Minv + jnp.outer(Ez, Ez))
         s1 = (1 - gamma) * state.s1 + gamma * v * v
         W_new = cho_solve((jnp.linalg.cholesky(S3), True), S2.T).T
-        psi_new = jnp.maximum(s1 - _rowdot(W_new, S2), psi_floor * s1 + jnp.finfo(v.dtype).tiny)
+        psi_new = jnp.maximum(s1 - _rowdot(W_new, S2), _floor(s1, psi_floor))
 
         if averaging is None:
             W_avg, psi_avg = W_new, psi_new

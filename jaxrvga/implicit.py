@@ -274,9 +274,12 @@ def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
             t, _ = ct
             return 0.5 * t, J(z + 0.5 * t * direction)
 
+        # Armijo, with slack for rounding: near the optimum J changes by less than its ulp.
+        slack = 16 * jnp.finfo(dtype).eps * jnp.abs(f0)
+
         def too_long(ct):
             t, f = ct
-            return ~(f <= f0 + 1e-4 * t * slope) & (t > 1e-12)
+            return ~(f <= f0 + 1e-4 * t * slope + slack) & (t > 1e-12)
 
         t, _ = lax.while_loop(too_long, shrink, (jnp.asarray(1.0, dtype), J(z + direction)))
         z = z + t * direction

@@ -31,8 +31,10 @@ Corrections to the printed paper ([reproduction] §1 E3 and §4 item 10):
   (kernel form) or the equivalent weight-space residual (GLM form, see :func:`fit`).
 * (20) prints ``mu~`` for the prior mean at the test point, ``mu~(x*)``.
 
-Gaussian expectations ``f_n``: closed forms for the Gaussian, Poisson and Laplace likelihoods,
-Gauss-Hermite quadrature otherwise (logistic); derivatives by autodiff.
+Gaussian expectations ``f_n``: the model's ``expected_log_lik`` (closed form for the Gaussian,
+Poisson and :func:`laplace` models), Gauss-Hermite quadrature otherwise; derivatives by autodiff.
+Likelihoods with unbounded curvature ``gamma`` (Poisson: ``exp(mt + vt/2)``; Laplace:
+``2 phi(u) / (b sqrt(vt))``) violate the Lipschitz condition behind (8): use ``r`` near 1 there.
 """
 from __future__ import annotations
 
@@ -41,10 +43,9 @@ from typing import NamedTuple, Optional, Union
 import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
-from jax.scipy.special import gammaln
 from jax.scipy.stats import norm
 
-from . import special
+from . import metrics, special
 from .models import Family, Model, _linear_predict
 from .validation import (check_cov, check_float_array, check_positive, check_vector,
                          is_concrete)
@@ -70,56 +71,53 @@ def laplace_family(scale=1.0) -> Family:
     )
 
 
-def _laplace_scale(family: Family):
-    """The scale ``b`` of a :func:`laplace_family`, read back from its variance ``2 b^2``."""
-    return jnp.sqrt(0.5 * family.variance(jnp.zeros(())))
-
-
 def laplace(scale=1.0) -> Model:
-    """Linear model with a Laplace likelihood, with closed-form Gaussian moments.
+    """Linear model with a Laplace likelihood and a closed-form Gaussian expectation.
 
     For ``eta ~ N(m, v)``, ``s = sqrt(v)``, ``u = (y - m) / s``:
-    ``E[d log p / d eta] = (2 Phi(u) - 1) / b`` and, in the distributional sense (Stein's lemma),
-    ``E[d^2 log p / d eta^2] = -2 phi(u) / (s b)``.
+    ``E[log p(y | eta)] = -E|y - eta| / b - log(2b)`` with ``E|y - eta| = 2 s phi(u) + (y - m)(2 Phi(u) - 1)``.
+    The moments follow by Bonnet's and Price's theorems: ``E[d log p / d eta] = (2 Phi(u) - 1) / b`` and,
+    in the distributional sense, ``E[d^2 log p / d eta^2] = -2 phi(u) / (s b)``.
     """
     fam = laplace_family(scale)
+
+    def expected(m, v, y):
+        s = jnp.sqrt(v)
+        d = y - m
+        e_abs = 2.0 * s * norm.pdf(d / s) + d * (2.0 * norm.cdf(d / s) - 1.0)
+        return -e_abs / scale - jnp.log(2.0 * scale)
 
     def moments(m, v, y):
         s = jnp.sqrt(v)
         u = (y - m) / s
         return (2.0 * norm.cdf(u) - 1.0) / scale, -2.0 * norm.pdf(u) / (s * scale)
 
-    return Model("glm", fam, _linear_predict, moments)
+    return Model("glm", fam, _linear_predict, moments, None, expected)
 
 
-def expected_log_lik(family: Family, y, m, v, num_points: int = 64):
-    """``f_n(m, v) = E_{eta ~ N(m, v)}[log p(y | eta)]``, elementwise ([KLPROX] §5, f_n of eq. 11).
+def expectation(likelihood: Union[Model, Family], num_points: Optional[int] = None):
+    """``(m, v, y) -> f(m, v) = E_{eta ~ N(m, v)}[log p(y | eta)]``, elementwise ([KLPROX] f_n of eq. 11).
 
-    Closed forms: Gaussian ``-((y-m)^2 + v) / (2 s^2) - log(2 pi s^2) / 2``; Poisson
-    ``y m - exp(m + v/2) - log y!``; Laplace ``-E|y - eta| / b - log(2b)`` with
-    ``E|y - eta| = 2 s phi(u) + (y - m)(2 Phi(u) - 1)``, ``u = (y - m)/s``. Any other family
-    (e.g. Bernoulli-logit) uses Gauss-Hermite quadrature with ``num_points`` nodes.
+    A Model's own ``expected_log_lik`` (closed form for the Gaussian, Poisson and :func:`laplace`
+    models, Gauss-Hermite with 32 nodes for ``jr.models.logistic()``) is used unless ``num_points``
+    is given or the model has none; otherwise Gauss-Hermite quadrature with ``num_points`` nodes
+    (default 64) on ``family.log_prob``. (Model expectations are written for scalars, so they are
+    vectorised here.)
     """
-    m = jnp.asarray(m)
-    y = jnp.asarray(y, dtype=m.dtype)
-    if family.name == "gaussian":
-        nv = family.variance(jnp.zeros((), m.dtype))
-        return -0.5 * (((y - m) ** 2 + v) / nv + jnp.log(2.0 * jnp.pi * nv))
-    if family.name == "poisson":
-        return y * m - jnp.exp(m + 0.5 * v) - gammaln(y + 1.0)
-    if family.name == "laplace":
-        b = _laplace_scale(family)
-        s = jnp.sqrt(v)
-        d = y - m
-        e_abs = 2.0 * s * norm.pdf(d / s) + d * (2.0 * norm.cdf(d / s) - 1.0)
-        return -e_abs / b - jnp.log(2.0 * b)
-    return special.gaussian_expectation_1d(lambda a: family.log_prob(y[..., None], a), m, v,
-                                           num_points)
+    family = _as_family(likelihood)
+    if isinstance(likelihood, Model) and likelihood.expected_log_lik is not None and num_points is None:
+        return jnp.vectorize(likelihood.expected_log_lik)
+    n = 64 if num_points is None else num_points
+    return lambda m, v, y: special.gaussian_expectation_1d(
+        lambda a: family.log_prob(jnp.asarray(y)[..., None], a), m, v, n)
 
 
-def site_gradients(family: Family, y, mt, vt, num_points: int = 64):
-    """``(alpha, gamma) = (-df_n/dmt, -2 df_n/dvt)`` at ``(mt, vt)``, by autodiff ([KLPROX] eq. 12)."""
-    total = lambda a, b: jnp.sum(expected_log_lik(family, y, a, b, num_points))
+def site_gradients(expected, y, mt, vt):
+    """``(alpha, gamma) = (-df_n/dmt, -2 df_n/dvt)`` at ``(mt, vt)``, by autodiff ([KLPROX] eq. 12).
+
+    ``expected`` is a function from :func:`expectation`.
+    """
+    total = lambda a, b: jnp.sum(expected(a, b, y))
     dm, dv = jax.grad(total, argnums=(0, 1))(mt, vt)
     return -dm, -2.0 * dv
 
@@ -172,8 +170,7 @@ def _chol_inv(P):
     return cho_solve((L, True), jnp.eye(P.shape[0], dtype=P.dtype))
 
 
-def _glm_iterate(family, X, y, mu, Sigma, r, max_iter, tol, num_points, m0, P0,
-                 weight=1.0):
+def _glm_iterate(expected, X, y, mu, Sigma, r, max_iter, tol, m0, P0, weight=1.0):
     """Iterate (16)-(17) from ``(m0, P0 = V0^{-1})``; ``weight`` tempers the likelihood."""
     D = mu.shape[0]
     eye = jnp.eye(D, dtype=mu.dtype)
@@ -181,7 +178,7 @@ def _glm_iterate(family, X, y, mu, Sigma, r, max_iter, tol, num_points, m0, P0,
 
     def sites(m, V):
         vt = jnp.einsum("nd,de,ne->n", X, V, X)
-        a, g = site_gradients(family, y, X @ m, vt, num_points)
+        a, g = site_gradients(expected, y, X @ m, vt)
         return weight * a, weight * g
 
     def residual(m, P, a, g):
@@ -226,7 +223,7 @@ def _check_glm_inputs(family, X, y, prior_mean, prior_cov):
 
 
 def fit(model: Union[Model, Family], X, y, prior_mean, prior_cov, r=0.8, max_iter: int = 1000,
-        tol=1e-10, *, num_points: int = 64, gt0=None, init_mean=None) -> KLProxResult:
+        tol=1e-10, *, num_points: Optional[int] = None, gt0=None, init_mean=None) -> KLProxResult:
     """KL proximal-gradient VI for a GLM, weight-space form ([KLPROX] eqs. 16-17).
 
     Args:
@@ -239,7 +236,8 @@ def fit(model: Union[Model, Family], X, y, prior_mean, prior_cov, r=0.8, max_ite
       max_iter, tol: stop when ``||m - mu + Sigma X^T alpha|| / (1 + ||m||)
         + ||V^{-1} - Sigma^{-1} - X^T diag(gamma) X||_F / ||V^{-1}||_F < tol`` (the optimality
         conditions of the ELBO, at the current iterate) or after ``max_iter`` iterations.
-      num_points: Gauss-Hermite nodes where no closed-form expectation exists.
+      num_points: force Gauss-Hermite quadrature with this many nodes (default: the model's own
+        expectation, see :func:`expectation`).
       gt0: optional (N,) or scalar: start from ``V_0 = [Sigma^{-1} + X^T diag(gt0) X]^{-1}``
         (default ``V_0 = Sigma``, i.e. ``gt0 = 0``; see (18)).
       init_mean: ``m_0`` (default ``mu``).
@@ -256,12 +254,12 @@ def fit(model: Union[Model, Family], X, y, prior_mean, prior_cov, r=0.8, max_ite
     if gt0 is not None:
         g0 = jnp.broadcast_to(jnp.asarray(gt0, mu.dtype), (N,))
         P0 = P0 + (X.T * g0) @ X
-    return _glm_iterate(family, X, y, mu, Sigma, r, max_iter, tol, num_points, m0, P0)
+    return _glm_iterate(expectation(model, num_points), X, y, mu, Sigma, r, max_iter, tol, m0, P0)
 
 
 def proximal_point_step(model: Union[Model, Family], X, y, prior_mean, prior_cov, mean, cov,
                         r=0.5, *, inner_r=0.5, max_iter: int = 5000, tol=1e-14,
-                        num_points: int = 64) -> KLProxResult:
+                        num_points: Optional[int] = None) -> KLProxResult:
     """One KL proximal-POINT step (2): ``argmax_q ELBO(q) - (1/beta) KL(q || q_k)``, ``r = 1/(1+beta)``.
 
     Since ``KL(q||p) + KL(q||q_k)/beta = KL(q||p~)/(1-r) + const`` with the Gaussian
@@ -279,31 +277,21 @@ def proximal_point_step(model: Union[Model, Family], X, y, prior_mean, prior_cov
     V_k = check_cov("cov", cov, D).astype(mu.dtype)
     P_prior, P_k = _chol_inv(Sigma), _chol_inv(V_k)
     P_t = (1.0 - r) * P_prior + r * P_k
-    mu_t = jnp.linalg.solve(P_t, (1.0 - r) * P_prior @ mu + r * P_k @ m_k)
     Sigma_t = _chol_inv(P_t)
-    return _glm_iterate(family, X, y, mu_t, 0.5 * (Sigma_t + Sigma_t.T), inner_r, max_iter, tol,
-                        num_points, m_k, P_k, weight=1.0 - r)
+    mu_t = Sigma_t @ ((1.0 - r) * P_prior @ mu + r * P_k @ m_k)
+    return _glm_iterate(expectation(model, num_points), X, y, mu_t, 0.5 * (Sigma_t + Sigma_t.T),
+                        inner_r, max_iter, tol, m_k, P_k, weight=1.0 - r)
 
 
 def elbo(model: Union[Model, Family], X, y, prior_mean, prior_cov, mean, cov,
-         num_points: int = 64):
+         num_points: Optional[int] = None):
     """Evidence lower bound (10): ``sum_n f_n(x_n^T m, x_n^T V x_n) - KL(N(m, V) || N(mu, Sigma))``."""
     family = _as_family(model)
     X, y, mu, Sigma = _check_glm_inputs(family, X, y, prior_mean, prior_cov)
     m = jnp.asarray(mean, mu.dtype)
     V = jnp.asarray(cov, mu.dtype)
-    f = jnp.sum(expected_log_lik(family, y, X @ m, jnp.einsum("nd,de,ne->n", X, V, X), num_points))
-    return f - gaussian_kl(m, V, mu, Sigma)
-
-
-def gaussian_kl(m, V, mu, Sigma):
-    """``KL(N(m, V) || N(mu, Sigma))`` by Cholesky factors."""
-    Ls = jnp.linalg.cholesky(Sigma)
-    Lv = jnp.linalg.cholesky(V)
-    Z = solve_triangular(Ls, Lv, lower=True)
-    d = solve_triangular(Ls, m - mu, lower=True)
-    logdet = 2.0 * (jnp.sum(jnp.log(jnp.diag(Ls))) - jnp.sum(jnp.log(jnp.diag(Lv))))
-    return 0.5 * (jnp.sum(Z**2) + d @ d - m.shape[0] + logdet)
+    f = jnp.sum(expectation(model, num_points)(X @ m, jnp.einsum("nd,de,ne->n", X, V, X), y))
+    return f - metrics.gaussian_kl(m, V, mu, Sigma)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,7 +331,7 @@ def _latent_var(K, gt):
 
 
 def fit_kernel(likelihood: Union[Model, Family], K, y, prior_mean=None, r=0.8,
-               max_iter: int = 1000, tol=1e-10, *, num_points: int = 64, gt0=0.0,
+               max_iter: int = 1000, tol=1e-10, *, num_points: Optional[int] = None, gt0=0.0,
                exact: bool = False) -> KernelResult:
     """KL proximal-gradient VI in kernel form ([KLPROX] eqs. 18-19, Algorithm 1).
 
@@ -395,14 +383,15 @@ def fit_kernel(likelihood: Union[Model, Family], K, y, prior_mean=None, r=0.8,
         mt = mt + (1.0 - r) * (u - K @ (s * cho_solve((L, True), s * u)))   # (19), B_k
         gt_new = r * gt + (1.0 - r) * g                                        # (18)
         vt = _latent_var(K, gt_new if exact else gt)                           # (19), A
-        a, g = site_gradients(family, y, mt, vt, num_points)
+        a, g = site_gradients(expected, y, mt, vt)
         return k + 1, mt, vt, gt_new, a, g, residual(mt, gt_new, a, g)
 
     def cond(c):
         return (c[0] < max_iter) & (c[6] > tol)
 
+    expected = expectation(likelihood, num_points)
     vt0 = _latent_var(K, gt0)
-    a0, g0 = site_gradients(family, y, mu, vt0, num_points)
+    a0, g0 = site_gradients(expected, y, mu, vt0)
     init = (jnp.asarray(0, jnp.int32), mu, vt0, gt0, a0, g0, residual(mu, gt0, a0, g0))
     k, mt, vt, gt, a, g, res = jax.lax.while_loop(cond, body, init)
     _, L = _factor(K, gt)
@@ -445,6 +434,6 @@ def se_kernel(X1, X2=None, lengthscale=1.0, variance=1.0):
     return variance * jnp.exp(-0.5 * jnp.maximum(d2, 0.0))
 
 
-__all__ = ["KLProxResult", "KernelResult", "elbo", "expected_log_lik", "fit", "fit_kernel",
-           "gaussian_kl", "laplace", "laplace_family", "predict", "proximal_point_step",
+__all__ = ["KLProxResult", "KernelResult", "elbo", "expectation", "fit", "fit_kernel",
+           "laplace", "laplace_family", "predict", "proximal_point_step",
            "se_kernel", "site_gradients"]

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from . import special
+from . import lowrank, special
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -70,7 +70,10 @@ def gaussian_log_density(theta, mean, cov):
 
 
 def logistic_log_likelihood(theta, X, y):
-    """``sum_i log sig((2 y_i - 1) x_i^T theta) = -sum_i logaddexp(0, -(2 y_i - 1) x_i^T theta)``, y in {0, 1}."""
+    """Logistic log-likelihood, ``y`` in {0, 1} ([RVGA] eq. 92)::
+
+        sum_i log sig((2 y_i - 1) x_i^T theta) = -sum_i logaddexp(0, -(2 y_i - 1) x_i^T theta)
+    """
     sign = 2.0 * jnp.asarray(y, dtype=jnp.result_type(theta)) - 1.0
     return -jnp.sum(jnp.logaddexp(0.0, -sign * (X @ theta)))
 
@@ -142,42 +145,19 @@ def mc_kl_logistic(mean, cov, z, X, y, prior_mean, prior_cov, *, return_stderr: 
 # Factor-analysis beliefs N(mu, (W W^T + diag(psi))^{-1})
 # ---------------------------------------------------------------------------------------------
 
-def _fa_core(W, psi):
-    """``B = Psi^{-1} W`` and the Cholesky factor of ``M = I_p + W^T Psi^{-1} W`` ([LRVGA] eq. 27)."""
-    B = W / psi[:, None]
-    M = jnp.eye(W.shape[1], dtype=W.dtype) + W.T @ B
-    return B, jnp.linalg.cholesky(M)
-
-
-def fa_logdet(W, psi):
-    """``logdet(W W^T + diag(psi)) = sum_i log psi_i + logdet(I_p + W^T Psi^{-1} W)`` (determinant lemma, A2)."""
-    _, C = _fa_core(W, psi)
-    return jnp.sum(jnp.log(psi)) + _chol_logdet(C)
-
-
-def fa_covariance_dense(W, psi):
-    """Dense ``(W W^T + diag(psi))^{-1} = Psi^{-1} - Psi^{-1} W M^{-1} W^T Psi^{-1}`` (Woodbury, A2).
-
-    O(d^2 p) time and O(d^2) memory: for evaluation at small d only, never inside a filter.
-    Symmetric by construction (``diag(1/psi) - G^T G`` with ``G = C^{-1} B^T``).
-    """
-    B, C = _fa_core(W, psi)
-    G = solve_triangular(C, B.T, lower=True)
-    return jnp.diag(1.0 / psi) - G.T @ G
-
-
 def mc_kl_logistic_fa(mean, W, psi, z, X, y, prior_mean, prior_cov, *,
                       return_stderr: bool = False):
     """MC-KL of a factor-analysis belief, **dense** evaluation (the authors' ``divergenceLargeScale``).
 
-    Forms ``P = (W W^T + diag(psi))^{-1}`` (:func:`fa_covariance_dense`) and its Cholesky factor,
-    so the samples ``mu + chol(P) z_m`` use the same base normals ``z`` in the same way as the
-    full-covariance :func:`mc_kl_logistic`: an FA belief and a full belief with equal ``(mu, P)`` get
-    equal estimates. O(d^3): use for d up to a few thousand; beyond that use
+    Forms ``P = (W W^T + diag(psi))^{-1}`` (:func:`jaxrvga.lowrank.to_dense_covariance`) and its
+    Cholesky factor, so the samples ``mu + chol(P) z_m`` use the base normals ``z`` exactly as the
+    full-covariance :func:`mc_kl_logistic` does: an FA belief and a full belief with equal
+    ``(mu, P)`` get equal estimates (common random numbers across both kinds of algorithm).
+    O(d^3) time and O(d^2) memory: for d up to a few thousand; beyond that use
     :func:`mc_kl_logistic_fa_sampled`.
     """
-    return mc_kl_logistic(mean, fa_covariance_dense(W, psi), z, X, y, prior_mean, prior_cov,
-                          return_stderr=return_stderr)
+    return mc_kl_logistic(mean, lowrank.to_dense_covariance(W, psi), z, X, y, prior_mean,
+                          prior_cov, return_stderr=return_stderr)
 
 
 def mc_kl_logistic_fa_sampled(key, mean, W, psi, num: int, X, y, prior_mean, prior_cov, *,
@@ -185,15 +165,14 @@ def mc_kl_logistic_fa_sampled(key, mean, W, psi, num: int, X, y, prior_mean, pri
     """MC-KL of a factor-analysis belief with the ensemble sampler of [LRVGA] Proposition 1.
 
     Samples come from ``jaxrvga.lowrank.sample(key, mean, W, psi, num)`` in O(num d p + d p^2);
-    the entropy uses the determinant lemma (:func:`fa_logdet`): ``-1/2 logdet(W W^T + Psi) +
-    d/2 (1 + log 2 pi)``. Nothing of size d x d is formed. Reuse the same ``key`` across
-    algorithms and time for common random numbers. Not number-for-number equal to the dense
-    :func:`mc_kl_logistic_fa` (a different transformation of the base normals), equal in law.
+    the entropy uses the determinant lemma (:func:`jaxrvga.lowrank.logdet`):
+    ``-1/2 logdet(W W^T + Psi) + d/2 (1 + log 2 pi)``. Nothing of size d x d is formed. Reuse the
+    same ``key`` across algorithms and time steps for common random numbers. Not number-for-number
+    equal to the dense :func:`mc_kl_logistic_fa` (another transformation of the base normals), but
+    equal in law.
     """
-    from . import lowrank  # the limited-memory algebra module (Proposition 1 sampler)
-
     thetas = lowrank.sample(key, mean, W, psi, num)
-    entropy = gaussian_entropy(-fa_logdet(W, psi), mean.shape[-1])
+    entropy = gaussian_entropy(-lowrank.logdet(W, psi), thetas.shape[-1])
     return _mc_kl_from_samples(lambda th: logistic_log_posterior(th, X, y, prior_mean, prior_cov),
                                thetas, entropy, return_stderr)
 
@@ -229,10 +208,11 @@ def fa_kl(S, W, psi, logdet_S=None):
     positive definite). Equals the authors' ``KLDivergence_largeScale``.
     """
     S = jnp.asarray(S)
-    B, C = _fa_core(W, psi)
-    A = B.T @ (S @ B)
-    trace = jnp.sum(jnp.diagonal(S) / psi) - jnp.trace(cho_solve((C, True), A))
-    logdet_lam = jnp.sum(jnp.log(psi)) + _chol_logdet(C)
+    fac = lowrank.factorize(W, psi)
+    B = fac.Wp  # Psi^{-1} W
+    trace = (jnp.sum(jnp.diagonal(S) / fac.psi)
+             - jnp.trace(cho_solve((fac.chol, True), B.T @ (S @ B))))
+    logdet_lam = fac.logdet()
     if logdet_S is None:
         logdet_S = _chol_logdet(jnp.linalg.cholesky(S))
     return 0.5 * (trace + logdet_lam - logdet_S - S.shape[-1])
@@ -283,5 +263,5 @@ def linear_gaussian_nlpd(mean, cov, X, y, noise_var, reduction: str = "mean"):
 
 __all__ = ["base_normals", "gaussian_entropy", "gaussian_log_density", "logistic_log_likelihood",
            "logistic_log_posterior", "mc_kl", "mc_kl_logistic", "mc_kl_logistic_fa",
-           "mc_kl_logistic_fa_sampled", "fa_logdet", "fa_covariance_dense", "gaussian_kl", "fa_kl",
+           "mc_kl_logistic_fa_sampled", "gaussian_kl", "fa_kl",
            "logistic_log_loss", "gaussian_nlpd", "linear_gaussian_nlpd"]
