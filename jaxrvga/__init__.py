@@ -6,7 +6,8 @@ observation. L-RVGA (Lambert, Bonnabel & Bach 2023) keeps the precision as
 ``W W^T + diag(psi)`` and maintains it by a recursive EM for factor analysis, in time
 and memory linear in the dimension.
 """
-from . import implicit, models, special, validation
+from . import (data, dual, factor_analysis, implicit, io, klprox, lowrank, metrics, models,
+               online_em, special, validation)
 from .baselines import LaplaceResult, ekf, laplace, qkf
 from .core import (Filter, GaussianState, LowRankState, SolverInfo, run, trace_info,
                    trace_mean)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax import lax
 
 
-from .core import Filter
+from .core import Filter, solver_info
 from .models import Model
 from .rvga import (check_glm_input, check_process_noise, inflate, init_gaussian, make_check,
                    rank_one_update)
@@ -45,7 +45,7 @@ def ekf(model: Model, process_noise=None) -> Filter:
         eta = x @ state.mean
         fisher, nu0 = model.family.fisher(eta), x @ v
         den = 1.0 + fisher * nu0
-        return rank_one_update(state, cov, v, score(eta, y) / den, fisher / den, state.info)
+        return rank_one_update(state, cov, v, nu0, score(eta, y) / den, fisher / den, solver_info(cov.dtype))
 
     def update_nonlinear(state, x, y):
         model.family.check_y("y", y)
@@ -89,7 +89,7 @@ def qkf(process_noise=None) -> Filter:
         alpha0, nu0 = x @ state.mean, x @ v
         lam = _jj_lambda(jnp.sqrt(nu0 + alpha0**2))  # = R^{-1}
         den = 1.0 + lam * nu0
-        return rank_one_update(state, cov, v, ((y - 0.5) - lam * alpha0) / den, lam / den, state.info)
+        return rank_one_update(state, cov, v, nu0, ((y - 0.5) - lam * alpha0) / den, lam / den, solver_info(cov.dtype))
 
     return Filter(init_gaussian, update, make_check(model))
 

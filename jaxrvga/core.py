@@ -11,6 +11,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import checkify
 
 
 class Filter(NamedTuple):
@@ -69,22 +70,33 @@ class LowRankState(NamedTuple):
     key: Optional[jax.Array] = None
 
 
-def _scan(flt: Filter, state, xs, ys, trace_fn):
+def _all_finite(tree):
+    leaves = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree)
+              if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def _scan(flt: Filter, state, xs, ys, trace_fn, validate=False):
     def body(carry, xy):
-        x, y = xy
+        i, x, y = xy
         new = flt.update(carry, x, y)
+        if validate:
+            checkify.check(_all_finite((x, y)), "jaxrvga.run: NaN or inf in the data at step {i}", i=i)
+            checkify.check(_all_finite(new), "jaxrvga.run: the state became NaN or inf at step {i}", i=i)
         out = None if trace_fn is None else trace_fn(new, x, y)
         return new, out
 
-    return jax.lax.scan(body, state, (xs, ys))
+    steps = jnp.arange(jax.tree_util.tree_leaves(xs)[0].shape[0])
+    return jax.lax.scan(body, state, (steps, xs, ys))
 
 
 _scan_jit = jax.jit(_scan, static_argnums=(0, 4))
 _scan_jit_donate = jax.jit(_scan, static_argnums=(0, 4), donate_argnums=(1,))
+_scan_checked = jax.jit(checkify.checkify(lambda *a: _scan(*a, validate=True)), static_argnums=(0, 4))
 
 
 def run(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None, *,
-        donate: bool = False):
+        donate: bool = False, validate: bool = False):
     """Run ``flt`` over the observations ``(xs[t], ys[t])`` with one jitted ``lax.scan``.
 
     Args:
@@ -96,6 +108,9 @@ def run(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None, *,
         covariance history exists only if ``trace_fn`` returns the covariance.
       donate: donate the initial state's buffers to the computation (the caller's
         ``state`` must not be used afterwards). Saves one copy of the state in memory.
+      validate: checked mode (``jax.experimental.checkify``): raise ``ValueError`` naming
+        the first step whose data or resulting state holds a NaN or inf. Costs one
+        reduction over the state per step.
 
     Returns:
       ``(final_state, trace)`` with ``trace = None`` when no ``trace_fn`` is given.
@@ -105,6 +120,12 @@ def run(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None, *,
         raise ValueError(f"xs and ys must share their leading (time) axis, got lengths {sorted(lengths)}")
     if flt.check is not None:
         flt.check(state, xs, ys)
+    if validate:
+        err, out = _scan_checked(flt, state, xs, ys, trace_fn)
+        msg = err.get()
+        if msg is not None:
+            raise ValueError(msg.splitlines()[0])
+        return out
     fn = _scan_jit_donate if donate else _scan_jit
     return fn(flt, state, xs, ys, trace_fn)
 

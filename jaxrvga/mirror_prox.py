@@ -51,6 +51,6 @@ def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: boo
         step = g1 + (c1 * (alpha_hat - alpha0) if correction else 0.0)
         den = 1.0 + c * nu0
         info = solver_info(state.mean.dtype, iterations=2)
-        return rank_one_update(state, cov, v, step / den, c / den, info)
+        return rank_one_update(state, cov, v, nu0, step / den, c / den, info)
 
     return Filter(init_gaussian, update, make_check(model))

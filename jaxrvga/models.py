@@ -117,6 +117,7 @@ def _gauss_hermite_expected_log_lik(family: Family, num_points: int):
     """``E_{eta ~ N(m, v)}[log p(y | eta)]`` by Gauss-Hermite quadrature."""
 
     def expected(m, v, y):
+        y = jnp.asarray(y)[..., None]  # broadcast against the quadrature axis
         return special.gaussian_expectation_1d(lambda a: family.log_prob(y, a), m, v, num_points)
 
     return expected

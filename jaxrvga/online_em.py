@@ -163,10 +163,10 @@ def _init_online(params) -> OnlineEMState:
     return OnlineEMState(stats_of(params), params, params, jnp.asarray(0, jnp.int32), zero)
 
 
-def _stat_step(state: OnlineEMState, x, eta, burn_in, average_from) -> OnlineEMState:
-    """``s_n = (1 - eta) s_{n-1} + eta sbar(x; theta_{n-1})``, ``theta_n = thetabar(s_n)`` after burn-in."""
+def _stat_step(state: OnlineEMState, x, combine, eta, burn_in, average_from) -> OnlineEMState:
+    """``s_n = combine(s_{n-1}, sbar(x; theta_{n-1}))``, ``theta_n = thetabar(s_n)`` after burn-in."""
     n = state.step + 1
-    stats = _tree_lerp(state.stats, expected_stats(state.params, x), eta)
+    stats = jax.tree_util.tree_map(combine, state.stats, expected_stats(state.params, x))
     params = jax.tree_util.tree_map(lambda a, b: jnp.where(n > burn_in, a, b), m_step(stats),
                                     state.params)
     if average_from is None:
@@ -190,8 +190,8 @@ def cappe_moulines(kappa=0.6, burn_in: int = 20, average_from: Optional[int] = N
 
     def update(state, x, y=None):
         del y
-        n = (state.step + 1).astype(state.eta.dtype)
-        return _stat_step(state, x, n ** (-kappa), burn_in, average_from)
+        gamma = (state.step + 1).astype(state.eta.dtype) ** (-kappa)
+        return _stat_step(state, x, lambda s, t: s + gamma * (t - s), gamma, burn_in, average_from)
 
     return Filter(_init_online, update)
 
@@ -215,7 +215,8 @@ def sato(discount: Union[float, Callable] = 1.0, burn_in: int = 20) -> Filter:
         tau = state.step + 1
         lam = lam_fn(tau.astype(state.eta.dtype))
         eta = jnp.where(tau == 1, 1.0, 1.0 / (1.0 + lam / jnp.where(tau == 1, 1.0, state.eta)))
-        return _stat_step(state, x, eta.astype(state.eta.dtype), burn_in, None)
+        eta = eta.astype(state.eta.dtype)
+        return _stat_step(state, x, lambda s, t: s + eta * (t - s), eta, burn_in, None)
 
     return Filter(_init_online, update)
 
@@ -339,12 +340,7 @@ def incremental_em_decay(decay, burn_in: int = 20) -> Filter:
 
     def update(state, x, y=None):
         del y
-        n = state.step + 1
-        stats = jax.tree_util.tree_map(lambda s, t: decay * s + t, state.stats,
-                                       expected_stats(state.params, x))
-        params = jax.tree_util.tree_map(lambda a, b: jnp.where(n > burn_in, a, b),
-                                        m_step(stats), state.params)
-        return OnlineEMState(stats, params, params, n, state.eta)
+        return _stat_step(state, x, lambda s, t: decay * s + t, state.eta, burn_in, None)
 
     return Filter(init, update)
 

@@ -86,13 +86,20 @@ def make_check(model: Model, x_ndim: int = 1):
     return check
 
 
-def rank_one_update(state: GaussianState, cov, v, r, s, info: SolverInfo) -> GaussianState:
-    """``mu + r v`` and ``P - s v v^T`` with ``v = P x``: the form of every GLM update.
+def rank_one_update(state: GaussianState, cov, v, nu0, r, s, info: SolverInfo) -> GaussianState:
+    """``mu + r v`` and ``P - s v v^T`` with ``v = P x``, ``nu0 = x^T P x``: every GLM update.
 
     ``v v^T`` is exactly symmetric in floating point, so a symmetric ``P`` stays symmetric.
+    The new covariance is positive definite iff ``s nu0 < 1`` (its value along ``x`` is
+    ``nu0 (1 - s nu0)``; ``s nu0`` may round to 1 for a very informative observation). An update that would break this, or that is not finite (a
+    non-log-concave likelihood, overflow), is **skipped and flagged**: the belief is kept,
+    the step counter advances and ``info.converged`` is False.
     """
+    ok = jnp.isfinite(r) & jnp.isfinite(s) & (s * nu0 <= 1.0)  # == 1 only by rounding when c nu0 >> 1
+    r, s = jnp.where(ok, r, 0.0), jnp.where(ok, s, 0.0)
     mean = state.mean + r * v
     cov = cov - s * jnp.outer(v, v)
+    info = info._replace(converged=info.converged & ok)
     return state._replace(mean=mean, cov=cov, step=state.step + 1, info=info)
 
 
@@ -105,7 +112,7 @@ def marginal_update(state: GaussianState, cov, v, alpha0, nu0, alpha, nu, info) 
     safe = jnp.where(nu0 > 0, nu0, 1.0)
     r = jnp.where(nu0 > 0, (alpha - alpha0) / safe, 0.0)
     s = jnp.where(nu0 > 0, (nu0 - nu) / safe**2, 0.0)
-    return rank_one_update(state, cov, v, r, s, info)
+    return rank_one_update(state, cov, v, nu0, r, s, info)
 
 
 # --------------------------------------------------------------------------- filters
@@ -156,7 +163,7 @@ def _logistic_implicit(process_noise, model):
         k = special.probit_k(nu)
         c = k * special.sig1(k * alpha)  # eq. (77): 1 / (1/(k sig'(k alpha)) + nu0) = c / (1 + c nu0)
         r = y - special.sigmoid(k * alpha)  # eq. (76)
-        return rank_one_update(state, cov, v, r, c / (1.0 + c * nu0), info)
+        return rank_one_update(state, cov, v, nu0, r, c / (1.0 + c * nu0), info)
 
     return update
 
@@ -171,7 +178,7 @@ def _glm_explicit(model, process_noise):
         nu0 = x @ v
         g, h = model.glm_moments(x @ state.mean, nu0, y)
         den = 1.0 - h * nu0  # P_t x = P x / (1 + c nu0) with c = -E[l'']
-        return rank_one_update(state, cov, v, g / den, -h / den, state.info)
+        return rank_one_update(state, cov, v, nu0, g / den, -h / den, solver_info(cov.dtype))
 
     return update
 
@@ -223,6 +230,8 @@ def _nonlinear_mc(model, num_iters, num_samples, curvature, process_noise):
         z = _antithetic_normals(sub, num_samples, d, state.mean.dtype)
         mu0, P0 = state.mean, inflate(state.cov, process_noise)
         eye = jnp.eye(d, dtype=P0.dtype)
+        if curvature == "ggn" and num_samples * jnp.size(jnp.atleast_1d(jax.eval_shape(model.predict, mu0, x))) >= d:
+            prec0 = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(P0), True), eye)
 
         def body(_, carry):
             mu, P, _ = carry
@@ -234,9 +243,12 @@ def _nonlinear_mc(model, num_iters, num_samples, curvature, process_noise):
                 step = gbar - curv @ (mu - mu0)
             else:
                 G = curv
-                PG = P0 @ G.T
-                S = jnp.eye(G.shape[0], dtype=P0.dtype) + G @ PG
-                P_new = P0 - PG @ jax.scipy.linalg.solve(S, PG.T, assume_a="pos")
+                if G.shape[0] < d:  # Woodbury in the (K m)-dimensional sample space
+                    PG = P0 @ G.T
+                    S = jnp.eye(G.shape[0], dtype=P0.dtype) + G @ PG
+                    P_new = P0 - PG @ jax.scipy.linalg.solve(S, PG.T, assume_a="pos")
+                else:  # information form: (P0^{-1} + G^T G)^{-1}
+                    P_new = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(prec0 + G.T @ G), True), eye)
                 step = gbar + G.T @ (G @ (mu - mu0))
             P_new = 0.5 * (P_new + P_new.T)
             mu_new = mu0 + P_new @ step

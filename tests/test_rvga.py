@@ -213,9 +213,10 @@ def test_check7_root_lies_in_coarse_and_every_refined_box():
     alpha, nu, info = jax.jit(jax.vmap(implicit.solve_logistic))(alpha0, nu0, y)
     assert bool(jnp.all(info.converged)) and float(jnp.max(info.residual)) <= 1e-9
     box = implicit.coarse_box(alpha0, nu0, y)
+    refine = jax.jit(lambda b: implicit.refine_box(b, alpha0, nu0, y, sweeps=1))
     for sweep in range(50):
         if sweep:
-            box = implicit.refine_box(box, alpha0, nu0, y, sweeps=1)
+            box = refine(box)
         a_lo, a_hi, n_lo, n_hi = (np.asarray(b) for b in box)
         tol_a = 1e-9 * (1 + np.abs(alpha0) + nu0)
         assert np.all(alpha >= a_lo - tol_a) and np.all(alpha <= a_hi + tol_a)
@@ -239,10 +240,11 @@ def test_check8_small_prior_variance_limit():
     d = 4
     mu, x, y = rng.normal(size=d), rng.normal(size=d), 1.0
     diffs = []
+    filters = [jr.rvga(jr.models.logistic(), "implicit"), jr.rvga(jr.models.logistic(), "explicit"),
+               jr.ekf(jr.models.logistic())]
+    updates = [jax.jit(f.update) for f in filters]
     for s in [1e-2, 1e-3, 1e-4]:
-        states = [f.update(f.init(mu, s * np.eye(d)), x, y) for f in
-                  (jr.rvga(jr.models.logistic(), "implicit"), jr.rvga(jr.models.logistic(), "explicit"),
-                   jr.ekf(jr.models.logistic()))]
+        states = [u(f.init(mu, s * np.eye(d)), x, y) for f, u in zip(filters, updates)]
         diffs.append((np.linalg.norm(states[0].mean - states[1].mean),
                       np.linalg.norm(states[1].mean - states[2].mean)))
     diffs = np.array(diffs)
@@ -305,9 +307,10 @@ def test_glm_implicit_satisfies_stationarity_with_exact_expectations():
     """Generic implicit R-VGA (Poisson, exact Gaussian expectations) solves eqs. (28)-(29)."""
     rng = np.random.default_rng(12)
     flt = jr.rvga(jr.models.poisson(), "implicit")
+    upd = jax.jit(flt.update)
     for mu, P, x, _ in random_gaussians(rng, 50, 3, (1e-2, 10.0)):
         y = float(rng.poisson(2.0))
-        s = flt.update(flt.init(mu, P), x, y)
+        s = upd(flt.init(mu, P), x, y)
         assert bool(s.info.converged)
         m, v = x @ s.mean, x @ s.cov @ x
         rate = np.exp(m + v / 2)
@@ -389,7 +392,7 @@ FILTERS = {
 def test_jit_vmap_scan_agree(name):
     flt = FILTERS[name]()
     rng = np.random.default_rng(17)
-    d, n, b = 4, 25, 3
+    d, n, b = 4, 8, 3
     X, y = logistic_data(rng, d, n)
     init = flt.init(np.zeros(d), 3 * np.eye(d))
     # Python loop, non-jitted.

@@ -1,0 +1,207 @@
+"""Exact save / load of filter states (jaxrvga.io)."""
+import json
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrvga import io
+from jaxrvga.core import Filter, GaussianState, LowRankState, run, solver_info
+
+
+class OnlineEMState(NamedTuple):
+    """Stand-in for a state another module defines (online EM for factor analysis)."""
+
+    W: jax.Array
+    psi: jax.Array
+    stats: dict
+    history: list
+    t: int
+    rate: float
+    extra: Optional[jax.Array] = None
+
+
+def _leaves_identical(a, b):
+    """Same tree structure, and every leaf has the same type, dtype, weak type and bits."""
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb):
+        assert type(x) is type(y) or (isinstance(x, jax.Array) and isinstance(y, jax.Array))
+        if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+            assert x.dtype == y.dtype and x.shape == y.shape
+            np.testing.assert_array_equal(jax.random.key_data(x), jax.random.key_data(y))
+        elif isinstance(x, (jax.Array, np.ndarray, np.generic)):
+            assert x.dtype == y.dtype and np.shape(x) == np.shape(y)
+            assert getattr(x, "weak_type", False) == getattr(y, "weak_type", False)
+            np.testing.assert_array_equal(np.atleast_1d(np.asarray(x)).view(np.uint8),
+                                          np.atleast_1d(np.asarray(y)).view(np.uint8))
+        else:
+            assert x == y or (x != x and y != y)
+
+
+def _roundtrip(tmp_path, state, name="state.npz"):
+    path = tmp_path / name
+    io.save(path, state)
+    out = io.load(path)
+    _leaves_identical(state, out)
+    return out
+
+
+def test_gaussian_state_float64(tmp_path):
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(4, 4))
+    st = GaussianState(jnp.asarray(rng.normal(size=4)), jnp.asarray(A @ A.T), jnp.asarray(7, jnp.int32),
+                       solver_info(jnp.float64, converged=False, residual=1e-9, iterations=3))
+    out = _roundtrip(tmp_path, st)
+    assert type(out) is GaussianState and out.key is None
+    assert type(out.info).__name__ == "SolverInfo"
+
+
+@pytest.mark.parametrize("key", [jax.random.PRNGKey(3), jax.random.key(3),
+                                 jax.random.key(5, impl="rbg"), None])
+def test_lowrank_state_float32_with_keys(tmp_path, key):
+    rng = np.random.default_rng(1)
+    st = LowRankState(jnp.asarray(rng.normal(size=6), jnp.float32),
+                      jnp.asarray(rng.normal(size=(6, 2)), jnp.float32),
+                      jnp.asarray(rng.uniform(size=6), jnp.float32), jnp.asarray(0, jnp.int32),
+                      solver_info(jnp.float32), key)
+    out = _roundtrip(tmp_path, st)
+    assert out.mean.dtype == jnp.float32 and out.W.dtype == jnp.float32
+    if key is not None:
+        # The restored key draws the same numbers.
+        np.testing.assert_array_equal(jax.random.normal(out.key, (3,)), jax.random.normal(key, (3,)))
+
+
+def test_batched_typed_keys_and_vmapped_state(tmp_path):
+    keys = jax.random.split(jax.random.key(0), 3)
+    st = GaussianState(jnp.zeros((3, 2)), jnp.broadcast_to(jnp.eye(2), (3, 2, 2)),
+                       jnp.zeros(3, jnp.int32),
+                       jax.vmap(lambda _: solver_info(jnp.float64))(jnp.arange(3)), keys)
+    _roundtrip(tmp_path, st)
+
+
+def test_generic_namedtuple_and_containers(tmp_path):
+    st = OnlineEMState(
+        W=jnp.arange(6.0).reshape(3, 2),
+        psi=np.linspace(0.1, 1.0, 3).astype(np.float32),
+        stats={"S2": jnp.ones((2, 3), jnp.bfloat16), "S3": jnp.eye(2), "count": np.int64(12)},
+        history=[jnp.asarray(1.5), (np.float32(2.5), None)],  # jnp.asarray(1.5) is weakly typed
+        t=501, rate=0.1 + 0.2, extra=jnp.asarray([np.nan, -np.inf, 1e-308]))
+    out = _roundtrip(tmp_path, st)
+    assert out.history[0].weak_type and out.stats["S2"].dtype == jnp.bfloat16
+    assert isinstance(out.psi, np.ndarray) and isinstance(out.stats["count"], np.int64)
+    assert out.rate == 0.1 + 0.2 and isinstance(out.t, int)
+
+
+def test_save_to_file_object(tmp_path):
+    st = GaussianState(jnp.ones(2), jnp.eye(2), jnp.asarray(1, jnp.int32), solver_info())
+    with open(tmp_path / "f.bin", "wb") as fh:
+        io.save(fh, st)
+    _leaves_identical(st, io.load(tmp_path / "f.bin"))
+
+
+# --------------------------------------------------------------------- resuming a stream
+
+def _jittered_kalman(noise_var):
+    """A Kalman filter (Joseph-free, scalar y) whose observation is jittered by the state's key.
+
+    Written inline because the library's filters evolve separately; the key makes the test
+    sensitive to an inexact restore of the PRNG state as well as of the moments.
+    """
+
+    def init(mean, cov, key):
+        return GaussianState(mean, cov, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key)
+
+    def update(state, x, y):
+        key, sub = jax.random.split(state.key)
+        y = y + 1e-3 * jax.random.normal(sub, dtype=state.mean.dtype)
+        Px = state.cov @ x
+        gain = Px / (x @ Px + noise_var)
+        return GaussianState(state.mean + gain * (y - x @ state.mean), state.cov - jnp.outer(gain, Px),
+                             state.step + 1, state.info, key)
+
+    return Filter(init, update)
+
+
+@pytest.mark.parametrize("dtype,key", [(jnp.float64, jax.random.key(1)),
+                                       (jnp.float32, jax.random.PRNGKey(2))])
+def test_two_halves_equal_one_run(tmp_path, dtype, key):
+    rng = np.random.default_rng(3)
+    d, n = 5, 80
+    xs = jnp.asarray(rng.normal(size=(n, d)), dtype)
+    ys = jnp.asarray(rng.normal(size=n), dtype)
+    flt = _jittered_kalman(jnp.asarray(0.5, dtype))
+    s0 = flt.init(jnp.zeros(d, dtype), jnp.eye(d, dtype=dtype), key)
+
+    full, _ = run(flt, s0, xs, ys)
+    half, _ = run(flt, s0, xs[: n // 2], ys[: n // 2])
+    io.save(tmp_path / "ckpt.npz", half)
+    resumed, _ = run(flt, io.load(tmp_path / "ckpt.npz"), xs[n // 2:], ys[n // 2:])
+    _leaves_identical(full, resumed)
+    assert int(resumed.step) == n
+
+
+# --------------------------------------------------------------------- errors
+
+def test_not_a_state_file(tmp_path):
+    txt = tmp_path / "notes.txt"
+    txt.write_text("hello")
+    with pytest.raises(ValueError, match="not a jaxrvga state"):
+        io.load(txt)
+    npz = tmp_path / "plain.npz"
+    np.savez(npz, a=np.ones(3))
+    with pytest.raises(ValueError, match="not a jaxrvga state"):
+        io.load(npz)
+    npy = tmp_path / "plain.npy"
+    np.save(npy, np.ones(3))
+    with pytest.raises(ValueError, match="not a jaxrvga state"):
+        io.load(npy)
+    with pytest.raises(FileNotFoundError):
+        io.load(tmp_path / "missing.npz")
+
+
+def test_unsupported_leaves_and_local_classes(tmp_path):
+    with pytest.raises(ValueError, match="cannot save a state leaf"):
+        io.save(tmp_path / "x.npz", GaussianState(object(), None, None, None))
+
+    class Local(NamedTuple):
+        a: jax.Array
+
+    with pytest.raises(ValueError, match="not importable"):
+        io.save(tmp_path / "x.npz", Local(jnp.ones(1)))
+    assert not (tmp_path / "x.npz").exists()
+
+
+def _rewrite_meta(path, edit):
+    with np.load(path, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    meta = json.loads(str(arrays[io.META_KEY]))
+    edit(meta)
+    arrays[io.META_KEY] = np.array(json.dumps(meta))
+    np.savez(path, **arrays)
+
+
+def test_schema_mismatch_and_newer_version(tmp_path):
+    path = tmp_path / "s.npz"
+    io.save(path, GaussianState(jnp.ones(2), jnp.eye(2), jnp.asarray(0, jnp.int32), solver_info()))
+
+    def rename(meta):
+        meta["tree"]["fields"][0] = "mu"
+
+    _rewrite_meta(path, rename)
+    with pytest.raises(ValueError, match="has fields"):
+        io.load(path)
+    _rewrite_meta(path, lambda m: m.update(version=io.VERSION + 1))
+    with pytest.raises(ValueError, match="newer"):
+        io.load(path)
+
+
+def test_float64_needs_x64_on_load(tmp_path):
+    path = tmp_path / "s64.npz"
+    io.save(path, {"m": jnp.ones(2, jnp.float64)})
+    with jax.enable_x64(False):
+        with pytest.raises(ValueError, match="jax_enable_x64"):
+            io.load(path)
