@@ -17,7 +17,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
+
 import numpy as np  # noqa: E402
 
 import jaxrvga as jr  # noqa: E402

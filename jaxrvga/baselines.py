@@ -23,7 +23,7 @@ from .core import Filter, solver_info
 from .models import Model
 from .rvga import (check_glm_input, check_process_noise, inflate, init_gaussian, make_check,
                    rank_one_update)
-from .validation import check_cov, check_vector
+from .validation import check_batch_problem, check_cov, check_vector
 
 
 def ekf(model: Model, process_noise=None) -> Filter:
@@ -112,14 +112,13 @@ def laplace(model: Model, X, y, prior_mean, prior_cov, *, max_iter: int = 100,
     gradient and Hessian by autodiff; the covariance is the inverse Hessian at the MAP
     ([RVGA] §6.2, reproduction spec B10).
     """
-    mu0 = check_vector("prior_mean", prior_mean)
-    d = mu0.shape[0]
-    P0 = check_cov("prior_cov", prior_cov, d).astype(mu0.dtype)
-    X = jnp.asarray(X, mu0.dtype)
-    y = jnp.asarray(y, mu0.dtype)
-    if model.is_glm and (X.ndim != 2 or X.shape[1] != d):
-        raise ValueError(f"X must have shape (N, {d}), got {X.shape}")
-    model.family.check_y("y", y)
+    if model.is_glm:
+        X, y, mu0, P0 = check_batch_problem(model.family, X, y, prior_mean, prior_cov)
+    else:
+        mu0 = check_vector("prior_mean", prior_mean)
+        P0 = check_cov("prior_cov", prior_cov, mu0.shape[0]).astype(mu0.dtype)
+        y = jnp.asarray(y, mu0.dtype)
+        model.family.check_y("y", y)
     tol = (1e3 * jnp.finfo(mu0.dtype).eps) if tol is None else tol
     return jax.jit(lambda *a: _laplace_newton(model, max_iter, tol, *a))(X, y, mu0, P0)
 

@@ -43,7 +43,7 @@ from jax.scipy.special import gammaln, xlogy
 
 from . import metrics
 from .models import Model
-from .validation import check_cov, check_float_array, check_vector
+from .validation import check_batch_problem, check_vector
 
 
 class Conjugate(NamedTuple):
@@ -248,17 +248,10 @@ def fit(model: Union[Model, Conjugate], W, y, prior_mean, prior_cov, *, max_iter
     ``cov = (Sigma^{-1} + W^T diag(lam) W)^{-1}`` (17)-(18).
     """
     conj = _conjugate_for(model)
-    W = check_float_array("W", W)
-    if W.ndim != 2:
-        raise ValueError(f"W must be a matrix of shape (N, L), got shape {W.shape}")
+    W, y, mu, Sigma = check_batch_problem(model.family if isinstance(model, Model) else None,
+                                          W, y, prior_mean, prior_cov, x_name="W")
     N, Ld = W.shape
-    y = check_vector("y", y, N)
-    mu = check_vector("prior_mean", prior_mean, Ld)
-    Sigma = check_cov("prior_cov", prior_cov, Ld)
-    if isinstance(model, Model):
-        model.family.check_y("y", y)
-    dtype = jnp.result_type(W, y, mu, Sigma)
-    W, y, mu, Sigma = (v.astype(dtype) for v in (W, y, mu, Sigma))
+    dtype = W.dtype
     mu_t, Sigma_t = W @ mu, W @ Sigma @ W.T
     if alpha0 is None:
         fill = 1.0 if (conj is not None and conj.name == "poisson") else 0.0

@@ -251,7 +251,7 @@ def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
 
     def residual(z):
         g = grad(z)
-        a, L = z[0], z[1]
+        L = z[1]
         # nu0 dJ/dalpha = alpha - alpha0 - nu0 E[l'];  L nu0 dJ/dL = nu (1 + nu0 c) - nu0.
         r_a = jnp.abs(nu0s * g[0]) / (1.0 + jnp.abs(alpha0) + nu0s)
         # |nu - nu0 / (1 + nu0 c)| / nu0 with 1 + nu0 c = nu0 (dJ/dL + 1/L) / L.

@@ -47,8 +47,7 @@ from jax.scipy.stats import norm
 
 from . import metrics, special
 from .models import Family, Model, _linear_predict
-from .validation import (check_cov, check_float_array, check_positive, check_vector,
-                         is_concrete)
+from .validation import (check_batch_problem, check_cov, check_float_array, check_positive, check_vector, is_concrete)
 
 # ---------------------------------------------------------------------------------------------
 # Likelihoods and their Gaussian expectations
@@ -209,19 +208,6 @@ def _glm_iterate(expected, X, y, mu, Sigma, r, max_iter, tol, m0, P0, weight=1.0
     return KLProxResult(m, 0.5 * (V + V.T), a, g, k, res <= tol, res)
 
 
-def _check_glm_inputs(family, X, y, prior_mean, prior_cov):
-    X = check_float_array("X", X)
-    if X.ndim != 2:
-        raise ValueError(f"X must be a matrix of shape (N, D), got shape {X.shape}")
-    N, D = X.shape
-    y = check_vector("y", y, N)
-    mu = check_vector("prior_mean", prior_mean, D)
-    Sigma = check_cov("prior_cov", prior_cov, D)
-    family.check_y("y", y)
-    dtype = jnp.result_type(X, mu, Sigma, y)
-    return X.astype(dtype), y.astype(dtype), mu.astype(dtype), Sigma.astype(dtype)
-
-
 def fit(model: Union[Model, Family], X, y, prior_mean, prior_cov, r=0.8, max_iter: int = 1000,
         tol=1e-10, *, num_points: Optional[int] = None, gt0=None, init_mean=None) -> KLProxResult:
     """KL proximal-gradient VI for a GLM, weight-space form ([KLPROX] eqs. 16-17).
@@ -246,7 +232,7 @@ def fit(model: Union[Model, Family], X, y, prior_mean, prior_cov, r=0.8, max_ite
     ``lax.while_loop``; ``r`` and ``tol`` may be traced).
     """
     family = _as_family(model)
-    X, y, mu, Sigma = _check_glm_inputs(family, X, y, prior_mean, prior_cov)
+    X, y, mu, Sigma = check_batch_problem(family, X, y, prior_mean, prior_cov)
     _check_r(r)
     N, D = X.shape
     m0 = mu if init_mean is None else check_vector("init_mean", init_mean, D).astype(mu.dtype)
@@ -270,7 +256,7 @@ def proximal_point_step(model: Union[Model, Family], X, y, prior_mean, prior_cov
     ``eta_{k+1} = r eta_k + (1 - r) eta_post`` ([KLPROX] Thm 1).
     """
     family = _as_family(model)
-    X, y, mu, Sigma = _check_glm_inputs(family, X, y, prior_mean, prior_cov)
+    X, y, mu, Sigma = check_batch_problem(family, X, y, prior_mean, prior_cov)
     _check_r(r)
     D = mu.shape[0]
     m_k = check_vector("mean", mean, D).astype(mu.dtype)
@@ -287,7 +273,7 @@ def elbo(model: Union[Model, Family], X, y, prior_mean, prior_cov, mean, cov,
          num_points: Optional[int] = None):
     """Evidence lower bound (10): ``sum_n f_n(x_n^T m, x_n^T V x_n) - KL(N(m, V) || N(mu, Sigma))``."""
     family = _as_family(model)
-    X, y, mu, Sigma = _check_glm_inputs(family, X, y, prior_mean, prior_cov)
+    X, y, mu, Sigma = check_batch_problem(family, X, y, prior_mean, prior_cov)
     m = jnp.asarray(mean, mu.dtype)
     V = jnp.asarray(cov, mu.dtype)
     f = jnp.sum(expectation(model, num_points)(X @ m, jnp.einsum("nd,de,ne->n", X, V, X), y))

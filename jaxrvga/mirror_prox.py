@@ -15,7 +15,6 @@ filter on linear-Gaussian models and is the second iterate of the implicit R-VGA
 """
 from __future__ import annotations
 
-import jax.numpy as jnp
 
 from .core import Filter, solver_info
 from .models import Model

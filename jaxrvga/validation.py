@@ -104,3 +104,22 @@ def check_finite_data(name: str, x):
             if not np.all(np.isfinite(np.asarray(leaf))):
                 raise ValueError(f"{name} contains NaN or inf")
     return x
+
+
+def check_batch_problem(family, X, y, prior_mean, prior_cov, x_name: str = "X"):
+    """Validate a batch Bayesian GLM problem and cast it to one float dtype.
+
+    ``X`` (N, D), ``y`` (N,) valid for ``family`` (where concrete; ``family`` may be None),
+    ``prior_mean`` (D,), ``prior_cov`` (D, D) symmetric. Returns ``(X, y, prior_mean, prior_cov)``.
+    """
+    X = check_float_array(x_name, X)
+    if X.ndim != 2:
+        raise ValueError(f"{x_name} must be a matrix of shape (N, D), got shape {X.shape}")
+    N, D = X.shape
+    y = check_vector("y", y, N)
+    mu = check_vector("prior_mean", prior_mean, D)
+    Sigma = check_cov("prior_cov", prior_cov, D)
+    if family is not None:
+        family.check_y("y", y)
+    dtype = jnp.result_type(X, mu, Sigma, y)
+    return X.astype(dtype), y.astype(dtype), mu.astype(dtype), Sigma.astype(dtype)

@@ -1,6 +1,4 @@
 """The Filter contract and the scan driver."""
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

@@ -5,7 +5,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import jaxrvga as jr
 from jaxrvga import models, special
 
 
