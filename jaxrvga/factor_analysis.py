@@ -33,18 +33,45 @@ code does not guard against ([reproduction] C4). It keeps ``1 / psi`` finite.
 """
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.linalg import cho_solve, solve_triangular
+import numpy as np
+from jax.scipy.linalg import cho_solve
 
 from . import lowrank
 from .core import Filter
-from .validation import check_choice, check_positive
+from .validation import check_choice, check_cov, check_positive, is_concrete
 
 #: Relative floor of ``psi`` in every EM map (module docstring).
 PSI_FLOOR = 1e-12
+
+
+def positive_int(name: str, value) -> int:
+    """``value`` as a Python int >= 1 (integer-likes such as ``np.int64`` accepted, bools not)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_nonnegative(name: str, value):
+    """``value >= 0`` (and not NaN) where concrete."""
+    if value is not None and is_concrete(value) and not np.min(np.asarray(value)) >= 0.0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return value
+
+
+def check_process_noise(process_noise):
+    """The fading-memory ``eta`` of [LRVGA] Remark 1: ``None`` or >= 0 where concrete."""
+    return check_nonnegative("process_noise", process_noise)
 
 
 def _rowdot(A, B):
@@ -59,13 +86,17 @@ def _sym(A):
 def _e_step(W, psi):
     """``(Bt, M^{-1})`` with ``Bt = Psi^{-1} W M^{-1}`` (d x p), one Cholesky of ``M`` (p x p)."""
     fac = lowrank.factorize(W, psi)
-    Minv = cho_solve((fac.chol, True), jnp.eye(W.shape[1], dtype=W.dtype))
-    return fac.Wp @ Minv, _sym(Minv)
+    return fac.gain(), _chol_inv(fac.chol)
+
+
+def _chol_inv(chol):
+    """``A^{-1}`` (p x p, symmetrised) from the lower Cholesky factor of ``A``."""
+    return _sym(cho_solve((chol, True), jnp.eye(chol.shape[0], dtype=chol.dtype)))
 
 
 def _m_step(Q, C, diagS, psi_floor):
     """Shared EM M-step: ``W = Q C^{-1}``, ``psi = Diag(S) - rowdot(W, Q)`` (module docstring)."""
-    W_new = cho_solve((jnp.linalg.cholesky(C), True), Q.T).T
+    W_new = Q @ _chol_inv(jnp.linalg.cholesky(C))
     psi_new = diagS - _rowdot(W_new, Q)
     return W_new, jnp.maximum(psi_new, _floor(diagS, psi_floor))
 
@@ -92,8 +123,11 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     It is computed in the equivalent well-scaled form of the module docstring: with the
     E-step gain ``Bt = Psi^{-1} W M^{-1}``, ``Q = S Bt = V M^{-1}`` and the p x p matrix
     ``Bt^T S Bt`` are assembled from the Grams ``A = X^T Bt``, ``B = W_prev^T Bt`` and
-    ``Bt^T Psi_prev Bt``, then ``W_new = Q C^{-1}`` with ``C = M^{-1} + Bt^T S Bt`` (two p x p
-    Cholesky factorisations, no inverse of a d x d matrix). No 1/m normalisation is applied to a (d, m) ``X``: scale it by
+    ``Bt^T Psi_prev Bt``, then ``W_new = Q C^{-1}`` with ``C = M^{-1} + Bt^T S Bt`` (p x p
+    Cholesky factorisations only). In the first inner loop ``(W, psi) = (W_prev, psi_prev)``
+    gives ``B = I - M^{-1}``, hence ``Q = alpha W + beta X A`` and
+    ``C = alpha I + (1 - alpha) M^{-1} + beta A^T A``: one Gram instead of three, and no d x p
+    temporary beyond the one of ``M``. No 1/m normalisation is applied to a (d, m) ``X``: scale it by
     ``1/sqrt(m)`` (as eq. 46 does) or through ``beta``.
 
     Args:
@@ -106,8 +140,7 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     Returns:
       ``(W, psi)``. Cost O(inner_loops (d p m + d p^2 + p^3)), memory O(d (p + m)).
     """
-    if int(inner_loops) < 1:
-        raise ValueError(f"inner_loops must be a positive integer, got {inner_loops}")
+    inner_loops = positive_int("inner_loops", inner_loops)
     W_prev = jnp.asarray(W_prev)
     psi_prev = jnp.asarray(psi_prev)
     X = jnp.asarray(X, dtype=W_prev.dtype)
@@ -117,18 +150,41 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
             or X.shape[0] != W_prev.shape[0]:
         raise ValueError(f"recursive_em_step: W_prev (d, p), psi_prev (d,) and X (d,) or (d, m) "
                          f"must agree, got {W_prev.shape}, {psi_prev.shape}, {X.shape}")
+    if not 1 <= W_prev.shape[1] <= W_prev.shape[0]:
+        raise ValueError(f"the rank p = W_prev.shape[1] must satisfy 1 <= p <= d, got {W_prev.shape}")
+    check_positive("psi_prev", psi_prev)
+    check_nonnegative("alpha", alpha)
+    check_nonnegative("beta", beta)
     diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
 
-    def em_iteration(_, carry):
-        Bt, Minv = _e_step(*carry)
-        A = X.T @ Bt  # (m, p)
-        B = W_prev.T @ Bt  # (p, p)
-        Cp = Bt * jnp.sqrt(psi_prev)[:, None]
-        Q = beta * (X @ A) + alpha * (W_prev @ B + psi_prev[:, None] * Bt)  # S Bt
-        K = beta * (A.T @ A) + alpha * (B.T @ B + Cp.T @ Cp)  # Bt^T S Bt from Grams
-        return _m_step(Q, Minv + _sym(K), diagS, psi_floor)
+    def em_iteration(W, psi, first):
+        Minv = _chol_inv(jnp.linalg.cholesky(lowrank.gram_m(W, psi)))
+        A = ((X / psi[:, None]).T @ W) @ Minv  # X^T Bt, (m, p)
+        if first:
+            # W = W_prev and psi = psi_prev, so W_prev^T Bt = I - M^{-1} and Q, C simplify:
+            # Q = alpha W + beta X A,  C = alpha I + (1 - alpha) M^{-1} + beta A^T A.
+            C = alpha * jnp.eye(p, dtype=W.dtype) + (1 - alpha) * Minv + beta * (A.T @ A)
+            Cinv = _chol_inv(jnp.linalg.cholesky(C))
+            W_new = alpha * (W @ Cinv) + X @ (beta * A @ Cinv)  # Q C^{-1}
+        else:
+            Ws = W / psi[:, None]  # Bt = Ws M^{-1}
+            B = (W_prev.T @ Ws) @ Minv  # W_prev^T Bt
+            Wq = Ws * jnp.sqrt(psi_prev)[:, None]
+            BtPBt = Minv @ (Wq.T @ Wq) @ Minv  # Bt^T Psi_prev Bt
+            C = Minv + _sym(beta * (A.T @ A) + alpha * (B.T @ B + BtPBt))
+            Cinv = _chol_inv(jnp.linalg.cholesky(C))
+            # Q C^{-1} with Q = beta X A + alpha (W_prev B + Psi_prev Bt)
+            W_new = (X @ (beta * A @ Cinv) + W_prev @ (alpha * B @ Cinv)
+                     + (alpha * psi_prev / psi)[:, None] * (W @ (Minv @ Cinv)))
+        psi_new = diagS - _rowdot(W_new, W_new @ C)  # rowdot(W_new, Q), Q = W_new C
+        return W_new, jnp.maximum(psi_new, _floor(diagS, psi_floor))
 
-    return jax.lax.fori_loop(0, int(inner_loops), em_iteration, (W_prev, psi_prev))
+    p = W_prev.shape[1]
+    W, psi = em_iteration(W_prev, psi_prev, first=True)
+    if inner_loops > 1:
+        W, psi = jax.lax.fori_loop(1, inner_loops,
+                                   lambda _, c: em_iteration(*c, first=False), (W, psi))
+    return W, psi
 
 
 def batch_em_step(S, W, psi, *, psi_floor: float = PSI_FLOOR):
@@ -140,6 +196,8 @@ def batch_em_step(S, W, psi, *, psi_floor: float = PSI_FLOOR):
     O(d^2 p) time and O(d^2) memory (``S`` itself): a baseline, not a limited-memory method.
     Any exact representation ``S = W W^T + diag(psi)`` is a fixed point.
     """
+    W, psi = _check_factors(W, psi)
+    S = check_cov("S", S, W.shape[0])
     Bt, Minv = _e_step(W, psi)
     Q = S @ Bt
     return _m_step(Q, Minv + _sym(Bt.T @ Q), jnp.diagonal(S), psi_floor)
@@ -220,17 +278,15 @@ class FAState(NamedTuple):
 
 
 def _check_factors(W, psi):
-    W = jnp.asarray(W)
-    psi = jnp.asarray(psi, dtype=W.dtype)
-    if W.ndim != 2 or psi.shape != (W.shape[0],):
-        raise ValueError(f"W must be (d, p) and psi (d,), got W {W.shape} and psi {psi.shape}")
+    W, psi = lowrank.check_factors(W, psi)
+    psi = psi.astype(W.dtype)
     if not 1 <= W.shape[1] <= W.shape[0]:
         raise ValueError(f"the rank p = W.shape[1] must satisfy 1 <= p <= d, got W {W.shape}")
     check_positive("psi", psi)
     return W, psi
 
 
-def recursive_em(inner_loops: int = 1, mode: str = "covariance", *,
+def recursive_em(inner_loops: int = 1, mode: str = "covariance", process_noise=None, *,
                  psi_floor: float = PSI_FLOOR) -> Filter:
     """Algorithm 1 of [LRVGA] run over a data stream ``x_1, x_2, ...`` as a :class:`Filter`.
 
@@ -240,11 +296,19 @@ def recursive_em(inner_loops: int = 1, mode: str = "covariance", *,
 
     ``mode="precision"`` (eq. 26): accumulated information,
     ``W_t W_t^T + Psi_t ~FA~ W_{t-1} W_{t-1}^T + Psi_{t-1} + x_t x_t^T`` (``alpha = beta = 1``).
+    ``process_noise = eta > 0`` makes it a fading-memory filter ([LRVGA] Remark 1):
+    ``P_{t|t-1} = P_{t-1} + eta P_{t-1}`` scales the previous precision by
+    ``alpha_t = 1 / (1 + eta)``.
 
     ``init(W0, psi0) -> FAState``; ``update(state, x, y=None)`` with ``x`` (d,) or (d, m)
     (``y`` is ignored; :func:`jaxrvga.run` needs some ``ys`` of matching length).
     """
     check_choice("mode", mode, ("covariance", "precision"))
+    inner_loops = positive_int("inner_loops", inner_loops)
+    if mode == "covariance" and process_noise is not None:
+        raise ValueError("process_noise applies to mode='precision' only")
+    check_process_noise(process_noise)
+    eta = 0.0 if process_noise is None else process_noise
 
     def init(W, psi):
         W, psi = _check_factors(W, psi)
@@ -253,7 +317,7 @@ def recursive_em(inner_loops: int = 1, mode: str = "covariance", *,
     def update(state, x, y=None):
         del y
         t = (state.step + 1).astype(state.W.dtype)
-        alpha, beta = ((t - 1) / t, 1 / t) if mode == "covariance" else (1.0, 1.0)
+        alpha, beta = ((t - 1) / t, 1 / t) if mode == "covariance" else (1 / (1 + eta), 1.0)
         W, psi = recursive_em_step(state.W, state.psi, x, alpha, beta, inner_loops,
                                    psi_floor=psi_floor)
         return FAState(W, psi, state.step + 1)
@@ -307,6 +371,8 @@ def online_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper
     ``init(W0, psi0)``; ``update(state, v, y=None)`` with ``v`` of shape (d,).
     """
     check_choice("averaging", averaging, ("paper", "code", None))
+    if not 0.5 < step_exponent <= 1.0:
+        raise ValueError(f"step_exponent must lie in (0.5, 1] (Robbins-Monro), got {step_exponent}")
     if averaging == "paper":
         if average_start is None:
             if num_steps is None:
@@ -332,12 +398,12 @@ def online_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper
         tf = t.astype(v.dtype)
         gamma = jnp.where(t == 0, 1.0, jnp.maximum(tf, 1.0) ** (-step_exponent))
         fac = lowrank.factorize(state.W, state.psi)
-        Minv = cho_solve((fac.chol, True), jnp.eye(fac.chol.shape[0], dtype=v.dtype))
-        Ez = cho_solve((fac.chol, True), fac.Wp.T @ v)
+        Minv = _chol_inv(fac.chol)
+        Ez = Minv @ ((v / state.psi) @ state.W)
         S2 = (1 - gamma) * state.S2 + gamma * jnp.outer(v, Ez)
-        S3 = (1 - gamma) * state.S3 + gamma * _sym(Minv + jnp.outer(Ez, Ez))
+        S3 = (1 - gamma) * state.S3 + gamma * (Minv + jnp.outer(Ez, Ez))
         s1 = (1 - gamma) * state.s1 + gamma * v * v
-        W_new = cho_solve((jnp.linalg.cholesky(S3), True), S2.T).T
+        W_new = S2 @ _chol_inv(jnp.linalg.cholesky(S3))
         psi_new = jnp.maximum(s1 - _rowdot(W_new, S2), _floor(s1, psi_floor))
 
         if averaging is None:

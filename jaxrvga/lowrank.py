@@ -24,60 +24,88 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
 
+from .validation import check_positive
+
+
+def _tmatmul(v, W):
+    """``W^T v`` for ``v`` (d,) or (d, k), written as ``v^T W`` so XLA does not transpose ``W``."""
+    return v @ W if v.ndim == 1 else (v.T @ W).T
+
 
 class Woodbury(NamedTuple):
     """Cached factorisation of ``Lam = W W^T + diag(psi)`` for repeated O(d p^2) operations.
 
-    Build it with :func:`factorize`. ``Wp = W / psi`` (row i divided by ``psi_i``) and
-    ``chol`` is the lower Cholesky factor of ``M = I_p + W^T Psi^{-1} W``.
+    Build it with :func:`factorize`; ``chol`` is the lower Cholesky factor of
+    ``M = I_p + W^T Psi^{-1} W``. Only ``W``, ``psi`` and p x p matrices are held, and
+    every method works with d-vectors and products ``W c``, so applying it needs no d x p
+    temporary.
     """
 
     W: jax.Array
     psi: jax.Array
-    Wp: jax.Array
     chol: jax.Array
 
+    @property
+    def Wp(self):
+        """``Psi^{-1} W`` (d x p), formed on demand."""
+        return self.W / self.psi[:, None]
+
+    def _scale(self, v):
+        return v / (self.psi if v.ndim == 1 else self.psi[:, None])
+
     def solve(self, v):
-        """``P v = Lam^{-1} v`` by Woodbury ([LRVGA] eq. 27); ``v`` is (d,) or (d, k)."""
-        v = jnp.asarray(v)
-        inner = cho_solve((self.chol, True), self.Wp.T @ v)
-        if v.ndim == 1:
-            return v / self.psi - self.Wp @ inner
-        return v / self.psi[:, None] - self.Wp @ inner
+        """``P v = Lam^{-1} v = Psi^{-1} v - Psi^{-1} W M^{-1} W^T Psi^{-1} v`` ([LRVGA] eq. 27); ``v`` (d,) or (d, k)."""
+        u = self._scale(jnp.asarray(v))
+        return u - self._scale(self.W @ cho_solve((self.chol, True), _tmatmul(u, self.W)))
 
     def quad_form(self, x):
         """``x^T P x`` for a vector ``x`` (or the diagonal of ``X^T P X`` for (d, k))."""
         x = jnp.asarray(x)
-        b = solve_triangular(self.chol, self.Wp.T @ x, lower=True)
-        if x.ndim == 1:
-            return jnp.sum(x * x / self.psi) - jnp.sum(b * b)
-        return jnp.sum(x * x / self.psi[:, None], axis=0) - jnp.sum(b * b, axis=0)
+        u = self._scale(x)
+        b = solve_triangular(self.chol, _tmatmul(u, self.W), lower=True)
+        return jnp.sum(x * u, axis=0) - jnp.sum(b * b, axis=0)
 
     def logdet(self):
         """``logdet(W W^T + diag(psi)) = sum(log psi) + logdet M`` (matrix determinant lemma)."""
         return jnp.sum(jnp.log(self.psi)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(self.chol)))
 
     def inverse_diag(self):
-        """``Diag(P)``, the marginal variances, in O(d p^2)."""
-        G = solve_triangular(self.chol, self.Wp.T, lower=True)  # (p, d) = L^{-1} Wp^T
-        return 1.0 / self.psi - jnp.sum(G * G, axis=0)
+        """``Diag(P) = 1/psi - rowdot(W L^{-T}, W L^{-T}) / psi^2``, the marginal variances."""
+        G = solve_triangular(self.chol, self.W.T, lower=True)  # (p, d) = L^{-1} W^T
+        return 1.0 / self.psi - jnp.sum(G * G, axis=0) / self.psi**2
+
+    def gain(self):
+        """``L = Psi^{-1} W M^{-1}`` (d x p), the gain of Proposition 1 and of the E-step."""
+        return self._scale(self.W @ cho_solve((self.chol, True), jnp.eye(self.W.shape[1], dtype=self.W.dtype)))
 
     def matvec(self, v):
         """``Lam v = W (W^T v) + psi v``; ``v`` is (d,) or (d, k)."""
         return matvec(self.W, self.psi, v)
 
 
+def gram_m(W, psi):
+    """``M = I_p + W^T Psi^{-1} W`` as the exactly symmetric Gram ``I + B^T B``, ``B = W / sqrt(psi)``."""
+    B = W / jnp.sqrt(psi)[:, None]
+    return jnp.eye(W.shape[1], dtype=W.dtype) + B.T @ B
+
+
+def check_factors(W, psi):
+    """Trace-time shape check of a pair ``W`` (d, p), ``psi`` (d,); returns them as arrays."""
+    W = jnp.asarray(W)
+    psi = jnp.asarray(psi)
+    if W.ndim != 2 or psi.shape != W.shape[:1]:
+        raise ValueError(f"W must be (d, p) and psi (d,), got W {W.shape} and psi {psi.shape}")
+    return W, psi
+
+
 def factorize(W, psi) -> Woodbury:
     """Cholesky-factorise ``M = I_p + W^T Psi^{-1} W`` once; O(d p^2 + p^3).
 
-    ``M`` is formed as ``I + B^T B`` with ``B = W / sqrt(psi)``, so it is symmetric to
-    the last bit and positive definite whenever ``psi > 0``.
+    ``M`` is symmetric to the last bit (:func:`gram_m`) and positive definite whenever
+    ``psi > 0``; its Gram is the one step that needs a transient d x p array.
     """
-    W = jnp.asarray(W)
-    psi = jnp.asarray(psi)
-    B = W / jnp.sqrt(psi)[:, None]
-    M = jnp.eye(W.shape[1], dtype=W.dtype) + B.T @ B
-    return Woodbury(W, psi, W / psi[:, None], jnp.linalg.cholesky(M))
+    W, psi = check_factors(W, psi)
+    return Woodbury(W, psi, jnp.linalg.cholesky(gram_m(W, psi)))
 
 
 def solve(W, psi, v):
@@ -103,14 +131,12 @@ def inverse_diag(W, psi):
 def matvec(W, psi, v):
     """``(W W^T + diag(psi)) v`` in O(d p); no factorisation needed."""
     v = jnp.asarray(v)
-    scale = psi if v.ndim == 1 else psi[:, None]
-    return W @ (W.T @ v) + scale * v
+    return W @ _tmatmul(v, W) + (psi if v.ndim == 1 else psi[:, None]) * v
 
 
 def ensemble_gain(W, psi):
     """``L = Psi^{-1} W M^{-1}`` (d x p) of Proposition 1 ([LRVGA] §4.2.2)."""
-    fac = factorize(W, psi)
-    return cho_solve((fac.chol, True), fac.Wp.T).T
+    return factorize(W, psi).gain()
 
 
 def sample_from_noise(mean, W, psi, z, e):
@@ -134,7 +160,7 @@ def sample_from_noise(mean, W, psi, z, e):
     x = z / jnp.sqrt(fac.psi)  # rows ~ N(0, Psi^{-1})
     r = e - x @ fac.W  # (num, p) = e - W^T x
     corr = cho_solve((fac.chol, True), r.T)  # (p, num) = M^{-1}(e - W^T x)
-    return mean + x + (fac.Wp @ corr).T
+    return mean + x + ((fac.W @ corr) / fac.psi[:, None]).T
 
 
 def sample(key, mean, W, psi, num: int):
@@ -151,9 +177,10 @@ def sample(key, mean, W, psi, num: int):
     return sample_from_noise(mean, W, psi, z, e)
 
 
-def _check_init_args(dim, rank):
+def _check_init_args(dim, rank, prior_var):
     if int(rank) < 1 or int(rank) > int(dim):
         raise ValueError(f"rank must satisfy 1 <= rank <= dim={dim}, got rank={rank}")
+    check_positive("prior_var", prior_var)
 
 
 def init_factors(key, dim: int, rank: int, prior_var, eps: float = 1e-8, dtype=None):
@@ -172,7 +199,7 @@ def init_factors(key, dim: int, rank: int, prior_var, eps: float = 1e-8, dtype=N
     Returns:
       ``(W0, psi0)`` of shapes (d, p) and (d,).
     """
-    _check_init_args(dim, rank)
+    _check_init_args(dim, rank, prior_var)
     if not 0.0 < eps < 1.0:
         raise ValueError(f"eps must lie in (0, 1), got {eps}")
     dtype = jnp.result_type(float) if dtype is None else dtype
@@ -189,7 +216,7 @@ def init_factors_plain(key, dim: int, rank: int, prior_var, scale: float = 1e-2,
     in [LRVGA] Fig. 3 and 1e-2 in Fig. 4). Not trace-matched: the initial precision
     exceeds ``P0^{-1}`` by ``W0 W0^T``.
     """
-    _check_init_args(dim, rank)
+    _check_init_args(dim, rank, prior_var)
     dtype = jnp.result_type(float) if dtype is None else dtype
     psi0 = jnp.broadcast_to(1.0 / jnp.asarray(prior_var, dtype=dtype), (dim,))
     return scale * jax.random.normal(key, (dim, rank), dtype=dtype), psi0
@@ -205,6 +232,6 @@ def to_dense_covariance(W, psi):
     return factorize(W, psi).solve(jnp.eye(W.shape[0], dtype=W.dtype))
 
 
-__all__ = ["Woodbury", "factorize", "solve", "quad_form", "logdet", "inverse_diag", "matvec",
+__all__ = ["Woodbury", "check_factors", "factorize", "gram_m", "solve", "quad_form", "logdet", "inverse_diag", "matvec",
            "ensemble_gain", "sample", "sample_from_noise", "init_factors", "init_factors_plain",
            "to_dense_precision", "to_dense_covariance"]

@@ -21,6 +21,10 @@ Schemes, by ``model.kind`` ([reproduction] D1-D4):
 * ``"sampled"`` (any model, D4, eqs. 41-47 and 143-145): ``K`` ensemble samples from the
   corrected Proposition 1, GGN curvature ``X_t = K^{-1/2} [J_i^T Cov_i^{1/2}]`` with
   Jacobians by autodiff, and the same extragradient.
+* ``"ekf"`` (any model, D5; [RVGA] eqs. 54-55 with the FA stage): everything linearised at
+  ``mu_{t-1}``: ``X_t = J^T Cov^{1/2}`` and ``mu_t = mu_{t-1} + P_t J^T d log p / d eta``
+  (for logistic regression ``X_t = x sqrt(sig'(x^T mu))``, the authors' ``LargeScaleEKFLogReg``,
+  here with Woodbury instead of their dense ``P_t x``).
 
 Process noise ([LRVGA] Remark 1): ``P_{t|t-1} = P_{t-1} + Q_t`` with ``Q_t = eta P_{t-1}``
 (a fading-memory filter) scales the prior precision by ``a = 1/(1 + eta)``. It is applied as
@@ -33,18 +37,20 @@ from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import lowrank
 from .core import Filter, LowRankState, solver_info
-from .factor_analysis import PSI_FLOOR, recursive_em_step
+from .factor_analysis import PSI_FLOOR, check_process_noise, positive_int, recursive_em_step
+from .models import Model
 from .special import probit_k, sig1, sigmoid
 from .validation import check_choice, check_positive, is_concrete
 
 _SCHEMES = {
-    "linear_gaussian": ("exact", "explicit", "extragrad", "sampled"),
-    "logistic": ("implicit", "explicit", "extragrad", "sampled"),
-    "glm": ("explicit", "extragrad", "sampled"),
-    "nonlinear": ("sampled",),
+    "linear_gaussian": ("exact", "explicit", "extragrad", "sampled", "ekf"),
+    "logistic": ("implicit", "explicit", "extragrad", "sampled", "ekf"),
+    "glm": ("explicit", "extragrad", "sampled", "ekf"),
+    "nonlinear": ("sampled", "ekf"),
 }
 _DEFAULT_SCHEME = {"linear_gaussian": "exact", "logistic": "implicit", "glm": "extragrad",
                    "nonlinear": "sampled"}
@@ -52,17 +58,15 @@ _DEFAULT_SCHEME = {"linear_gaussian": "exact", "logistic": "implicit", "glm": "e
 
 def _check_config(model, rank, inner_loops, scheme, num_samples, process_noise, frozen_noise,
                   update_cov_twice, unravel):
+    if not isinstance(model, Model):
+        raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
     check_choice("model.kind", model.kind, tuple(_SCHEMES))
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ValueError(f"rank must be a positive integer, got {rank!r}")
-    if isinstance(inner_loops, bool) or not isinstance(inner_loops, int) or inner_loops < 1:
-        raise ValueError(f"inner_loops must be a positive integer, got {inner_loops!r}")
+    rank = positive_int("rank", rank)
+    inner_loops = positive_int("inner_loops", inner_loops)
     scheme = _DEFAULT_SCHEME[model.kind] if scheme is None else scheme
     check_choice("scheme", scheme, _SCHEMES[model.kind])
     if scheme == "sampled":
-        num_samples = 10 if num_samples is None else num_samples
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+        num_samples = positive_int("num_samples", 10 if num_samples is None else num_samples)
     else:
         if num_samples is not None:
             raise ValueError(f"num_samples is only used by scheme='sampled', not {scheme!r}")
@@ -72,13 +76,12 @@ def _check_config(model, rank, inner_loops, scheme, num_samples, process_noise, 
         raise ValueError(f"update_cov_twice needs scheme 'extragrad' or 'sampled', not {scheme!r}")
     if unravel is not None and model.kind != "nonlinear":
         raise ValueError("unravel is only used with a nonlinear model (eta = h(theta, x))")
-    if is_concrete(process_noise) and not float(jnp.min(jnp.asarray(process_noise))) >= 0.0:
-        raise ValueError(f"process_noise must be >= 0, got {process_noise!r}")
-    return scheme, num_samples
+    check_process_noise(process_noise)
+    return rank, inner_loops, scheme, num_samples
 
 
 def lrvga(model, rank: int, inner_loops: int = 1, scheme: Optional[str] = None,
-          num_samples: Optional[int] = None, process_noise=0.0, frozen_noise=False, *,
+          num_samples: Optional[int] = None, process_noise=None, frozen_noise=False, *,
           update_cov_twice: bool = False, unravel: Optional[Callable] = None,
           fa_step: Optional[Callable] = None, max_iter: Optional[int] = None,
           psi_floor: float = PSI_FLOOR) -> Filter:
@@ -91,10 +94,11 @@ def lrvga(model, rank: int, inner_loops: int = 1, scheme: Optional[str] = None,
       rank: ``p``, the number of columns of ``W`` (1 <= p <= d).
       inner_loops: EM iterations of Algorithm 1 per step (``n_in``).
       scheme: ``"exact"`` (linear-Gaussian, the default there), ``"implicit"`` (logistic
-        default), ``"explicit"``, ``"extragrad"`` (GLM default) or ``"sampled"`` (any model;
-        the only scheme of nonlinear models). See the module docstring.
+        default), ``"explicit"``, ``"extragrad"`` (GLM default), ``"ekf"`` (any model) or
+        ``"sampled"`` (any model; the nonlinear default). See the module docstring.
       num_samples: ``K`` ensemble samples of ``"sampled"`` (default 10).
-      process_noise: ``eta >= 0`` of Remark 1 (``Q_t = eta P_{t-1}``); 0 disables it.
+      process_noise: ``eta >= 0`` of Remark 1 (``Q_t = eta P_{t-1}``); ``None`` or 0 disables it.
+        May be a traced scalar.
       frozen_noise: ``"sampled"`` only. ``False`` (default): fresh noise every step and
         for each of the two extragradient evaluations, from the key carried in the state.
         ``True``: the authors' code, the same base noise at every step and for both
@@ -117,8 +121,9 @@ def lrvga(model, rank: int, inner_loops: int = 1, scheme: Optional[str] = None,
       noise is given); ``update(state, x, y)`` absorbs one observation; ``state.info``
       reports the implicit root solve (trivially converged for the other schemes).
     """
-    scheme, K = _check_config(model, rank, inner_loops, scheme, num_samples, process_noise,
-                              frozen_noise, update_cov_twice, unravel)
+    rank, inner_loops, scheme, K = _check_config(model, rank, inner_loops, scheme, num_samples,
+                                                 process_noise, frozen_noise, update_cov_twice,
+                                                 unravel)
     glm = model.kind != "nonlinear"
     given_noise = None if isinstance(frozen_noise, bool) else tuple(map(jnp.asarray, frozen_noise))
     if given_noise is not None:
@@ -134,7 +139,7 @@ def lrvga(model, rank: int, inner_loops: int = 1, scheme: Optional[str] = None,
 
     def predict(W, psi):
         """Remark 1: ``(W W^T + Psi) / (1 + eta)`` as ``(sqrt(a) W, a psi)``."""
-        if isinstance(process_noise, (int, float)) and process_noise == 0:
+        if process_noise is None or (isinstance(process_noise, (int, float)) and process_noise == 0):
             return W, psi
         a = 1.0 / (1.0 + jnp.asarray(process_noise, dtype=W.dtype))
         return jnp.sqrt(a) * W, a * psi
@@ -151,6 +156,8 @@ def lrvga(model, rank: int, inner_loops: int = 1, scheme: Optional[str] = None,
             raise ValueError(f"rank must satisfy rank <= d = {d}, got rank={rank}")
         if W.shape != (d, rank):
             raise ValueError(f"W must have shape (d, rank) = {(d, rank)}, got {W.shape}")
+        if is_concrete(W) and not np.all(np.isfinite(np.asarray(W))):
+            raise ValueError("W must be finite")
         if psi.shape != (d,):
             raise ValueError(f"psi must have shape (d,) = {(d,)}, got {psi.shape}")
         check_positive("psi", psi)
@@ -163,20 +170,30 @@ def lrvga(model, rank: int, inner_loops: int = 1, scheme: Optional[str] = None,
         return LowRankState(mean, W, psi, jnp.asarray(0, jnp.int32), solver_info(mean.dtype),
                             key if scheme == "sampled" else None)
 
-    def check_xy(state, x, y, name_x="x", name_y="y"):
-        d = state.mean.shape[0]
+    def check_xy(state, x, y):
+        """Trace-time checks of one observation; casts ``x`` (GLMs) and ``y`` to the state dtype."""
+        dtype = state.mean.dtype
         if glm:
-            x = jnp.asarray(x, dtype=state.mean.dtype)
-            if x.shape[-1:] != (d,):
-                raise ValueError(f"{name_x} must have length d = {d} to match the state, "
-                                 f"got shape {x.shape}")
-        model.family.check_y(name_y, y)
-        return x
+            d = state.mean.shape[0]
+            x = jnp.asarray(x, dtype=dtype)
+            if x.ndim == 1 and x.shape != (d,):
+                raise ValueError(f"x must have length d = {d} to match the state, got shape {x.shape}")
+            if x.ndim != 1:
+                raise ValueError(f"x must be a vector of length d = {d}, got shape {x.shape}")
+            if jnp.ndim(y) != 0:
+                raise ValueError(f"y must be a scalar for a GLM, got shape {jnp.shape(y)}")
+        model.family.check_y("y", y)
+        return x, jnp.asarray(y, dtype=dtype)
 
     def check(state, xs, ys):
-        xs = check_xy(state, xs, ys, "xs", "ys")
-        if glm and xs.ndim != 2:
-            raise ValueError(f"xs must have shape (T, d), got {xs.shape}")
+        """Whole data set, before :func:`jaxrvga.run` scans it (never under jit)."""
+        if glm:
+            d = state.mean.shape[0]
+            shape = jnp.shape(xs)
+            if len(shape) != 2 or shape[1] != d:
+                raise ValueError(f"xs must have length d = {d} along its last axis, i.e. shape (T, {d}), "
+                                 f"got {shape}")
+        model.family.check_y("ys", ys)
 
     def finish(state, mean, W, psi, info=None, key=None):
         info = solver_info(state.mean.dtype) if info is None else info
@@ -184,7 +201,7 @@ def lrvga(model, rank: int, inner_loops: int = 1, scheme: Optional[str] = None,
 
     # ------------------------------------------------------------------ D1: linear-Gaussian
     def update_exact(state, x, y):
-        x = check_xy(state, x, y)
+        x, y = check_xy(state, x, y)
         nv = jnp.asarray(model.noise_var, dtype=x.dtype)
         W, psi = fa_step(*predict(state.W, state.psi), x / jnp.sqrt(nv))  # eq. 26
         gain = lowrank.solve(W, psi, x) / nv  # P_t x / sigma^2 with the NEW factors, eq. 27
@@ -194,7 +211,7 @@ def lrvga(model, rank: int, inner_loops: int = 1, scheme: Optional[str] = None,
     def update_implicit(state, x, y):
         from .implicit import solve_logistic
 
-        x = check_xy(state, x, y)
+        x, y = check_xy(state, x, y)
         W, psi = predict(state.W, state.psi)
         Px = lowrank.solve(W, psi, x)  # P_{t-1} x with the OLD factors
         alpha, nu, info = solve_logistic(x @ state.mean, x @ Px, y, max_iter)
@@ -208,7 +225,7 @@ def lrvga(model, rank: int, inner_loops: int = 1, scheme: Optional[str] = None,
         return x * jnp.sqrt(jnp.maximum(-hess, 0.0))
 
     def update_glm(state, x, y):
-        x = check_xy(state, x, y)
+        x, y = check_xy(state, x, y)
         W0, psi0 = predict(state.W, state.psi)
         Px = lowrank.solve(W0, psi0, x)
         g, h = model.glm_moments(x @ state.mean, x @ Px, y)
@@ -253,7 +270,7 @@ def lrvga(model, rank: int, inner_loops: int = 1, scheme: Optional[str] = None,
         return lowrank.sample(key, mean, W, psi, K)
 
     def update_sampled(state, x, y):
-        x = check_xy(state, x, y)
+        x, y = check_xy(state, x, y)
         if frozen_noise is True or given_noise is not None:
             key, k1, k2 = state.key, state.key, state.key
         else:
@@ -275,8 +292,16 @@ def lrvga(model, rank: int, inner_loops: int = 1, scheme: Optional[str] = None,
         mean = state.mean + lowrank.solve(W, psi, grad2)  # eq. 145
         return finish(state, mean, W, psi, key=key)
 
+    # ------------------------------------------------------------------ D5: linearised (EKF)
+    def update_ekf(state, x, y):
+        x, y = check_xy(state, x, y)
+        W, psi = predict(state.W, state.psi)
+        C, grad = linearise(state.mean, x, y)
+        W, psi = fa_step(W, psi, C.T)
+        return finish(state, state.mean + lowrank.solve(W, psi, grad), W, psi)
+
     update = {"exact": update_exact, "implicit": update_implicit, "explicit": update_glm,
-              "extragrad": update_glm, "sampled": update_sampled}[scheme]
+              "extragrad": update_glm, "sampled": update_sampled, "ekf": update_ekf}[scheme]
     return Filter(init, update, check)
 
 

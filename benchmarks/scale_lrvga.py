@@ -1,0 +1,164 @@
+"""Time and host memory of L-RVGA at large scale ([LRVGA] Table 2: d = 1e6).
+
+Runs ``--steps`` updates of the linear-Gaussian (exact scheme, D1) and the logistic
+(implicit scheme, D2) L-RVGA at dimension ``--d`` and rank ``--p`` as one jitted
+``lax.scan`` through :func:`jaxrvga.core.run`, and prints the time per step and the peak
+resident memory above the baseline, next to the size of the state ``8 d (p + 2)`` bytes
+(float64: ``W``, ``mean`` and ``psi``; [LRVGA] Table 2's memory model).
+
+Data. A stored stream of ``steps`` inputs would take ``8 d steps`` bytes (800 MB for
+d = 1e6 and 100 steps, eight times the state) and dominate the measurement. Instead the
+scanned "inputs" are PRNG keys and each step draws its own ``x_t ~ N(0, I_d / d)`` inside
+the scan, then its label from a fixed ``theta*`` (also regenerated from a fixed key inside
+the step, so no d-vector constant is captured): ``y = x^T theta* + N(0, 1)`` (linear) or
+``y ~ Bernoulli(sig(x^T theta*))`` (logistic). Those two d-vectors are the only data in
+memory, O(d) per step.
+
+Memory. ``ru_maxrss`` is the peak resident set of the process. Each model runs in a fresh
+subprocess that (1) imports JAX and compiles the whole scan ahead of time from abstract
+shapes, (2) records ``ru_maxrss`` as the baseline (interpreter + JAX + compiled program,
+no state allocated), (3) allocates the state and runs the scan with the state donated.
+Reported: ``peak - baseline``, the state size and their ratio (target < 3).
+
+Usage::
+
+    python -m benchmarks.scale_lrvga                       # d = 1e6, p = 10, 100 steps, float64
+    python -m benchmarks.scale_lrvga --d 100000 --p 5 --steps 50 --dtype float32
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+
+def _rss_bytes() -> int:
+    """Peak resident set size of this process (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss if sys.platform == "darwin" else rss * 1024
+
+
+def measure(model_name: str, d: int, p: int, steps: int, dtype_name: str, inner_loops: int) -> dict:
+    """Run one model in this process and return its figures (call in a fresh process)."""
+    import jax
+
+    if dtype_name == "float64":
+        jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    import jaxrvga as jr
+    from jaxrvga import core, lowrank, models
+    from jaxrvga.lrvga import lrvga
+
+    dtype = jnp.dtype(dtype_name)
+    model = models.linear_gaussian(1.0) if model_name == "linear" else models.logistic()
+    base = lrvga(model, rank=p, inner_loops=inner_loops)
+
+    def update(state, key, y_unused):
+        """Draw (x_t, y_t) inside the step, then the L-RVGA update."""
+        del y_unused
+        kx, ky = jax.random.split(key)
+        x = jax.random.normal(kx, (d,), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
+        theta_star = jax.random.normal(jax.random.PRNGKey(12345), (d,), dtype)
+        eta = x @ theta_star
+        if model_name == "linear":
+            y = eta + jax.random.normal(ky, (), dtype)
+        else:
+            y = jax.random.bernoulli(ky, jax.nn.sigmoid(eta)).astype(dtype)
+        return base.update(state, x, y)
+
+    flt = core.Filter(base.init, update)
+    keys = jax.random.split(jax.random.PRNGKey(0), steps)
+    ys = jnp.zeros(steps, dtype)
+
+    # (1) compile ahead of time from abstract shapes, (2) baseline
+    def abstract_state():
+        S = jax.ShapeDtypeStruct
+        return jr.LowRankState(S((d,), dtype), S((d, p), dtype), S((d,), dtype), S((), jnp.int32),
+                               jax.eval_shape(lambda: core.solver_info(dtype)), None)
+
+    def make_state(key):  # App. D initialisation, jitted so that XLA fuses its temporaries
+        W0, psi0 = lowrank.init_factors(key, d, p, 1.0, eps=1e-8, dtype=dtype)
+        return jr.LowRankState(jnp.zeros(d, dtype), W0, psi0, jnp.asarray(0, jnp.int32),
+                               core.solver_info(dtype), None)
+
+    t0 = time.perf_counter()
+    init_exe = jax.jit(make_state).lower(jax.random.PRNGKey(1)).compile()
+    core._scan_jit_donate.lower(flt, abstract_state(), keys, ys, None).compile()
+    compile_s = time.perf_counter() - t0
+    jax.block_until_ready((keys, ys))
+    baseline = _rss_bytes()
+
+    # (3) allocate the state, then run
+    state = init_exe(jax.random.PRNGKey(1))
+    jax.block_until_ready(state)
+    after_state = _rss_bytes()
+
+    t0 = time.perf_counter()
+    state, _ = core.run(flt, state, keys, ys, donate=True)
+    jax.block_until_ready(state)
+    run_s = time.perf_counter() - t0
+    peak = _rss_bytes()
+
+    state_bytes = dtype.itemsize * d * (p + 2)
+    return {
+        "model": model_name, "d": d, "p": p, "steps": steps, "dtype": dtype_name,
+        "inner_loops": inner_loops, "compile_s": compile_s, "run_s": run_s,
+        "ms_per_step": 1e3 * run_s / steps, "baseline_MB": baseline / 1e6,
+        "state_alloc_MB": (after_state - baseline) / 1e6, "peak_above_baseline_MB": (peak - baseline) / 1e6,
+        "state_MB": state_bytes / 1e6, "ratio": (peak - baseline) / state_bytes,
+        "finite": bool(jnp.all(jnp.isfinite(state.mean)) & jnp.all(jnp.isfinite(state.W))),
+        "solver_converged": bool(state.info.converged),
+        "device": str(jax.devices()[0]),
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--d", type=int, default=1_000_000, help="parameter dimension")
+    parser.add_argument("--p", type=int, default=10, help="rank of W")
+    parser.add_argument("--steps", type=int, default=100, help="number of observations")
+    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    parser.add_argument("--inner-loops", type=int, default=1, help="EM inner loops (n_in)")
+    parser.add_argument("--models", nargs="+", choices=("linear", "logistic"),
+                        default=["linear", "logistic"])
+    parser.add_argument("--single", choices=("linear", "logistic"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.single:  # child process: one model, JSON on the last line
+        print(json.dumps(measure(args.single, args.d, args.p, args.steps, args.dtype,
+                                 args.inner_loops)))
+        return 0
+
+    print(f"L-RVGA at d = {args.d:,}, p = {args.p}, {args.steps} steps, {args.dtype}, "
+          f"{args.inner_loops} inner loop(s); data drawn inside the scan; state donated")
+    header = (f"{'model':<9} {'ms/step':>9} {'compile s':>9} {'baseline MB':>11} "
+              f"{'peak-base MB':>12} {'state MB':>9} {'ratio':>6}")
+    print(header)
+    print("-" * len(header))
+    status = 0
+    for name in args.models:
+        cmd = [sys.executable, "-m", "benchmarks.scale_lrvga", "--single", name, "--d", str(args.d),
+               "--p", str(args.p), "--steps", str(args.steps), "--dtype", args.dtype,
+               "--inner-loops", str(args.inner_loops)]
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
+        if out.returncode != 0:
+            print(f"{name}: failed\n{out.stderr[-3000:]}")
+            status = 1
+            continue
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"{name:<9} {r['ms_per_step']:>9.1f} {r['compile_s']:>9.1f} {r['baseline_MB']:>11.0f} "
+              f"{r['peak_above_baseline_MB']:>12.0f} {r['state_MB']:>9.0f} {r['ratio']:>6.2f}"
+              f"{'' if r['finite'] else '  NON-FINITE'}")
+    print("ratio = (peak RSS - baseline RSS) / state size; target < 3. "
+          f"Device: {r['device'] if status == 0 else '?'}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Algebra of W W^T + diag(psi) ([LRVGA] eq. 27, Proposition 1, Appendix D) against dense references.
+
+Checks 14, 15 and 17 of the reproduction spec, float64.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrvga import lowrank
+
+
+def rel(a, b):
+    return float(jnp.linalg.norm(jnp.asarray(a) - jnp.asarray(b)) / jnp.linalg.norm(jnp.asarray(b)))
+
+
+def random_factors(d, p, seed=0):
+    rng = np.random.default_rng(seed)
+    W = jnp.asarray(rng.normal(size=(d, p)))
+    psi = jnp.asarray(rng.uniform(0.2, 3.0, size=d))
+    return W, psi
+
+
+def test_check17_woodbury_quadform_logdet_equal_dense():
+    d, p = 50, 5
+    W, psi = random_factors(d, p)
+    Lam = np.asarray(W) @ np.asarray(W).T + np.diag(np.asarray(psi))
+    P = np.linalg.inv(Lam)
+    rng = np.random.default_rng(1)
+    v = rng.normal(size=d)
+    V = rng.normal(size=(d, 3))
+    assert rel(lowrank.solve(W, psi, v), P @ v) <= 1e-12
+    assert rel(lowrank.solve(W, psi, V), P @ V) <= 1e-12
+    assert abs(float(lowrank.quad_form(W, psi, v)) - v @ P @ v) <= 1e-12 * abs(v @ P @ v)
+    assert rel(lowrank.factorize(W, psi).quad_form(V), np.einsum("ik,ij,jk->k", V, P, V)) <= 1e-12
+    assert abs(float(lowrank.logdet(W, psi)) - np.linalg.slogdet(Lam)[1]) <= 1e-10
+    assert rel(lowrank.inverse_diag(W, psi), np.diag(P)) <= 1e-12
+    assert rel(lowrank.matvec(W, psi, v), Lam @ v) <= 1e-12
+    assert rel(lowrank.to_dense_covariance(W, psi), P) <= 1e-12
+    assert rel(lowrank.to_dense_precision(W, psi), Lam) <= 1e-15
+
+
+def test_check14_ensemble_sampler_covariance_identity():
+    """(I - L W^T) Psi^{-1} (I - L W^T)^T + L L^T = (W W^T + Psi)^{-1} ([LRVGA] eqs. 38-40)."""
+    d, p = 300, 7
+    W, psi = random_factors(d, p, seed=3)
+    W, psi = np.asarray(W), np.asarray(psi)
+    L = np.asarray(lowrank.ensemble_gain(W, psi))
+    A = np.eye(d) - L @ W.T
+    cov = A @ np.diag(1 / psi) @ A.T + L @ L.T
+    assert rel(cov, np.linalg.inv(W @ W.T + np.diag(psi))) <= 1e-12
+
+
+def test_sampler_is_corrected_proposition1_map():
+    """sample_from_noise computes (I - L W^T) z/sqrt(psi) + L e + mean (the corrected Prop. 1)."""
+    d, p, K = 40, 4, 6
+    W, psi = random_factors(d, p, seed=4)
+    rng = np.random.default_rng(5)
+    z, e, mean = rng.normal(size=(K, d)), rng.normal(size=(K, p)), rng.normal(size=d)
+    L = np.asarray(lowrank.ensemble_gain(W, psi))
+    x = z / np.sqrt(np.asarray(psi))
+    expected = mean + x @ (np.eye(d) - L @ np.asarray(W).T).T + e @ L.T
+    assert rel(lowrank.sample_from_noise(mean, W, psi, z, e), expected) <= 1e-12
+    # antithetic noise gives the mean exactly
+    both = lowrank.sample_from_noise(mean, W, psi, np.vstack([z, -z]), np.vstack([e, -e]))
+    assert rel(jnp.mean(both, axis=0), mean) <= 1e-14
+
+
+def test_check15_sampler_moments_within_5_standard_errors():
+    d, p, K = 20, 3, 100_000
+    W, psi = random_factors(d, p, seed=6)
+    mean = jnp.linspace(-1.0, 1.0, d)
+    draws = np.asarray(lowrank.sample(jax.random.PRNGKey(7), mean, W, psi, K))
+    assert draws.shape == (K, d)
+    P = np.linalg.inv(np.asarray(W) @ np.asarray(W).T + np.diag(np.asarray(psi)))
+    centred = draws - np.asarray(mean)
+    emp = centred.T @ centred / K
+    se = np.sqrt((np.outer(np.diag(P), np.diag(P)) + P**2) / K)
+    assert np.all(np.abs(emp - P) <= 5 * se)
+    assert np.all(np.abs(centred.mean(axis=0)) <= 5 * np.sqrt(np.diag(P) / K))
+
+
+def test_init_factors_appendix_d_trace_matched():
+    d, p, sigma0, eps = 1000, 10, 2.0, 1e-4
+    W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), d, p, sigma0**2, eps=eps)
+    assert W0.shape == (d, p) and psi0.shape == (d,)
+    np.testing.assert_allclose(psi0, (1 - eps) / sigma0**2, rtol=1e-15)
+    np.testing.assert_allclose(jnp.linalg.norm(W0, axis=0), np.sqrt(eps * d / p) / sigma0, rtol=1e-13)
+    trace = jnp.sum(W0**2) + jnp.sum(psi0)  # tr(W0 W0^T + Psi0) = d / sigma0^2
+    assert abs(float(trace) - d / sigma0**2) <= 1e-12 * d / sigma0**2
+    # per-coordinate prior (Remark 2)
+    var = jnp.linspace(0.5, 2.0, d)
+    W1, psi1 = lowrank.init_factors(jax.random.PRNGKey(0), d, p, var, eps=eps)
+    np.testing.assert_allclose(psi1, (1 - eps) / var, rtol=1e-14)
+    np.testing.assert_allclose(W1 * jnp.sqrt(var)[:, None],
+                               W0 * sigma0, rtol=1e-12)
+
+
+def test_init_factors_plain_and_validation():
+    W0, psi0 = lowrank.init_factors_plain(jax.random.PRNGKey(1), 30, 4, 16.0, scale=1e-3)
+    np.testing.assert_allclose(psi0, 1 / 16.0)
+    assert W0.shape == (30, 4) and float(jnp.max(jnp.abs(W0))) < 1e-2
+    with pytest.raises(ValueError, match="rank"):
+        lowrank.init_factors(jax.random.PRNGKey(0), 5, 6, 1.0)
+    with pytest.raises(ValueError, match="rank"):
+        lowrank.init_factors_plain(jax.random.PRNGKey(0), 5, 0, 1.0)
+    with pytest.raises(ValueError, match="eps"):
+        lowrank.init_factors(jax.random.PRNGKey(0), 5, 2, 1.0, eps=0.0)
