@@ -120,7 +120,11 @@ def laplace(model: Model, X, y, prior_mean, prior_cov, *, max_iter: int = 100,
         y = jnp.asarray(y, mu0.dtype)
         model.family.check_y("y", y)
     tol = (1e3 * jnp.finfo(mu0.dtype).eps) if tol is None else tol
-    return jax.jit(lambda *a: _laplace_newton(model, max_iter, tol, *a))(X, y, mu0, P0)
+    try:  # reuse the compiled solver when the same model object comes back
+        hash((model, max_iter, tol))
+    except TypeError:  # a model holding arrays (e.g. a traced noise variance)
+        return jax.jit(lambda *a: _laplace_newton(model, max_iter, tol, *a))(X, y, mu0, P0)
+    return _laplace_jit(model, max_iter, float(tol), X, y, mu0, P0)
 
 
 def _laplace_newton(model, max_iter, tol, X, y, mu0, P0):
@@ -167,5 +171,7 @@ def _laplace_newton(model, max_iter, tol, X, y, mu0, P0):
     converged = decrement <= tol * (1.0 + jnp.abs(objective(theta)))
     return LaplaceResult(theta, cov, converged, it)
 
+
+_laplace_jit = jax.jit(_laplace_newton, static_argnums=(0, 1, 2))
 
 __all__ = ["ekf", "qkf", "laplace", "LaplaceResult"]
