@@ -12,11 +12,12 @@ from .baselines import LaplaceResult, ekf, laplace, qkf
 from .core import (Filter, GaussianState, LowRankState, SolverInfo, run, trace_info,
                    trace_mean)
 from .mirror_prox import mirror_prox
+from .lrvga import lrvga
 from .rvga import kalman, predictive, rvga
 
 __version__ = "0.1.0"
 
 __all__ = ["Filter", "GaussianState", "LowRankState", "SolverInfo", "run", "trace_info", "trace_mean",
-           "rvga", "kalman", "predictive", "ekf", "qkf", "laplace", "LaplaceResult", "mirror_prox",
+           "rvga", "lrvga", "kalman", "predictive", "ekf", "qkf", "laplace", "LaplaceResult", "mirror_prox",
            "data", "dual", "factor_analysis", "implicit", "io", "klprox", "lowrank", "metrics", "models",
            "online_em", "special", "validation"]

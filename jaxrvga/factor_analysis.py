@@ -9,7 +9,8 @@
 * :func:`online_em` - the online EM of Cappé & Moulines for FA ([LRVGA] App. E, eqs. 110-116).
 * :func:`batch_em_step`, :func:`batch_em` - batch EM on a dense target ([LRVGA] eqs. 20-21;
   O(d^2 p), a baseline only).
-* :func:`ml_residuals` (App. B eqs. 73-77), :func:`fa_kl` (eq. 11), :func:`fa_neg_log_lik` (eq. 13).
+* :func:`ml_residuals` (App. B eqs. 73-77), :func:`fa_neg_log_lik` (eq. 13) and :func:`fa_kl`
+  (eq. 11; defined in :mod:`jaxrvga.metrics`, re-exported here).
 
 All EM maps share one M-step written with Cholesky solves only, in the well-scaled form of
 Ghahramani & Hinton. With ``M = I_p + W^T Psi^{-1} W`` and the E-step gain
@@ -43,6 +44,7 @@ from jax.scipy.linalg import cho_solve
 
 from . import lowrank
 from .core import Filter
+from .metrics import fa_kl
 from .validation import check_choice, check_cov, check_positive, is_concrete
 
 #: Relative floor of ``psi`` in every EM map (module docstring).
@@ -67,11 +69,6 @@ def check_nonnegative(name: str, value):
     if value is not None and is_concrete(value) and not np.min(np.asarray(value)) >= 0.0:
         raise ValueError(f"{name} must be >= 0, got {value!r}")
     return value
-
-
-def check_process_noise(process_noise):
-    """The fading-memory ``eta`` of [LRVGA] Remark 1: ``None`` or >= 0 where concrete."""
-    return check_nonnegative("process_noise", process_noise)
 
 
 def _rowdot(A, B):
@@ -109,14 +106,15 @@ def _floor(diagS, psi_floor):
 
 def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
                       psi_floor: float = PSI_FLOOR):
-    """Algorithm 1 of [LRVGA]: ``W W^T + diag(psi)  ~FA~  alpha (W_prev W_prev^T + diag(psi_prev)) + beta X X^T``.
+    """Algorithm 1 of [LRVGA]: ``W W^T + Psi  ~FA~  alpha (W_prev W_prev^T + Psi_prev) + beta X X^T``.
 
     The target ``S = alpha (W_prev W_prev^T + Psi_prev) + beta X X^T`` (eq. 28) is never
     formed. Starting from ``(W, psi) = (W_prev, psi_prev)``, each inner loop is one batch-EM
     iteration (eqs. 20-21) on ``S``:
 
         M      = I_p + W^T Psi^{-1} W
-        V      = beta X (X^T Psi^{-1} W) + alpha (W_prev (W_prev^T Psi^{-1} W) + Psi_prev Psi^{-1} W)   (= S Psi^{-1} W)
+        V      = beta X (X^T Psi^{-1} W) + alpha (W_prev (W_prev^T Psi^{-1} W) + Psi_prev Psi^{-1} W)
+                                                                          (= S Psi^{-1} W)
         W_new  = V (I_p + M^{-1} W^T Psi^{-1} V)^{-1}
         psi_new= beta rowdot(X, X) + alpha (rowdot(W_prev, W_prev) + psi_prev) - rowdot(W_new M^{-1}, V)
 
@@ -155,6 +153,7 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     check_positive("psi_prev", psi_prev)
     check_nonnegative("alpha", alpha)
     check_nonnegative("beta", beta)
+    p = W_prev.shape[1]
     diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
 
     def em_iteration(W, psi, first):
@@ -179,7 +178,6 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
         psi_new = diagS - _rowdot(W_new, W_new @ C)  # rowdot(W_new, Q), Q = W_new C
         return W_new, jnp.maximum(psi_new, _floor(diagS, psi_floor))
 
-    p = W_prev.shape[1]
     W, psi = em_iteration(W_prev, psi_prev, first=True)
     if inner_loops > 1:
         W, psi = jax.lax.fori_loop(1, inner_loops,
@@ -239,21 +237,6 @@ def ml_residuals(S, W, psi):
     return jnp.linalg.norm(rW) / jnp.linalg.norm(W), jnp.linalg.norm(rpsi) / jnp.linalg.norm(psi)
 
 
-def fa_kl(S, W, psi, logdet_S=None):
-    """``KL(N(0, S) || N(0, W W^T + Psi))`` ([LRVGA] eq. 11), dense ``S`` (d, d); O(d^2 p).
-
-    ``= 1/2 [tr(Lam^{-1} S) + logdet Lam - logdet S - d]``. This is the second-stage
-    projection objective of L-RVGA and the y-axis of [LRVGA] Fig. 1. Pass ``logdet_S``
-    to avoid an O(d^3) Cholesky of ``S`` when it is known.
-    """
-    d = S.shape[0]
-    fac = lowrank.factorize(W, psi)
-    trace = jnp.trace(fac.solve(S))
-    if logdet_S is None:
-        logdet_S = 2.0 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(S))))
-    return 0.5 * (trace + fac.logdet() - logdet_S - d)
-
-
 def fa_neg_log_lik(V, W, psi):
     """Average negative log-likelihood of samples ``V`` (n, d) under ``N(0, W W^T + Psi)`` ([LRVGA] eq. 13).
 
@@ -307,7 +290,7 @@ def recursive_em(inner_loops: int = 1, mode: str = "covariance", process_noise=N
     inner_loops = positive_int("inner_loops", inner_loops)
     if mode == "covariance" and process_noise is not None:
         raise ValueError("process_noise applies to mode='precision' only")
-    check_process_noise(process_noise)
+    check_nonnegative("process_noise", process_noise)
     eta = 0.0 if process_noise is None else process_noise
 
     def init(W, psi):

@@ -84,13 +84,14 @@ def refine_box(box, alpha0, nu0, y, sweeps: int = _REFINE_SWEEPS):
     return lax.fori_loop(0, sweeps, sweep, box)
 
 
-def _safeguarded_newton(fun, lo, hi, max_iter):
+def _safeguarded_newton(fun, lo, hi, max_iter, active=True):
     """Root of an increasing scalar function on ``[lo, hi]`` with ``fun(lo) <= 0 <= fun(hi)``.
 
     ``fun(z) -> (value, derivative)``. A Newton step is taken only when it stays inside
     the current bracket and is less than half the step before last (the rule of
     Numerical Recipes' ``rtsafe``); otherwise the bracket is bisected, so the bracket
-    shrinks geometrically and always contains a root.
+    shrinks geometrically and always contains a root. With ``active`` False the loop runs
+    no iteration (under ``vmap`` a loop runs only while some element is active).
     """
     z0 = 0.5 * (lo + hi)
     v0, d0 = fun(z0)
@@ -98,7 +99,7 @@ def _safeguarded_newton(fun, lo, hi, max_iter):
 
     def cond(c):
         it, lo, hi, z, v, _, _ = c
-        return (it < max_iter) & (v != 0) & (hi - lo > xtol * (1.0 + jnp.abs(z)))
+        return active & (it < max_iter) & (v != 0) & (hi - lo > xtol * (1.0 + jnp.abs(z)))
 
     def body(c):
         it, lo, hi, z, v, dv, dx_old = c
@@ -114,7 +115,7 @@ def _safeguarded_newton(fun, lo, hi, max_iter):
     return out[3]
 
 
-def _bracketed_solve(alpha0, nu0, y):
+def _bracketed_solve(alpha0, nu0, y, active=True):
     """Fallback: nested safeguarded Newton on ``alpha(nu)`` then ``G(nu)``; always converges.
 
     It brackets on the coarse box (71)-(72), where the sign changes hold for every ``nu``
@@ -130,7 +131,7 @@ def _bracketed_solve(alpha0, nu0, y):
             val = a + nu0 * sigmoid(k * a) - alpha0 - nu0 * y
             return val, 1.0 + nu0 * k * sig1(k * a)
 
-        return _safeguarded_newton(fa, a_lo, a_hi, _BRACKET_ITERS)
+        return _safeguarded_newton(fa, a_lo, a_hi, _BRACKET_ITERS, active)
 
     def G(log_nu):
         nu = jnp.exp(log_nu)
@@ -142,18 +143,30 @@ def _bracketed_solve(alpha0, nu0, y):
         dG = (gn - ga * fn / fa) * nu
         return g, jnp.maximum(dG, 0.0)
 
-    log_nu = _safeguarded_newton(G, jnp.log(n_lo), jnp.log(n_hi), _BRACKET_ITERS)
+    log_nu = _safeguarded_newton(G, jnp.log(n_lo), jnp.log(n_hi), _BRACKET_ITERS, active)
     nu = jnp.exp(log_nu)
     return alpha_of(nu), nu
 
 
 def _newton(alpha0, nu0, y, box, tol, max_iter):
-    """Newton in ``(alpha, log nu)`` from the box centre, projected onto the box."""
+    """Damped Newton in ``(alpha, log nu)`` from the box centre, each iterate projected onto the box.
+
+    Steps are halved until the scaled residual norm decreases (at most 20 halvings), which
+    stops the oscillations of plain Newton on surprising labels (a confident mean
+    contradicted by ``y``).
+    """
     a_lo, a_hi, n_lo, n_hi = box
     log_lo, log_hi = jnp.log(n_lo), jnp.log(n_hi)
+    scale = jnp.stack([1.0 + jnp.abs(alpha0) + nu0, nu0])
 
     def F(z):
         return jnp.stack(residuals(z[0], jnp.exp(z[1]), alpha0, nu0, y))
+
+    def merit(z):
+        return jnp.sum((F(z) / scale) ** 2)
+
+    def project(z):
+        return jnp.stack([jnp.clip(z[0], a_lo, a_hi), jnp.clip(z[1], log_lo, log_hi)])
 
     def done(z):
         f, g = residuals(z[0], jnp.exp(z[1]), alpha0, nu0, y)
@@ -171,9 +184,18 @@ def _newton(alpha0, nu0, y, box, tol, max_iter):
         safe_det = jnp.where(det != 0, det, 1.0)
         step = jnp.stack([J[1, 1] * Fz[0] - J[0, 1] * Fz[1], -J[1, 0] * Fz[0] + J[0, 0] * Fz[1]]) / safe_det
         step = jnp.where(det != 0, step, 0.0)
-        z = z - step
-        z = jnp.stack([jnp.clip(z[0], a_lo, a_hi), jnp.clip(z[1], log_lo, log_hi)])
-        return it + 1, z
+        m0 = merit(z)
+
+        def halve(ct):
+            t, _ = ct
+            return 0.5 * t, merit(project(z - 0.5 * t * step))
+
+        def worse(ct):
+            t, m = ct
+            return ~(m < m0) & (t > 2.0**-20)
+
+        t, _ = lax.while_loop(worse, halve, (jnp.asarray(1.0, z.dtype), merit(project(z - step))))
+        return it + 1, project(z - t * step)
 
     z0 = jnp.stack([0.5 * (a_lo + a_hi), jnp.log(0.5 * (n_lo + n_hi))])
     it, z = lax.while_loop(cond, body, (0, z0))
@@ -205,11 +227,11 @@ def solve_logistic(alpha0, nu0, y, max_iter: int | None = None):
 
     max_iter = _NEWTON_ITERS if max_iter is None else int(max_iter)
     alpha, nu, iters, ok = _newton(alpha0, nu0_safe, y, box, tol, max_iter)
-    alpha, nu, used_fallback = lax.cond(
-        ok,
-        lambda: (alpha, nu, jnp.asarray(False)),
-        lambda: (*_bracketed_solve(alpha0, nu0_safe, y), jnp.asarray(True)),
-    )
+    # Not lax.cond: under vmap it would run the fallback for every element. Masked loops
+    # run no iteration unless some element of the batch needs the fallback.
+    used_fallback = ~ok
+    alpha_b, nu_b = _bracketed_solve(alpha0, nu0_safe, y, active=used_fallback)
+    alpha, nu = jnp.where(ok, alpha, alpha_b), jnp.where(ok, nu, nu_b)
     alpha = jnp.where(degenerate, alpha0, alpha)
     nu = jnp.where(degenerate, jnp.zeros_like(nu0), nu)
     res = scaled_residual(alpha, nu, alpha0, jnp.where(degenerate, 0.0, nu0_safe), y)

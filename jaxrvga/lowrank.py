@@ -54,7 +54,7 @@ class Woodbury(NamedTuple):
         return v / (self.psi if v.ndim == 1 else self.psi[:, None])
 
     def solve(self, v):
-        """``P v = Lam^{-1} v = Psi^{-1} v - Psi^{-1} W M^{-1} W^T Psi^{-1} v`` ([LRVGA] eq. 27); ``v`` (d,) or (d, k)."""
+        """``P v = Psi^{-1} v - Psi^{-1} W M^{-1} W^T Psi^{-1} v`` ([LRVGA] eq. 27); ``v`` (d,) or (d, k)."""
         u = self._scale(jnp.asarray(v))
         return u - self._scale(self.W @ cho_solve((self.chol, True), _tmatmul(u, self.W)))
 
@@ -76,7 +76,8 @@ class Woodbury(NamedTuple):
 
     def gain(self):
         """``L = Psi^{-1} W M^{-1}`` (d x p), the gain of Proposition 1 and of the E-step."""
-        return self._scale(self.W @ cho_solve((self.chol, True), jnp.eye(self.W.shape[1], dtype=self.W.dtype)))
+        eye = jnp.eye(self.W.shape[1], dtype=self.W.dtype)
+        return self._scale(self.W @ cho_solve((self.chol, True), eye))
 
     def matvec(self, v):
         """``Lam v = W (W^T v) + psi v``; ``v`` is (d,) or (d, k)."""
@@ -232,6 +233,7 @@ def to_dense_covariance(W, psi):
     return factorize(W, psi).solve(jnp.eye(W.shape[0], dtype=W.dtype))
 
 
-__all__ = ["Woodbury", "check_factors", "factorize", "gram_m", "solve", "quad_form", "logdet", "inverse_diag", "matvec",
+__all__ = ["Woodbury", "check_factors", "factorize", "gram_m", "solve", "quad_form", "logdet",
+           "inverse_diag", "matvec",
            "ensemble_gain", "sample", "sample_from_noise", "init_factors", "init_factors_plain",
            "to_dense_precision", "to_dense_covariance"]

@@ -41,8 +41,10 @@ import numpy as np
 
 from . import lowrank
 from .core import Filter, LowRankState, solver_info
-from .factor_analysis import PSI_FLOOR, check_process_noise, positive_int, recursive_em_step
+from .factor_analysis import PSI_FLOOR, positive_int, recursive_em_step
+from .implicit import solve_logistic
 from .models import Model
+from .rvga import check_process_noise
 from .special import probit_k, sig1, sigmoid
 from .validation import check_choice, check_positive, is_concrete
 
@@ -209,8 +211,6 @@ def lrvga(model, rank: int, inner_loops: int = 1, scheme: Optional[str] = None,
 
     # ------------------------------------------------------------------ D2: implicit logistic
     def update_implicit(state, x, y):
-        from .implicit import solve_logistic
-
         x, y = check_xy(state, x, y)
         W, psi = predict(state.W, state.psi)
         Px = lowrank.solve(W, psi, x)  # P_{t-1} x with the OLD factors

@@ -17,9 +17,8 @@ from jaxrvga import factor_analysis as fa
 from jaxrvga import lowrank
 from jaxrvga import online_em as oem
 
-try:
-    lrvga = jr.lrvga
-except AttributeError:  # not exported yet
+lrvga = getattr(jr, "lrvga", None)
+if not callable(lrvga):  # not exported yet (jr.lrvga may be the submodule)
     from jaxrvga.lrvga import lrvga
 
 D, P = 3, 2
