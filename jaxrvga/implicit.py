@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .core import SolverInfo
-from .special import probit_k, sig1, sigmoid
+from .special import PROBIT_BETA, probit_k, sig1, sigmoid
 
 _REFINE_SWEEPS = 8
 _NEWTON_ITERS = 30
@@ -148,43 +148,68 @@ def _bracketed_solve(alpha0, nu0, y, active=True):
     return alpha_of(nu), nu
 
 
-def _newton(alpha0, nu0, y, box, tol, max_iter):
-    """Damped Newton in ``(alpha, log nu)`` from the box centre, each iterate projected onto the box.
+def residuals_and_jacobian(alpha, log_nu, alpha0, nu0, y):
+    """``(f, g)`` of eqs. (69)-(70) and their analytic Jacobian in ``(alpha, log nu)``.
 
-    Steps are halved until the scaled residual norm decreases (at most 20 halvings), which
-    stops the oscillations of plain Newton on surprising labels (a confident mean
-    contradicted by ``y``).
+    With ``u = k alpha``, ``k' = dk/dlog nu = -k nu / (2 (nu + beta^2))`` and
+    ``D = (1 + nu0 k sig'(u))^2`` ([reproduction] B5)::
+
+        df/dalpha = 1 + nu0 k sig'(u)            df/dlog nu = nu0 alpha k' sig'(u)
+        dg/dalpha = nu0^2 k^2 sig''(u) / D       dg/dlog nu = nu + nu0^2 k' (sig'(u) + u sig''(u)) / D
+
+    Three transcendental evaluations in all (exp, sqrt and one exp for the sigmoid),
+    which is what a batch of solves under ``vmap`` pays for.
+    """
+    nu = jnp.exp(log_nu)
+    k = PROBIT_BETA / jnp.sqrt(nu + PROBIT_BETA**2)
+    dk = -0.5 * k * nu / (nu + PROBIT_BETA**2)
+    u = k * alpha
+    e = jnp.exp(-jnp.abs(u))
+    s_pos, s_neg = 1.0 / (1.0 + e), e / (1.0 + e)  # sig(|u|), sig(-|u|)
+    s = jnp.where(u >= 0, s_pos, s_neg)
+    s1 = s_pos * s_neg
+    s2 = s1 * jnp.where(u >= 0, s_neg - s_pos, s_pos - s_neg)
+    den = 1.0 + nu0 * k * s1
+    f = alpha + nu0 * s - alpha0 - nu0 * y
+    g = nu - nu0 / den
+    J = jnp.array([[den, nu0 * alpha * dk * s1],
+                   [nu0**2 * k**2 * s2 / den**2, nu + nu0**2 * dk * (s1 + u * s2) / den**2]])
+    return jnp.stack([f, g]), J
+
+
+def _newton(alpha0, nu0, y, box, tol, max_iter, start=None, active=True):
+    """Damped Newton in ``(alpha, log nu)``, each iterate projected onto the box.
+
+    It starts from ``start`` (default: the explicit update, eqs. 78-80, already within
+    ``O(nu0^2)`` of the root); with ``active`` False it runs no iteration. Steps are halved until the scaled
+    residual norm decreases (at most 20 halvings), which stops the oscillations of plain
+    Newton on surprising labels (a confident mean contradicted by ``y``).
     """
     a_lo, a_hi, n_lo, n_hi = box
     log_lo, log_hi = jnp.log(n_lo), jnp.log(n_hi)
     scale = jnp.stack([1.0 + jnp.abs(alpha0) + nu0, nu0])
 
-    def F(z):
-        return jnp.stack(residuals(z[0], jnp.exp(z[1]), alpha0, nu0, y))
-
     def merit(z):
-        return jnp.sum((F(z) / scale) ** 2)
+        F, _ = residuals_and_jacobian(z[0], z[1], alpha0, nu0, y)
+        return jnp.sum((F / scale) ** 2)
 
     def project(z):
         return jnp.stack([jnp.clip(z[0], a_lo, a_hi), jnp.clip(z[1], log_lo, log_hi)])
 
-    def done(z):
-        f, g = residuals(z[0], jnp.exp(z[1]), alpha0, nu0, y)
-        return (jnp.abs(f) <= tol * (1.0 + jnp.abs(alpha0) + nu0)) & (jnp.abs(g) <= tol * jnp.exp(z[1]))
+    def done(F, z):
+        return (jnp.abs(F[0]) <= tol * scale[0]) & (jnp.abs(F[1]) <= tol * jnp.exp(z[1]))
 
     def cond(c):
-        it, z = c
-        return (it < max_iter) & ~done(z)
+        it, z, F, J = c
+        return active & (it < max_iter) & ~done(F, z)
 
     def body(c):
-        it, z = c
-        Fz = F(z)
-        J = jax.jacfwd(F)(z)
+        it, z, F, J = c
         det = J[0, 0] * J[1, 1] - J[0, 1] * J[1, 0]
         safe_det = jnp.where(det != 0, det, 1.0)
-        step = jnp.stack([J[1, 1] * Fz[0] - J[0, 1] * Fz[1], -J[1, 0] * Fz[0] + J[0, 0] * Fz[1]]) / safe_det
+        step = jnp.stack([J[1, 1] * F[0] - J[0, 1] * F[1], -J[1, 0] * F[0] + J[0, 0] * F[1]]) / safe_det
         step = jnp.where(det != 0, step, 0.0)
-        m0 = merit(z)
+        m0 = jnp.sum((F / scale) ** 2)
 
         def halve(ct):
             t, _ = ct
@@ -195,11 +220,17 @@ def _newton(alpha0, nu0, y, box, tol, max_iter):
             return ~(m < m0) & (t > 2.0**-20)
 
         t, _ = lax.while_loop(worse, halve, (jnp.asarray(1.0, z.dtype), merit(project(z - step))))
-        return it + 1, project(z - t * step)
+        z = project(z - t * step)
+        return (it + 1, z, *residuals_and_jacobian(z[0], z[1], alpha0, nu0, y))
 
-    z0 = jnp.stack([0.5 * (a_lo + a_hi), jnp.log(0.5 * (n_lo + n_hi))])
-    it, z = lax.while_loop(cond, body, (0, z0))
-    return z[0], jnp.exp(z[1]), it, done(z)
+    if start is None:
+        k0 = probit_k(nu0)
+        c0 = k0 * sig1(k0 * alpha0)
+        start = jnp.stack([alpha0 + nu0 * (y - sigmoid(k0 * alpha0)) / (1.0 + nu0 * c0),
+                           jnp.log(nu0 / (1.0 + nu0 * c0))])
+    z0 = project(start)
+    it, z, F, _ = lax.while_loop(cond, body, (0, z0, *residuals_and_jacobian(z0[0], z0[1], alpha0, nu0, y)))
+    return z[0], jnp.exp(z[1]), it, done(F, z)
 
 
 def solve_logistic(alpha0, nu0, y, max_iter: int | None = None):
@@ -209,7 +240,7 @@ def solve_logistic(alpha0, nu0, y, max_iter: int | None = None):
       alpha0: ``x^T mu_{t-1}``.
       nu0: ``x^T P_{t-1} x`` (>= 0).
       y: the label in {0, 1}.
-      max_iter: cap on Newton iterations before the bracketed fallback (default 30).
+      max_iter: cap on the iterations of each Newton pass before the bracketed fallback (default 30).
 
     Returns:
       ``(alpha, nu, info)`` with ``alpha = x^T mu_t``, ``nu = x^T P_t x`` and a
@@ -227,6 +258,13 @@ def solve_logistic(alpha0, nu0, y, max_iter: int | None = None):
 
     max_iter = _NEWTON_ITERS if max_iter is None else int(max_iter)
     alpha, nu, iters, ok = _newton(alpha0, nu0_safe, y, box, tol, max_iter)
+    # Rarely Newton stalls on the box boundary from the explicit start; restart from the
+    # box centre (masked: no iteration unless some element of a batch needs it).
+    centre = jnp.stack([0.5 * (box[0] + box[1]), jnp.log(0.5 * (box[2] + box[3]))])
+    alpha_c, nu_c, iters_c, ok_c = _newton(alpha0, nu0_safe, y, box, tol, max_iter, centre, ~ok)
+    alpha, nu = jnp.where(ok, alpha, alpha_c), jnp.where(ok, nu, nu_c)
+    iters = jnp.where(ok, iters, iters + iters_c)
+    ok = ok | ok_c
     # Not lax.cond: under vmap it would run the fallback for every element. Masked loops
     # run no iteration unless some element of the batch needs the fallback.
     used_fallback = ~ok

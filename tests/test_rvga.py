@@ -503,3 +503,14 @@ def test_process_noise_is_fading_memory():
     prec = np.eye(d) * (1 + eta) ** -n + X.T @ (X * w[:, None])
     assert rel(s.cov, np.linalg.inv(prec)) <= 1e-10
     assert rel(s.mean, np.linalg.solve(prec, X.T @ (w * y))) <= 1e-10
+
+
+def test_analytic_jacobian_of_the_implicit_equations_equals_autodiff():
+    rng = np.random.default_rng(22)
+    for _ in range(50):
+        a0, nu0, y = rng.normal(0, 10), 10 ** rng.uniform(-3, 3), float(rng.integers(0, 2))
+        a, log_nu = rng.normal(0, 10), rng.uniform(-5, 5)
+        F, J = implicit.residuals_and_jacobian(a, log_nu, a0, nu0, y)
+        Fref = lambda z: jnp.stack(implicit.residuals(z[0], jnp.exp(z[1]), a0, nu0, y))
+        np.testing.assert_allclose(F, Fref(jnp.array([a, log_nu])), rtol=1e-12, atol=1e-12 * (1 + nu0))
+        np.testing.assert_allclose(J, jax.jacfwd(Fref)(jnp.array([a, log_nu])), rtol=1e-9, atol=1e-12 * (1 + nu0))
