@@ -39,7 +39,7 @@ def ekf(model: Model, process_noise=None) -> Filter:
     score = jax.grad(lambda eta, y: jnp.sum(model.family.log_prob(y, eta)))
 
     def update_glm(state, x, y):
-        check_glm_input(state, x, y, model)
+        x, y = check_glm_input(state, x, y, model)
         cov = inflate(state.cov, process_noise)
         v = cov @ x
         eta = x @ state.mean
@@ -83,7 +83,7 @@ def qkf(process_noise=None) -> Filter:
     model = logistic()
 
     def update(state, x, y):
-        check_glm_input(state, x, y, model)
+        x, y = check_glm_input(state, x, y, model)
         cov = inflate(state.cov, process_noise)
         v = cov @ x
         alpha0, nu0 = x @ state.mean, x @ v

@@ -35,7 +35,7 @@ def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: boo
     check_process_noise(process_noise)
 
     def update(state, x, y):
-        check_glm_input(state, x, y, model)
+        x, y = check_glm_input(state, x, y, model)
         cov = inflate(state.cov, process_noise)
         v = cov @ x
         alpha0, nu0 = x @ state.mean, x @ v

@@ -265,6 +265,8 @@ def titterington(n0: float = 20.0) -> Filter:
     keeps the first steps from leaving the parameter space. Asymptotically normal with covariance
     ``I_c^{-2} I / (2 I I_c^{-1} - 1)`` when ``2 I I_c^{-1} > 1`` (Thm 1).
     """
+    if not float(n0) >= 1.0:
+        raise ValueError(f"n0 must be >= 1 (n0 = 0 divides by zero at the first step), got {n0!r}")
 
     def init(params):
         return TitteringtonState(check_params(params), jnp.asarray(0, jnp.int32))

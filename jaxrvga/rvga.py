@@ -63,13 +63,18 @@ def check_process_noise(process_noise):
 
 
 def check_glm_input(state, x, y, model: Model):
-    """Trace-time checks of one GLM observation: ``x`` of shape (d,), ``y`` a valid label."""
+    """Trace-time checks of one GLM observation: ``x`` of shape (d,), ``y`` a valid label.
+
+    Returns ``(x, y)`` cast to the state's dtype, so float64 data never promote a float32 state.
+    """
     d = state.mean.shape[0]
     if jnp.shape(x) != (d,):
         raise ValueError(f"x must have shape ({d},) to match the state, got {jnp.shape(x)}")
     if jnp.ndim(y) != 0:
         raise ValueError(f"y must be a scalar observation for the {model.kind} model, got shape {jnp.shape(y)}")
     model.family.check_y("y", y)
+    dtype = state.mean.dtype
+    return jnp.asarray(x, dtype), jnp.asarray(y, dtype)
 
 
 def make_check(model: Model, x_ndim: int = 1):
@@ -131,8 +136,8 @@ def kalman(noise_var=1.0, process_noise=None) -> Filter:
         d = state.mean.shape[0]
         if jnp.shape(x)[-1:] != (d,) or jnp.ndim(x) > 2:
             raise ValueError(f"x must have shape ({d},) or (m, {d}), got {jnp.shape(x)}")
-        H = jnp.atleast_2d(x)
-        y = jnp.reshape(y, (-1,))
+        H = jnp.atleast_2d(jnp.asarray(x, state.mean.dtype))
+        y = jnp.reshape(jnp.asarray(y, state.mean.dtype), (-1,))
         if y.shape[0] != H.shape[0]:
             raise ValueError(f"y must have {H.shape[0]} entries to match x, got shape {jnp.shape(y)}")
         cov = inflate(state.cov, process_noise)
@@ -155,7 +160,7 @@ def kalman(noise_var=1.0, process_noise=None) -> Filter:
 
 def _logistic_implicit(process_noise, model):
     def update(state, x, y):
-        check_glm_input(state, x, y, model)
+        x, y = check_glm_input(state, x, y, model)
         cov = inflate(state.cov, process_noise)
         v = cov @ x
         alpha0, nu0 = x @ state.mean, x @ v
@@ -172,7 +177,7 @@ def _glm_explicit(model, process_noise):
     """Explicit R-VGA (eqs. 30-31): expectations under ``q_{t-1}``; for logistic, eqs. (78)-(80)."""
 
     def update(state, x, y):
-        check_glm_input(state, x, y, model)
+        x, y = check_glm_input(state, x, y, model)
         cov = inflate(state.cov, process_noise)
         v = cov @ x
         nu0 = x @ v
@@ -187,7 +192,7 @@ def _glm_implicit(model, max_iter, process_noise):
     """Implicit R-VGA for a log-concave GLM by the convex 1-D solve :func:`jaxrvga.implicit.solve_glm`."""
 
     def update(state, x, y):
-        check_glm_input(state, x, y, model)
+        x, y = check_glm_input(state, x, y, model)
         cov = inflate(state.cov, process_noise)
         v = cov @ x
         alpha0, nu0 = x @ state.mean, x @ v

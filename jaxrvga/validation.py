@@ -49,12 +49,12 @@ def check_cov(name: str, cov, dim: int, rtol: float = 1e-6):
         raise ValueError(f"{name} must have shape ({dim}, {dim}) to match the mean, got {cov.shape}")
     if is_concrete(cov):
         c = np.asarray(cov, dtype=np.float64)
+        if not np.all(np.isfinite(c)):
+            raise ValueError(f"{name} must be finite")
         scale = max(np.max(np.abs(c)), np.finfo(np.float64).tiny)
         if np.max(np.abs(c - c.T)) > rtol * scale:
             raise ValueError(f"{name} must be symmetric; max |{name} - {name}^T| = "
                              f"{np.max(np.abs(c - c.T)):.3g}")
-        if not np.all(np.isfinite(c)):
-            raise ValueError(f"{name} must be finite")
     return cov
 
 
