@@ -100,8 +100,9 @@ def rank_one_update(state: GaussianState, cov, v, nu0, r, s, info: SolverInfo) -
     non-log-concave likelihood, overflow), is **skipped and flagged**: the belief is kept,
     the step counter advances and ``info.converged`` is False.
     """
-    ok = jnp.isfinite(r) & jnp.isfinite(s) & (s * nu0 <= 1.0)  # == 1 only by rounding when c nu0 >> 1
+    ok = jnp.isfinite(r) & jnp.isfinite(s) & jnp.isfinite(nu0) & (s * nu0 <= 1.0)  # == 1 only by rounding
     r, s = jnp.where(ok, r, 0.0), jnp.where(ok, s, 0.0)
+    v = jnp.where(ok, v, 0.0)  # v = P x overflows with nu0 = x^T P x, and 0 * inf is NaN
     mean = state.mean + r * v
     cov = cov - s * jnp.outer(v, v)
     info = info._replace(converged=info.converged & ok)
@@ -148,7 +149,12 @@ def kalman(noise_var=1.0, process_noise=None) -> Filter:
         mean = state.mean + Kt.T @ (y - H @ state.mean)
         new_cov = cov - V @ Kt
         new_cov = 0.5 * (new_cov + new_cov.T)
-        return state._replace(mean=mean, cov=new_cov, step=state.step + 1)
+        # Skip and flag an update that is not finite (overflow of S = noise_var I + H P H^T), as
+        # rank_one_update does: keep the (predicted) belief, advance the step, converged = False.
+        ok = jnp.all(jnp.isfinite(S)) & jnp.all(jnp.isfinite(mean)) & jnp.all(jnp.isfinite(new_cov))
+        mean, new_cov = jnp.where(ok, mean, state.mean), jnp.where(ok, new_cov, cov)
+        return state._replace(mean=mean, cov=new_cov, step=state.step + 1,
+                              info=solver_info(cov.dtype, converged=ok))
 
     def check(state, xs, ys):
         d = state.mean.shape[0]

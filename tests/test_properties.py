@@ -143,8 +143,8 @@ def test_implicit_solver_residual_below_1e9(alpha0, nu0, y):
 # ============================================================================ Proposition 1 sampler
 
 
-@prop_settings(30)
-@given(d=st.sampled_from([1, 2, 5, 12, 30]), p=st.integers(1, 7), w_scale=log_uniform(0.1, 2.0),
+@prop_settings(25)
+@given(d=st.sampled_from([1, 2, 5, 12, 30]), p=st.sampled_from([1, 3, 7]), w_scale=log_uniform(0.1, 2.0),
        psi_lo=log_uniform(0.2, 5.0), seed=st.integers(0, 2**31 - 1))
 def test_sampler_covariance_identity_check14(d, p, w_scale, psi_lo, seed):
     """(I - L W^T) Psi^{-1} (I - L W^T)^T + L L^T = (W W^T + Psi)^{-1}, L = Psi^{-1} W M^{-1}, and the
@@ -175,8 +175,8 @@ def _em(W, psi, X, alpha_beta, loops):
     return fa.recursive_em_step(W, psi, X, alpha_beta[0], alpha_beta[1], loops)
 
 
-@prop_settings(40)
-@given(d=st.sampled_from([1, 3, 8]), p=st.sampled_from([1, 2, 3]), m=st.sampled_from([1, 3]),
+@prop_settings(30)
+@given(d=st.sampled_from([1, 8]), p=st.sampled_from([1, 3]), m=st.sampled_from([1, 3]),
        loops=st.sampled_from([1, 3]), dtype=st.sampled_from([np.float32, np.float64]),
        alpha=st.one_of(st.just(0.0), st.floats(0.0, 1.0)), beta=log_uniform(1e-3, 1e3),
        psi_lo=log_uniform(1e-8, 1e2), zero_rows=st.integers(0, 8), seed=st.integers(0, 2**31 - 1))
