@@ -104,8 +104,72 @@ def _floor(diagS, psi_floor):
     return jnp.maximum(psi_floor, finfo.eps) * jnp.mean(diagS) + finfo.tiny
 
 
+#: Row blocks of about this many rows stream the later inner loops of Algorithm 1 when
+#: ``d p`` exceeds :data:`BLOCK_MIN_ELEMENTS` (see :func:`recursive_em_step`).
+BLOCK_ROWS = 8192
+BLOCK_MIN_ELEMENTS = 1 << 22
+
+
+def _num_blocks(d: int, p: int, block_rows) -> int:
+    """Number of equal row blocks for the streamed inner loops (1 = no blocking).
+
+    ``block_rows=None`` blocks only large problems (``d p >= BLOCK_MIN_ELEMENTS``); the
+    block count must divide ``d`` with blocks of at least ``block_rows / 8`` rows, else 1.
+    """
+    if block_rows is None:
+        if d * p < BLOCK_MIN_ELEMENTS:
+            return 1
+        block_rows = BLOCK_ROWS
+    block_rows = positive_int("block_rows", block_rows)
+    for nb in range(-(-d // block_rows), d + 1):
+        if d % nb == 0:
+            return nb if d // nb >= max(1, block_rows // 8) else 1
+    return 1
+
+
+def _later_iteration_blocked(W_prev, psi_prev, X, diagS, W, psi, alpha, beta, nb, floor):
+    """One later inner loop of Algorithm 1 streamed over ``nb`` row blocks (two passes).
+
+    Pass 1 accumulates the p x p Grams ``W^T Psi^-1 W``, ``W_prev^T Psi^-1 W``,
+    ``W^T Psi^-1 Psi_prev Psi^-1 W`` and the (m, p) Gram ``X^T Psi^-1 W`` block by block;
+    pass 2 writes ``W_new`` and ``psi_new`` block by block. Only block-sized temporaries
+    exist besides ``W_prev``, ``W`` and ``W_new`` (the unblocked form keeps several d x p).
+    """
+    d, p = W.shape
+    m = X.shape[1]
+
+    def blocks(a):
+        return a.reshape((nb, d // nb) + a.shape[1:])
+
+    rows = tuple(map(blocks, (W_prev, psi_prev, X, diagS, W, psi)))
+
+    def grams(acc, r):
+        Wp_b, pp_b, X_b, _, W_b, psi_b = r
+        Ws = W_b / psi_b[:, None]
+        Wq = Ws * jnp.sqrt(pp_b)[:, None]
+        return tuple(a + b for a, b in zip(acc, (W_b.T @ Ws, Wp_b.T @ Ws, Wq.T @ Wq, X_b.T @ Ws))), None
+
+    zeros = (jnp.zeros((p, p), W.dtype),) * 3 + (jnp.zeros((m, p), W.dtype),)
+    (G, WpWs, WqWq, XWs), _ = jax.lax.scan(grams, zeros, rows)
+    eye = jnp.eye(p, dtype=W.dtype)
+    Minv = _chol_inv(jnp.linalg.cholesky(eye + _sym(G)))
+    A = XWs @ Minv  # X^T Bt
+    B = WpWs @ Minv  # W_prev^T Bt
+    C = Minv + _sym(beta * (A.T @ A) + alpha * (B.T @ B + Minv @ _sym(WqWq) @ Minv))
+    Cinv = _chol_inv(jnp.linalg.cholesky(C))
+    KX, KP, KW = beta * A @ Cinv, alpha * B @ Cinv, alpha * (Minv @ Cinv)
+
+    def update(_, r):
+        Wp_b, pp_b, X_b, dS_b, W_b, psi_b = r
+        Wn = X_b @ KX + Wp_b @ KP + (pp_b / psi_b)[:, None] * (W_b @ KW)  # Q C^{-1}
+        return None, (Wn, jnp.maximum(dS_b - _rowdot(Wn, Wn @ C), floor))
+
+    _, (W_new, psi_new) = jax.lax.scan(update, None, rows)
+    return W_new.reshape(d, p), psi_new.reshape(d)
+
+
 def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
-                      psi_floor: float = PSI_FLOOR):
+                      psi_floor: float = PSI_FLOOR, block_rows=None):
     """Algorithm 1 of [LRVGA]: ``W W^T + Psi  ~FA~  alpha (W_prev W_prev^T + Psi_prev) + beta X X^T``.
 
     The target ``S = alpha (W_prev W_prev^T + Psi_prev) + beta X X^T`` (eq. 28) is never
@@ -134,6 +198,12 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
       alpha, beta: non-negative scalars (may be traced).
       inner_loops: number of EM iterations (a Python int; 1 to 3 suffice per the paper).
       psi_floor: relative floor keeping ``psi > 0`` (module docstring).
+      block_rows: the second and later inner loops stream over row blocks of about this
+        many rows (one Gram pass, one update pass; same formulas), so that besides
+        ``W_prev``, ``W`` and ``W_new`` only block-sized temporaries exist. ``None``
+        (default): blocks of :data:`BLOCK_ROWS` rows when ``d p >= BLOCK_MIN_ELEMENTS``,
+        no blocking below. Blocks are equal, so a ``d`` without a suitable divisor is not
+        blocked. Under d-sharding (:mod:`jaxrvga.sharding`) pass ``block_rows=d``.
 
     Returns:
       ``(W, psi)``. Cost O(inner_loops (d p m + d p^2 + p^3)), memory O(d (p + m)).
@@ -180,8 +250,14 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
 
     W, psi = em_iteration(W_prev, psi_prev, first=True)
     if inner_loops > 1:
-        W, psi = jax.lax.fori_loop(1, inner_loops,
-                                   lambda _, c: em_iteration(*c, first=False), (W, psi))
+        nb = _num_blocks(*W_prev.shape, block_rows)
+        if nb > 1:
+            floor = _floor(diagS, psi_floor)
+            later = lambda c: _later_iteration_blocked(W_prev, psi_prev, X, diagS, *c,  # noqa: E731
+                                                       alpha, beta, nb, floor)
+        else:
+            later = lambda c: em_iteration(*c, first=False)  # noqa: E731
+        W, psi = jax.lax.fori_loop(1, inner_loops, lambda _, c: later(c), (W, psi))
     return W, psi
 
 

@@ -189,3 +189,18 @@ def test_validation():
         fa.recursive_em().init(W, -psi)
     with pytest.raises(ValueError, match="W must be"):
         fa.online_em(averaging=None).init(W, psi[:5])
+
+
+@pytest.mark.parametrize("loops,m", [(2, 1), (3, 2)])
+def test_blocked_inner_loops_equal_unblocked(loops, m):
+    """The streamed (row-blocked) later inner loops compute the same Algorithm 1 iterates."""
+    rng = np.random.default_rng(3)
+    d, p = 240, 4
+    W = jnp.asarray(rng.normal(size=(d, p)))
+    psi = jnp.asarray(rng.uniform(0.5, 2.0, d))
+    X = jnp.asarray(rng.normal(size=(d, m)))
+    assert fa._num_blocks(d, p, 60) == 4 and fa._num_blocks(d, p, None) == 1
+    ref = fa.recursive_em_step(W, psi, X, 0.7, 1.3, loops)
+    got = fa.recursive_em_step(W, psi, X, 0.7, 1.3, loops, block_rows=60)
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * float(jnp.max(jnp.abs(b))))

@@ -1,0 +1,191 @@
+"""L-RVGA Fig. 2: Bayesian linear regression, sensitivity to the latent dimension p ([LRVGA] §5.2).
+
+Model (48)-(49): ``x_t ~ N(0, C)``, ``C = M^T diag(1/i^c) M`` (c = 1, rotated, "normalised on
+average", :func:`jaxrvga.data.linear_data`, seed 1), ``y_t = x_t^T theta* + N(0, 1)``; prior
+``N(0, sigma0^2 I)`` with sigma0 = 1. Algorithms: the full Kalman filter (:func:`jaxrvga.kalman`) and
+the linear L-RVGA (D1, :func:`jaxrvga.lrvga.lrvga` with the exact scheme, 3 inner loops). Metric: the
+exact KL from the belief at time t to the *final* full-data posterior (the authors' protocol):
+
+    KL(N(mu, (W W^T + Psi)^{-1}) || N(m*, Lam*^{-1})) = fa_kl(Lam*, W, psi) + 1/2 (mu - m*)^T Lam* (mu - m*)
+
+(:func:`jaxrvga.metrics.fa_kl` with ``S = Lam*``, O(d^2 p), no d x d inverse).
+
+Panels ([reproduction] §2.4 L-F2; the paper gives neither sizes nor init for its figure):
+
+* "paper text" d = 1000, N = 3000 ("to find exactly the paper result"), p in {100, 10, 2, 1}, App. D init;
+* "HEAD" d = 100, N = 10000, p in {50, 20, 10, 1}, App. D init (eps = 1e-8), the current script;
+* "shipped PNG" d = 100, N = 1000, p in {100, 10, 2, 1}, Dec-2021 init (``psi_0 = 1/sigma0^2``,
+  ``W_0 = 1e-2 N(0, 1)``), the setting of ``outputs/LRVGA_LinReg_KL_1000_100_3.png``;
+* check 9 of [reproduction] §3: p = d with n_in in {1, 3, 10, 100} inner loops against the KF
+  (d = 100, N = 1000 in full; d = 20, N = 200 quick), App. D init.
+
+``quick``: the shipped-PNG panel at d = 50, N = 500 (p in {50, 10, 2, 1}) and check 9 at d = 20.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments.common import cli, progress, pyplot, write_csv
+from experiments.lrvga_fig01_covariance import run_snapshots, single_threaded_blas
+
+import jaxrvga as jr  # noqa: E402
+from jaxrvga import data, metrics, models  # noqa: E402
+from jaxrvga.lrvga import lrvga  # noqa: E402
+
+SIGMA0, SEED, C = 1.0, 1, 1.0
+EPS = 1e-8
+_MODEL = models.linear_gaussian(1.0)
+KALMAN = jr.kalman(1.0)
+
+
+def init_factors(d, p, init, seed=SEED, sigma0=SIGMA0):
+    """``(W0, psi0)`` of the authors' scripts, ``np.random.seed(seed); mvn(0, I_p, d)`` per p.
+
+    ``"head"``: [LRVGA] App. D, columns rescaled to ``sqrt(eps d / p) / sigma0``,
+    ``psi0 = (1 - eps) / sigma0^2``. ``"dec2021"``: ``W0 = 1e-2 mvn``, ``psi0 = 1 / sigma0^2``.
+    """
+    W0 = np.random.RandomState(seed).multivariate_normal(np.zeros(p), np.identity(p), d)
+    if init == "head":
+        W0 = W0 / np.linalg.norm(W0, axis=0) * (math.sqrt(EPS * d / p) / sigma0)
+        return W0, np.full(d, (1 - EPS) / sigma0**2)
+    return 1e-2 * W0, np.full(d, 1 / sigma0**2)
+
+
+def _kl_fa(state, lam, logdet_lam, m_star):
+    dm = state.mean - m_star
+    return metrics.fa_kl(lam, state.W, state.psi, logdet_lam) + 0.5 * dm @ (lam @ dm)
+
+
+def _kl_full(state, lam, logdet_lam, m_star):
+    """The same KL for a dense belief ``N(mu, P)`` (the Kalman filter) in precision form::
+
+        1/2 [tr(Lam* P) - logdet P - logdet Lam* - d + (mu - m*)^T Lam* (mu - m*)]
+
+    (one Cholesky of P per evaluation; :func:`jaxrvga.metrics.gaussian_kl` would factor both
+    covariances, twice the cost at d = 1000)."""
+    P = state.cov
+    dm = state.mean - m_star
+    logdet_p = 2.0 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(P))))
+    return 0.5 * (jnp.sum(lam * P) - logdet_p - logdet_lam - P.shape[0] + dm @ (lam @ dm))
+
+
+def _precision_kl(state, lam_kf):
+    """``KL(N(0, Lam_KF) || N(0, W W^T + Psi))`` of check 9(b) ([LRVGA] eq. 11)."""
+    return metrics.fa_kl(lam_kf, state.W, state.psi)
+
+
+def posterior(X, y, sigma0=SIGMA0):
+    """Full-data posterior precision ``Lam* = I/sigma0^2 + X^T X`` and mean ``m*`` (noise variance 1)."""
+    d = X.shape[1]
+    lam = np.eye(d) / sigma0**2 + X.T @ X
+    return lam, np.linalg.solve(lam, X.T @ y)
+
+
+def run_panel(d, N, ps, init, loops_list=(3,), quick=True, desc=""):
+    """KF and L-RVGA runs on one data set: ``{label: (t, kl)}`` plus the check-9 precision KLs."""
+    ds = data.linear_data(1.0, N, d, C, seed=SEED)
+    X, y = jnp.asarray(ds.X), jnp.asarray(ds.y)
+    lam, m_star = posterior(ds.X, ds.y)
+    lam_j, m_j = jnp.asarray(lam), jnp.asarray(m_star)
+    logdet_lam = float(np.linalg.slogdet(lam)[1])
+    stride = max(1, N // 300)
+    t = np.arange(0, N // stride + 1) * stride
+    curves, prec = {}, {}
+    state0 = KALMAN.init(jnp.zeros(d), SIGMA0**2 * jnp.eye(d))
+    _, kl = run_snapshots(KALMAN, state0, X, y, stride, _kl_full, lam_j, logdet_lam, m_j)
+    kl0 = float(_kl_full(state0, lam_j, logdet_lam, m_j))
+    curves["KF"] = (t, np.concatenate([[kl0], np.asarray(kl)]))
+    configs = [(p, n) for p in ps for n in loops_list]
+    for p, n_in in progress(configs, desc, quick):
+        W0, psi0 = map(jnp.asarray, init_factors(d, p, init))
+        flt = lrvga(_MODEL, rank=p, inner_loops=n_in)
+        state0 = flt.init(jnp.zeros(d), W0, psi0)
+        final, kl = run_snapshots(flt, state0, X, y, stride, _kl_fa, lam_j, logdet_lam, m_j)
+        kl0 = float(_kl_fa(state0, lam_j, logdet_lam, m_j))
+        curves[(p, n_in)] = (t, np.concatenate([[kl0], np.asarray(kl)]))
+        if p == d:  # check 9(b): the KF started from the same initial precision
+            lam_kf = W0 @ W0.T + jnp.diag(psi0) + X.T @ X
+            prec[n_in] = float(_precision_kl(final, lam_kf))
+    return dict(d=d, N=N, init=init, curves=curves, prec=prec)
+
+
+def plot_panel(ax, res, title, key_label):
+    t, kl = res["curves"]["KF"]
+    ax.semilogy(t, np.maximum(kl, 1e-300), "k-", lw=2,
+                label=f"Kalman filter (full), KL(t = N) = {kl[-1]:.1e}")
+    cmap = pyplot().get_cmap("viridis")
+    keys = [k for k in res["curves"] if k != "KF"]
+    for j, key in enumerate(keys):
+        t, kl = res["curves"][key]
+        ax.semilogy(t, kl, "-", color=cmap(j / max(len(keys) - 1, 1)), lw=1.3, label=key_label(key))
+    lo = min(float(np.min(res["curves"][k][1])) for k in keys)
+    hi = max(float(np.max(v[1])) for v in res["curves"].values())
+    ax.set_ylim(lo / 30, hi * 2)  # the KF's drop to ~1e-14 at t = N leaves the axis (value in the legend)
+    ax.set_xlabel("number of iterations t")
+    ax.set_ylabel("KL to the final posterior")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+FULL = [("paper_text", 1000, 3000, (100, 10, 2, 1), "head"),
+        ("head", 100, 10000, (50, 20, 10, 1), "head"),
+        ("shipped_png", 100, 1000, (100, 10, 2, 1), "dec2021")]
+QUICK = [("shipped_png", 50, 500, (50, 10, 2, 1), "dec2021")]
+CHECK9_FULL, CHECK9_QUICK = (100, 1000), (20, 200)
+LOOPS = (1, 3, 10, 100)
+TITLES = {"paper_text": "paper text size, App. D init", "head": "HEAD script defaults, App. D init",
+          "shipped_png": "shipped PNG setting, Dec-2021 init"}
+
+
+@single_threaded_blas
+def run(quick: bool, out: Path) -> dict:
+    panels = QUICK if quick else FULL
+    results = [(name, run_panel(d, N, ps, init, quick=quick, desc=f"Fig 2 {name}"))
+               for name, d, N, ps, init in panels]
+    d9, N9 = CHECK9_QUICK if quick else CHECK9_FULL
+    check9 = run_panel(d9, N9, (d9,), "head", LOOPS, quick, "Fig 2 check 9")
+    plt = pyplot()
+    n = len(results) + 1
+    fig, axs = plt.subplots(1, n, figsize=(4.8 * n, 4.2))
+    summary, rows = {}, []
+    for ax, (name, res) in zip(axs, results):
+        plot_panel(ax, res, f"{TITLES[name]}\nd = {res['d']}, N = {res['N']}, 3 inner loops",
+                   lambda k: f"L-RVGA p = {k[0]}")
+        summary[f"{name}_d{res['d']}_N{res['N']}_KF"] = float(res["curves"]["KF"][1][-1])
+        for key, (t, kl) in res["curves"].items():
+            if key != "KF":
+                summary[f"{name}_d{res['d']}_N{res['N']}_p{key[0]}"] = float(kl[-1])
+        write_csv(out / f"lrvga_fig02_{name}.csv", ["t"] + [str(k) for k in res["curves"]],
+                  zip(res["curves"]["KF"][0], *(kl for _, kl in res["curves"].values())))
+        rows += [[name, res["d"], res["N"], "KF", "", float(res["curves"]["KF"][1][-1]), ""]]
+        rows += [[name, res["d"], res["N"], k[0], k[1], float(kl[-1]), ""]
+                 for k, (_, kl) in res["curves"].items() if k != "KF"]
+    plot_panel(axs[-1], check9, f"check 9: p = d = {d9}, N = {N9}, App. D init",
+               lambda k: f"L-RVGA p = d, {k[1]} inner loops")
+    summary[f"check9_d{d9}_KF"] = float(check9["curves"]["KF"][1][-1])
+    for key, (t, kl) in check9["curves"].items():
+        if key != "KF":
+            summary[f"check9_d{d9}_loops{key[1]}"] = float(kl[-1])
+            summary[f"check9_d{d9}_loops{key[1]}_precision_kl"] = check9["prec"][key[1]]
+            rows.append(["check9", d9, N9, key[0], key[1], float(kl[-1]), check9["prec"][key[1]]])
+    rows.append(["check9", d9, N9, "KF", "", float(check9["curves"]["KF"][1][-1]), ""])
+    write_csv(out / "lrvga_fig02_check9.csv", ["t"] + [str(k) for k in check9["curves"]],
+              zip(check9["curves"]["KF"][0], *(kl for _, kl in check9["curves"].values())))
+    write_csv(out / "lrvga_fig02_final.csv",
+              ["panel", "d", "N", "p", "inner_loops", "final_kl", "precision_kl_vs_KF"], rows)
+    fig.suptitle("L-RVGA Fig. 2: linear regression, KL to the full-data posterior "
+                 f"(sigma0 = {SIGMA0:g}, c = {C:g}, seed = {SEED})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "lrvga_fig02.png", dpi=110)
+    plt.close(fig)
+    return summary
+
+
+if __name__ == "__main__":
+    cli(run, __doc__)

@@ -1,0 +1,197 @@
+"""L-RVGA Fig. 3: logistic regression with the implicit L-RVGA, sensitivity to p ([LRVGA] §5.3).
+
+Authors' code (``XP_LRVGA_LogisticRegression.py``, ``Test=["LogHD"]``): two Gaussian classes
+(:func:`jaxrvga.data.logistic_data`) at separation ``s = 1/d^coef_s``, c = 1, seed 1; prior
+``N(0, sigma0^2 I)`` with sigma0 = 4 (the caption's "P_0 = sigma0 I" is sigma0^2 I in the code);
+implicit L-RVGA (D2, :func:`jaxrvga.lrvga.lrvga` with ``scheme="implicit"``) with 1 inner loop,
+``psi_0 = 1/sigma0^2`` and ``W_0 = 1e-3 mvn(0, I_p, d)`` (seed 1) for p in {100, 10, 2, 1}; batch
+Laplace (Newton, :func:`jaxrvga.laplace`) as a horizontal line. Metric: the MC-KL of [RVGA] eqs.
+92-94 to the unnormalised final posterior (``Z_p = 1``) with M = 5 base normals drawn once with
+seed 1 (the authors' ``nbSamplesKL = 5``), dense Cholesky sampling of the FA covariance
+(:func:`jaxrvga.metrics.mc_kl_logistic_fa`). Because M = 5 is very noisy, the final values are also
+estimated with M = 1000 fresh normals (seed 1234), with paired standard errors against Laplace.
+
+Panels: the code defaults (d = 200, N = 1000, coef_s = 0.2) and, in full mode, the sizes the code
+comment gives for the paper's figure (d = 1000, N = 10000, coef_s = 0.26).
+``quick``: d = 100, N = 500, coef_s = 0.2.
+
+The left column is the authors' ``plotOutputs``: the histogram of ``sig(x_i^T theta_opt/||theta_opt||)``.
+This module also holds the helpers of the logistic L-RVGA figures (:func:`lrvga_kl_curve`, ...).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments.common import cli, progress, pyplot, write_csv
+from experiments.lrvga_fig01_covariance import run_snapshots, single_threaded_blas
+
+import jaxrvga as jr  # noqa: E402
+from jaxrvga import data, metrics, models  # noqa: E402
+from jaxrvga.lrvga import lrvga  # noqa: E402
+
+MODEL = models.logistic()
+M_KL, SEED_KL = 5, 1  # the authors' nbSamplesKL and seed
+M_BIG, SEED_BIG = 1000, 1234  # precise final estimates
+N_POINTS = 100  # MC-KL evaluations along the stream
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+class Problem:
+    """Data, prior, MC-KL normals and Laplace of one logistic experiment."""
+
+    def __init__(self, d, N, coef_s, sigma0, seed=1, c=1.0, mu0=0.0, m_kl=M_KL, seed_kl=None):
+        self.d, self.N, self.sigma0, self.seed = d, N, sigma0, seed
+        self.s = 1.0 / d**coef_s
+        self.ds = data.logistic_data(self.s, N, d, c, seed=seed)
+        self.X, self.y = jnp.asarray(self.ds.X), jnp.asarray(self.ds.y)
+        self.m0 = jnp.asarray(data.prior_mean(mu0, d))
+        self.P0 = sigma0**2 * jnp.eye(d)
+        self.z = jnp.asarray(metrics.base_normals(d, m_kl, seed=seed if seed_kl is None else seed_kl))
+        self.z_big = jax.random.normal(jax.random.PRNGKey(SEED_BIG), (M_BIG, d))
+        lap = jax.jit(lambda X, y, m, P: jr.laplace(MODEL, X, y, m, P))(self.X, self.y, self.m0, self.P0)
+        self.lap_mean, self.lap_cov, self.lap_ok = lap.mean, lap.cov, bool(lap.converged)
+        self.kl_laplace = float(full_kl(self.lap_mean, self.lap_cov, self.z, self.X, self.y, self.m0,
+                                        sigma0**2))
+        self.terms_laplace = kl_terms(self.lap_mean, self.lap_cov, self.z_big, self.X, self.y, self.m0,
+                                      sigma0**2)
+
+    def stride(self):
+        return max(1, self.N // N_POINTS)
+
+
+@jax.jit
+def full_kl(mean, cov, z, X, y, m0, prior_var):
+    return metrics.mc_kl_logistic(mean, cov, z, X, y, m0, prior_var)
+
+
+def _fa_kl(state, z, X, y, m0, prior_var):
+    return metrics.mc_kl_logistic_fa(state.mean, state.W, state.psi, z, X, y, m0, prior_var)
+
+
+def _full_kl_state(state, z, X, y, m0, prior_var):
+    return metrics.mc_kl_logistic(state.mean, state.cov, z, X, y, m0, prior_var)
+
+
+@jax.jit
+def kl_terms(mean, cov, z, X, y, m0, prior_var):
+    """The M terms ``-log ptilde(theta_m) - entropy`` whose mean is the MC-KL (paired standard errors)."""
+    L = jnp.linalg.cholesky(cov)
+    thetas = mean + z @ L.T
+    lp = jax.lax.map(lambda th: metrics.logistic_log_posterior(th, X, y, m0, prior_var), thetas,
+                     batch_size=50)
+    return -lp - metrics.gaussian_entropy(2.0 * jnp.sum(jnp.log(jnp.diagonal(L))), mean.shape[0])
+
+
+def lrvga_kl_curve(prob: Problem, flt, state0, full=False):
+    """Run a filter over the stream; MC-KL (M = 5 normals) at t = 0, stride, ..., N.
+
+    Returns ``(t, kl, final_state, final_terms)`` with the M_BIG terms of the final belief.
+    """
+    extract = _full_kl_state if full else _fa_kl
+    args = (prob.z, prob.X, prob.y, prob.m0, prob.sigma0**2)
+    stride = prob.stride()
+    final, kl = run_snapshots(flt, state0, prob.X, prob.y, stride, extract, *args)
+    kl0 = float(jax.jit(extract)(state0, *args))
+    t = np.arange(0, len(kl) + 1) * stride
+    cov = final.cov if full else jr.lowrank.to_dense_covariance(final.W, final.psi)
+    terms = kl_terms(final.mean, cov, prob.z_big, prob.X, prob.y, prob.m0, prob.sigma0**2)
+    return t, np.concatenate([[kl0], np.asarray(kl)]), final, np.asarray(terms)
+
+
+def paired(terms_a, terms_b=None):
+    """Mean and MC standard error of the M_BIG-sample KL (of a difference when ``terms_b`` given)."""
+    v = np.asarray(terms_a) - (0.0 if terms_b is None else np.asarray(terms_b))
+    return float(np.mean(v)), float(np.std(v, ddof=1) / np.sqrt(len(v)))
+
+
+def authors_w0(d, p, scale, seed=1):
+    """``np.random.seed(seed); W0 = scale * mvn(0, I_p, d)`` (the authors' logistic init)."""
+    return scale * np.random.RandomState(seed).multivariate_normal(np.zeros(p), np.identity(p), d)
+
+
+def plot_outputs(ax, prob: Problem):
+    """The authors' ``plotOutputs``: histogram of ``sig(x_i^T theta_opt / ||theta_opt||)``."""
+    u = prob.ds.theta_opt / np.linalg.norm(prob.ds.theta_opt)
+    ax.hist(1 / (1 + np.exp(-prob.ds.X @ u)), bins=50)
+    ax.set_xlabel("sig(x_i^T theta_opt / ||theta_opt||)", fontsize=8)
+    ax.set_title(f"outputs, d = {prob.d}, N = {prob.N}, s = {prob.s:.3f}", fontsize=9)
+
+
+def cosine(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# --------------------------------------------------------------------------- Fig. 3
+
+def run_config(d, N, coef_s, ps, quick, sigma0=4.0):
+    prob = Problem(d, N, coef_s, sigma0)
+    psi0 = jnp.full(d, 1.0 / sigma0**2)
+    curves, finals = {}, {}
+    for p in progress(ps, f"Fig 3 d={d}", quick):
+        flt = lrvga(MODEL, rank=p, inner_loops=1, scheme="implicit")
+        state0 = flt.init(prob.m0, jnp.asarray(authors_w0(d, p, 1e-3)), psi0)
+        t, kl, final, terms = lrvga_kl_curve(prob, flt, state0)
+        curves[p] = (t, kl)
+        finals[p] = dict(mc5=float(kl[-1]), big=paired(terms), diff=paired(terms, prob.terms_laplace),
+                         cos_map=cosine(final.mean, prob.lap_mean),
+                         rel_map=float(jnp.linalg.norm(final.mean - prob.lap_mean)
+                                       / jnp.linalg.norm(prob.lap_mean)),
+                         solver_ok=bool(final.info.converged))
+    return prob, curves, finals
+
+
+@single_threaded_blas
+def run(quick: bool, out: Path) -> dict:
+    configs = [(100, 500, 0.2)] if quick else [(200, 1000, 0.2), (1000, 10000, 0.26)]
+    ps = (100, 10, 2, 1) if not quick else (50, 10, 2, 1)
+    plt = pyplot()
+    fig, axs = plt.subplots(len(configs), 2, figsize=(11, 4.2 * len(configs)), squeeze=False,
+                            gridspec_kw=dict(width_ratios=(1, 2)))
+    summary, rows = {}, []
+    for row, (d, N, coef_s) in enumerate(configs):
+        prob, curves, finals = run_config(d, N, coef_s, ps, quick)
+        plot_outputs(axs[row, 0], prob)
+        ax = axs[row, 1]
+        cmap = plt.get_cmap("viridis")
+        for j, (p, (t, kl)) in enumerate(curves.items()):
+            ax.semilogy(t, kl, color=cmap(j / max(len(curves) - 1, 1)), lw=1.3, label=f"L-RVGA p = {p}")
+        ax.axhline(prob.kl_laplace, color="r", lw=1.3, label="Laplace (batch)")
+        ax.set_xlabel("number of iterations t")
+        ax.set_ylabel(f"MC-KL (M = {M_KL}, Z_p = 1)")
+        ax.set_title(f"implicit L-RVGA, 1 inner loop: d = {d}, N = {N}, sigma0 = {prob.sigma0:g}, "
+                     f"coef_s = {coef_s}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        tag = f"d{d}_N{N}"
+        write_csv(out / f"lrvga_fig03_{tag}.csv", ["t"] + [f"kl_p{p}" for p in curves] + ["kl_laplace"],
+                  zip(curves[ps[0]][0], *(kl for _, kl in curves.values()),
+                      np.full(len(curves[ps[0]][0]), prob.kl_laplace)))
+        lap_big = paired(prob.terms_laplace)
+        summary[f"{tag}_laplace_mc5"] = prob.kl_laplace
+        summary[f"{tag}_laplace_mc{M_BIG}"] = lap_big[0]
+        rows.append([tag, "Laplace", prob.kl_laplace, *lap_big, "", "", 1.0, 0.0])
+        for p, f in finals.items():
+            summary[f"{tag}_p{p}_mc5"] = f["mc5"]
+            summary[f"{tag}_p{p}_mc{M_BIG}"] = f["big"][0]
+            summary[f"{tag}_p{p}_minus_laplace"] = f["diff"][0]
+            summary[f"{tag}_p{p}_minus_laplace_stderr"] = f["diff"][1]
+            summary[f"{tag}_p{p}_cos_to_map"] = f["cos_map"]
+            rows.append([tag, f"p={p}", f["mc5"], *f["big"], *f["diff"], f["cos_map"], f["rel_map"]])
+    write_csv(out / "lrvga_fig03_final.csv",
+              ["config", "method", "mckl_M5", f"mckl_M{M_BIG}", "stderr", "minus_laplace",
+               "minus_laplace_stderr", "cos_to_map", "rel_dist_to_map"], rows)
+    fig.suptitle("L-RVGA Fig. 3: logistic regression, sensitivity to the latent dimension p", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "lrvga_fig03.png", dpi=110)
+    plt.close(fig)
+    return summary
+
+
+if __name__ == "__main__":
+    cli(run, __doc__)

@@ -1,0 +1,141 @@
+"""Limited-memory filters sharded along the parameter dimension ``d`` over a device mesh.
+
+A limited-memory state ``N(mean, (W W^T + diag(psi))^{-1})`` holds O(d p) numbers; every
+operation of an L-RVGA step is either d-length work (row-wise scalings, rowdots, the products
+``W c`` and ``W^T v``) or p x p work (Grams, Cholesky factorisations, the 2-D root solve).
+Sharding ``mean``, ``W``, ``psi`` and the inputs ``x_t`` along ``d`` therefore splits all the
+O(d p^2) work and memory across devices; each Gram ``W^T v`` becomes a local product plus one
+all-reduce of a p x p (or p-vector) block, and all p x p work is replicated.
+
+This module uses ``jax.sharding.NamedSharding`` with a one-axis mesh: the state and the data
+are placed with :func:`shard_state` / :func:`shard_inputs` and :func:`run` wraps the filter so
+that every step keeps the d-length leaves sharded (``with_sharding_constraint``); XLA's SPMD
+partitioner inserts the all-reduces. Results equal the unsharded run up to the summation order
+of the reductions.
+
+Several GPUs (or ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` on CPU, set before
+importing jax)::
+
+    mesh = jaxrvga.sharding.make_mesh()             # all devices, axis "d"
+    state = flt.init(mean0, W0, psi0)
+    final, _ = jaxrvga.sharding.run(flt, state, xs, ys, mesh)
+
+``d`` must be divisible by the number of devices.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from . import core
+from .core import Filter
+
+AXIS = "d"
+
+
+def make_mesh(devices=None, axis_name: str = AXIS) -> Mesh:
+    """A one-axis :class:`jax.sharding.Mesh` over ``devices`` (default: all of ``jax.devices()``)."""
+    devices = jax.devices() if devices is None else list(devices)
+    if len(devices) < 1:
+        raise ValueError("devices must name at least one device")
+    return Mesh(np.asarray(devices), (axis_name,))
+
+
+def _axis(mesh: Mesh) -> str:
+    if not isinstance(mesh, Mesh) or len(mesh.axis_names) != 1:
+        raise ValueError(f"mesh must be a one-axis jax.sharding.Mesh, got {mesh!r}")
+    return mesh.axis_names[0]
+
+
+def _check_divisible(d: int, mesh: Mesh):
+    n = mesh.devices.size
+    if d % n:
+        raise ValueError(f"the dimension d = {d} must be divisible by the number of devices {n} of mesh")
+
+
+def state_specs(state, d: int, mesh: Mesh):
+    """PartitionSpecs of a state: leaves whose leading axis has length ``d`` are split along it.
+
+    ``mean`` (d,), ``W`` (d, p) and ``psi`` (d,) of a :class:`~jaxrvga.core.LowRankState` are
+    sharded; scalars, solver diagnostics and PRNG keys are replicated.
+    """
+    name = _axis(mesh)
+
+    def spec(leaf):
+        shape = np.shape(leaf)
+        if len(shape) >= 1 and shape[0] == d:
+            return P(name, *([None] * (len(shape) - 1)))
+        return P()
+
+    return jax.tree_util.tree_map(spec, state)
+
+
+def _shardings(specs, mesh):
+    return jax.tree_util.tree_map(lambda s: NamedSharding(mesh, s), specs,
+                                  is_leaf=lambda s: isinstance(s, P))
+
+
+def shard_state(state, mesh: Mesh):
+    """Place a limited-memory state on ``mesh``, its d-length leaves split along ``d``."""
+    d = _dimension(state)
+    _check_divisible(d, mesh)
+    return jax.device_put(state, _shardings(state_specs(state, d, mesh), mesh))
+
+
+def shard_inputs(xs, mesh: Mesh):
+    """Place inputs ``xs`` of shape (T, d) on ``mesh``, split along ``d`` (the last axis)."""
+    name = _axis(mesh)
+    shape = np.shape(xs)
+    if len(shape) != 2:
+        raise ValueError(f"xs must have shape (T, d), got {shape}")
+    _check_divisible(shape[1], mesh)
+    return jax.device_put(xs, NamedSharding(mesh, P(None, name)))
+
+
+def _dimension(state) -> int:
+    mean = getattr(state, "mean", None)
+    if mean is None or np.ndim(mean) != 1:
+        raise ValueError("state must have a vector field 'mean' (a limited-memory filter state)")
+    return int(np.shape(mean)[0])
+
+
+def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
+    """``flt`` whose ``update`` constrains the d-length leaves of the new state to stay sharded."""
+    if not isinstance(flt, Filter):
+        raise ValueError(f"flt must be a jaxrvga Filter, got {type(flt).__name__}")
+    _check_divisible(d, mesh)
+
+    def update(state, x, y):
+        new = flt.update(state, x, y)
+        shardings = _shardings(state_specs(new, d, mesh), mesh)
+        return jax.lax.with_sharding_constraint(new, shardings)
+
+    return Filter(flt.init, update, flt.check)
+
+
+def run(flt: Filter, state, xs, ys, mesh: Optional[Mesh] = None, trace_fn=None, *,
+        donate: bool = False):
+    """:func:`jaxrvga.run` with the state and the inputs sharded along ``d`` over ``mesh``.
+
+    Args:
+      flt: a limited-memory filter (e.g. :func:`jaxrvga.lrvga`) whose inputs ``x_t`` are (d,).
+      state: its initial state (host or device arrays; placed on ``mesh`` here).
+      xs: (T, d) inputs; ys: (T,) labels (replicated).
+      mesh: a one-axis mesh (default :func:`make_mesh` over all devices).
+      trace_fn, donate: as in :func:`jaxrvga.run`.
+
+    Returns:
+      ``(final_state, trace)``; the final ``mean``, ``W`` and ``psi`` stay sharded along ``d``.
+    """
+    mesh = make_mesh() if mesh is None else mesh
+    d = _dimension(state)
+    state = shard_state(state, mesh)
+    xs = shard_inputs(xs, mesh)
+    ys = jax.device_put(ys, NamedSharding(mesh, P()))
+    return core.run(sharded_filter(flt, mesh, d), state, xs, ys, trace_fn, donate=donate)
+
+
+__all__ = ["make_mesh", "state_specs", "shard_state", "shard_inputs", "sharded_filter", "run"]

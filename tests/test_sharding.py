@@ -1,0 +1,112 @@
+"""Sharded limited-memory filters (jaxrvga.sharding) equal the unsharded run.
+
+The sharded run needs several devices; on CPU they come from
+``XLA_FLAGS=--xla_force_host_platform_device_count=4``, which must be set before jax is
+imported, so it runs in a subprocess and sends its results back through an .npz file.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrvga as jr
+from jaxrvga import sharding
+from jaxrvga.lrvga import lrvga
+
+D, P_RANK, T, LOOPS = 64, 3, 12, 3
+CASES = {"linear": "exact", "logistic": "explicit", "logistic_implicit": "implicit"}
+
+
+def problem():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((T, D)) / np.sqrt(D) * 3.0
+    theta = rng.standard_normal(D)
+    eta = X @ theta
+    y_lin = eta + rng.standard_normal(T)
+    y_log = (rng.uniform(size=T) < 1 / (1 + np.exp(-eta))).astype(float)
+    return X, y_lin, y_log
+
+
+def make_filter(name):
+    model = jr.models.linear_gaussian(1.0) if name == "linear" else jr.models.logistic()
+    return lrvga(model, rank=P_RANK, inner_loops=LOOPS, scheme=CASES[name])
+
+
+def initial_state(flt):
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), D, P_RANK, 1.0, eps=1e-2)
+    return flt.init(jnp.zeros(D), W0, psi0)
+
+
+CHILD = textwrap.dedent("""
+    import sys
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+    sys.path.insert(0, {root!r})
+    from tests import test_sharding as ts
+    from jaxrvga import sharding
+    assert len(jax.devices()) == 4, jax.devices()
+    X, y_lin, y_log = ts.problem()
+    mesh = sharding.make_mesh()
+    out = {{}}
+    for name in ts.CASES:
+        flt = ts.make_filter(name)
+        ys = y_lin if name == "linear" else y_log
+        final, _ = sharding.run(flt, ts.initial_state(flt), X, ys, mesh)
+        shard_rows = {{s.data.shape[0] for s in final.W.addressable_shards}}
+        assert shard_rows == {{ts.D // 4}}, shard_rows
+        assert len(final.W.sharding.device_set) == 4
+        for field in ("mean", "W", "psi"):
+            out[name + "_" + field] = np.asarray(getattr(final, field))
+    np.savez(sys.argv[1], **out)
+""")
+
+
+def test_sharded_run_equals_unsharded(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    path = str(tmp_path / "sharded.npz")
+    res = subprocess.run([sys.executable, "-c", CHILD.format(root=root), path], env=env, cwd=root,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = np.load(path)
+    X, y_lin, y_log = problem()
+    for name in CASES:
+        flt = make_filter(name)
+        ref, _ = jr.run(flt, initial_state(flt), X, y_lin if name == "linear" else y_log)
+        for field in ("mean", "W", "psi"):
+            a, b = got[f"{name}_{field}"], np.asarray(getattr(ref, field))
+            assert np.all(np.isfinite(b))
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.max(np.abs(b)),
+                                       err_msg=f"{name}.{field}")
+
+
+def test_single_device_mesh_matches_and_specs():
+    mesh = sharding.make_mesh(jax.devices()[:1])
+    flt = make_filter("linear")
+    X, y_lin, _ = problem()
+    state = initial_state(flt)
+    specs = sharding.state_specs(state, D, mesh)
+    assert specs.mean == jax.sharding.PartitionSpec("d")
+    assert specs.W == jax.sharding.PartitionSpec("d", None)
+    assert specs.step == jax.sharding.PartitionSpec()
+    got, _ = sharding.run(flt, state, X, y_lin, mesh)
+    ref, _ = jr.run(flt, state, X, y_lin)
+    np.testing.assert_allclose(got.W, ref.W, rtol=1e-12, atol=0)
+
+
+def test_validation():
+    mesh = sharding.make_mesh(jax.devices()[:1])
+    with pytest.raises(ValueError, match="xs"):
+        sharding.shard_inputs(np.zeros(5), mesh)
+    with pytest.raises(ValueError, match="flt"):
+        sharding.sharded_filter(lambda s: s, mesh, 4)
+    with pytest.raises(ValueError, match="mesh"):
+        sharding.shard_inputs(np.zeros((2, 4)), "not a mesh")
+    with pytest.raises(ValueError, match="devices"):
+        sharding.make_mesh([])
