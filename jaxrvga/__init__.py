@@ -7,7 +7,7 @@ observation. L-RVGA (Lambert, Bonnabel & Bach 2023) keeps the precision as
 and memory linear in the dimension.
 """
 from . import (data, dual, factor_analysis, implicit, io, klprox, lowrank, metrics, models,
-               online_em, special, validation)
+               online_em, sharding, special, validation)
 from .baselines import LaplaceResult, ekf, laplace, qkf
 from .core import (Filter, GaussianState, LowRankState, SolverInfo, run, trace_info,
                    trace_mean)
@@ -20,4 +20,4 @@ __version__ = "0.1.0"
 __all__ = ["Filter", "GaussianState", "LowRankState", "SolverInfo", "run", "trace_info", "trace_mean",
            "rvga", "lrvga", "kalman", "predictive", "ekf", "qkf", "laplace", "LaplaceResult", "mirror_prox",
            "data", "dual", "factor_analysis", "implicit", "io", "klprox", "lowrank", "metrics", "models",
-           "online_em", "special", "validation"]
+           "online_em", "sharding", "special", "validation"]
