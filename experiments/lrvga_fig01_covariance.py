@@ -50,7 +50,9 @@ def single_threaded_blas(fn):
 
     JAX's CPU LAPACK kernels (Cholesky, solves) and NumPy's linear algebra call SciPy's OpenBLAS.
     On this shared 2-core machine its busy-waiting threads make a 1000 x 1000 Cholesky take ~4 s
-    instead of ~0.1 s single-threaded. XLA's own matmuls are unaffected.
+    instead of ~0.1 s single-threaded (and the L-RVGA scans 20-80x longer). XLA's own matmuls are
+    unaffected. ``threadpoolctl`` only limits libraries already loaded, so SciPy's LAPACK and JAX's
+    CPU LAPACK kernels are loaded first (one small Cholesky).
     """
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -58,6 +60,9 @@ def single_threaded_blas(fn):
             from threadpoolctl import threadpool_limits
         except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
             return fn(*args, **kwargs)
+        import scipy.linalg  # noqa: F401  (loads SciPy's OpenBLAS)
+
+        jnp.linalg.cholesky(jnp.eye(2)).block_until_ready()  # loads JAX's LAPACK kernels
         with threadpool_limits(1):
             return fn(*args, **kwargs)
 

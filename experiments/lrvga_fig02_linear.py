@@ -17,7 +17,7 @@ Panels ([reproduction] §2.4 L-F2; the paper gives neither sizes nor init for it
 * "shipped PNG" d = 100, N = 1000, p in {100, 10, 2, 1}, Dec-2021 init (``psi_0 = 1/sigma0^2``,
   ``W_0 = 1e-2 N(0, 1)``), the setting of ``outputs/LRVGA_LinReg_KL_1000_100_3.png``;
 * check 9 of [reproduction] §3: p = d with n_in in {1, 3, 10, 100} inner loops against the KF
-  (d = 100, N = 1000 in full; d = 20, N = 200 quick), App. D init.
+  (d = 50, N = 500 in full; d = 20, N = 200 quick), App. D init.
 
 ``quick``: the shipped-PNG panel at d = 50, N = 500 (p in {50, 10, 2, 1}) and check 9 at d = 20.
 """
@@ -137,7 +137,7 @@ FULL = [("paper_text", 1000, 3000, (100, 10, 2, 1), "head"),
         ("head", 100, 10000, (50, 20, 10, 1), "head"),
         ("shipped_png", 100, 1000, (100, 10, 2, 1), "dec2021")]
 QUICK = [("shipped_png", 50, 500, (50, 10, 2, 1), "dec2021")]
-CHECK9_FULL, CHECK9_QUICK = (100, 1000), (20, 200)
+CHECK9_FULL, CHECK9_QUICK = (50, 500), (20, 200)
 LOOPS = (1, 3, 10, 100)
 TITLES = {"paper_text": "paper text size, App. D init", "head": "HEAD script defaults, App. D init",
           "shipped_png": "shipped PNG setting, Dec-2021 init"}

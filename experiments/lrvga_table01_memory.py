@@ -19,7 +19,7 @@ included). Models: ``8 d p`` (recursive EM: W), ``2 x 8 d p`` (online EM: W and 
 the quadratic scaling.
 
 The machine is shared (2 cores, other jobs running): times are indicative only.
-``quick``: d = 1e5 (batch EM at d = 3000); full: d = 1e6 (batch EM at d = 5000), T = 5 steps.
+``quick``: d = 5e4 (batch EM at d = 3000), T = 2; full: d = 1e6 (batch EM at d = 5000), T = 5 steps.
 
 This module also holds :func:`measure`, used by Table 2.
 """
@@ -169,7 +169,7 @@ HEADER = ["algorithm", "d", "p", "time_per_iteration_s", "measured_peak_MB", "me
 
 
 def run(quick: bool, out: Path) -> dict:
-    d, d_batch, p, T = (100_000, 3000, 100, 3) if quick else (1_000_000, 5000, 100, 5)
+    d, d_batch, p, T = (50_000, 3000, 100, 2) if quick else (1_000_000, 5000, 100, 5)
     configs = [("online EM, 1 inner loop", "online", d, 2 * 8 * d * p),
                ("recursive EM, 1 inner loop", "recem", d, 8 * d * p),
                (f"batch EM (measured at d = {d_batch})", "batch", d_batch, 8 * d_batch**2)]

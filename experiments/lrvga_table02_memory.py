@@ -10,7 +10,7 @@ interpreter per configuration, peak RSS of the timed run minus the baseline), fo
 Kalman filter (:func:`jaxrvga.kalman`) is measured at a small d (its d x d covariance) next to its
 model ``8 d^2`` to show the quadratic scaling; at d = 1e6 it is the model only.
 
-``quick``: d = 1e5 (Kalman at d = 3000), T = 3; full: d = 1e6 (Kalman at d = 5000), T = 5.
+``quick``: d = 5e4 (Kalman at d = 3000), T = 2; full: d = 1e6 (Kalman at d = 5000), T = 5.
 The machine is shared (2 cores): times are indicative only.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ PAPER = {100: (6.0, 816), 10: (0.7, 96), 2: (0.2, 32), 1: (0.06, 24)}
 
 
 def run(quick: bool, out: Path) -> dict:
-    d, d_kf, T = (100_000, 3000, 3) if quick else (1_000_000, 5000, 5)
+    d, d_kf, T = (50_000, 3000, 2) if quick else (1_000_000, 5000, 5)
     configs = [(f"L-RVGA p = {p}, 3 inner loops", "lrvga", d, p, 8 * d * (p + 2)) for p in PS]
     configs.append((f"full Kalman (measured at d = {d_kf})", "kalman", d_kf, 1, 8 * d_kf**2))
     summary, rows = {}, []
