@@ -21,7 +21,12 @@ Panels and protocols (authors' ``XP_LRVGA_LargeScaleCovariance.py``; [reproducti
   **p = 5**: the authors' LibSVM branch hard-codes p = 20, which exceeds d = 10 (not a valid FA).
 * Madelon (500-d) is not bundled: that panel is not reproduced.
 
-``quick``: d = 100 (N = 1000), d = 200 (N = 2000) in place of d = 1000, and Breast Cancer.
+Full mode also measures the spread of the final KL of the one-pass methods over random orderings
+of the data and over 1e-12 relative perturbations of the samples (:func:`variability`): while
+``t < p`` the targets are rank deficient, ``psi`` is a catastrophic cancellation, and the
+recursions amplify rounding to O(1) differences (``lrvga_fig01_variability_d*.png``).
+
+``quick``: d = 100 (N = 1000) and Breast Cancer, no variability study.
 
 This module also holds :func:`run_snapshots`, shared by the other ``lrvga_*`` scripts.
 """
@@ -37,7 +42,6 @@ import numpy as np
 
 from experiments.common import cli, progress, pyplot, write_csv
 
-import jaxrvga as jr  # noqa: E402
 from jaxrvga import data, factor_analysis as fa, metrics  # noqa: E402
 
 BATCH_REF = 1000  # iterations of the reference batch-EM run
@@ -72,16 +76,27 @@ def single_threaded_blas(fn):
 def run_snapshots(flt, state, xs, ys, stride: int, extract=lambda s: s, *args):
     """Run ``flt`` over ``(xs, ys)`` and return ``extract(state, *args)`` after every ``stride`` steps.
 
-    One jitted nested ``lax.scan`` (the data are cut into ``len(xs) // stride`` chunks, the
-    remainder is dropped), so only ``len(xs) / stride`` snapshots are kept in memory: the
-    trajectories of d x p factors at every step would not fit for the larger experiments.
-    ``extract`` may compute a metric directly (its extra arrays passed as ``args``).
-    Returns ``(final_state, snapshots)``, snapshots stacked along a leading axis.
+    One jitted nested ``lax.scan`` over ``len(xs) // stride`` chunks, so only ``len(xs) / stride``
+    snapshots are kept in memory: the trajectories of d x p factors at every step would not fit
+    for the larger experiments. The remaining ``len(xs) % stride`` observations are then absorbed
+    and one last snapshot is taken at ``t = len(xs)``. ``extract`` may compute a metric directly
+    (its extra arrays passed as ``args``).
+
+    Returns ``(final_state, snapshots, t)``: snapshots stacked along a leading axis and ``t`` the
+    number of observations absorbed at each snapshot (the last one is ``len(xs)``).
     """
-    n = (len(xs) // stride) * stride
-    xs = jnp.asarray(xs[:n]).reshape((n // stride, stride) + tuple(np.shape(xs)[1:]))
-    ys = jnp.asarray(ys[:n]).reshape((n // stride, stride) + tuple(np.shape(ys)[1:]))
-    return _snapshots(flt, extract, state, xs, ys, args)
+    N = len(xs)
+    n = (N // stride) * stride
+    xc = jnp.asarray(xs[:n]).reshape((n // stride, stride) + tuple(np.shape(xs)[1:]))
+    yc = jnp.asarray(ys[:n]).reshape((n // stride, stride) + tuple(np.shape(ys)[1:]))
+    final, snaps = _snapshots(flt, extract, state, xc, yc, args)
+    t = np.arange(1, n // stride + 1) * stride
+    if n < N:
+        final, last = _snapshots(flt, extract, final, jnp.asarray(xs[n:])[None], jnp.asarray(ys[n:])[None],
+                                 args)
+        snaps = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), snaps, last)
+        t = np.append(t, N)
+    return final, snaps, t
 
 
 def _snapshots_impl(flt, extract, state, xs, ys, args):
@@ -157,8 +172,7 @@ def run_panel(name, d, p, N, loops, batch_iters, quick):
         state0 = flt.init(W0, psi0)
         first = flt.update(state0, Xj[0])
         firsts[label] = float(metrics.fa_kl(S, *extract(first), logdet_S))
-        _, (Ws, psis) = run_snapshots(flt, state0, Xj, dummy, stride, extract)
-        t = np.arange(1, len(Ws) + 1) * stride
+        _, (Ws, psis), t = run_snapshots(flt, state0, Xj, dummy, stride, extract)
         kl = np.asarray(_fa_kl_many(S, logdet_S, Ws, psis))
         if stride > 1:  # prepend t = 1 (the t = 1 identity of rec-EM and online EM)
             t, kl = np.concatenate([[1], t]), np.concatenate([[firsts[label]], kl])
@@ -201,8 +215,8 @@ def variability(name, d, p, N, loops, n_runs, kind, seed=0):
         else:
             Xr = X * (1 + 1e-12 * rng.standard_normal(X.shape))
         for m, flt, extract in flts:
-            _, (Ws, psis) = run_snapshots(flt, flt.init(jnp.asarray(W0), jnp.asarray(psi0)),
-                                          jnp.asarray(Xr), jnp.zeros(N), N, extract)
+            _, (Ws, psis), _ = run_snapshots(flt, flt.init(jnp.asarray(W0), jnp.asarray(psi0)),
+                                             jnp.asarray(Xr), jnp.zeros(N), N, extract)
             finals[m].append(float(metrics.fa_kl(S, Ws[0], psis[0], logdet_S)))
     return {m: np.asarray(v) for m, v in finals.items()}
 
@@ -302,19 +316,19 @@ def run(quick: bool, out: Path) -> dict:
               ["panel", "d", "p", "N", "kl0"]
               + [f"{m}_{f}" for m in ONLINE for f in ("N10", "N2", "N")]
               + ["batchEM", f"batchEM_{BATCH_REF}", "t1_recEM_1", "t1_onlineEM"], rows)
-    if not quick:  # variability of the final KL at d = 100 (Dec-2021 protocol)
-        var = {kind: variability("dec2021", 100, 10, 1000, (3, 1), n, kind)
-               for kind, n in (("shuffle", 20), ("rounding", 10))}
-        plot_variability(out / "lrvga_fig01_variability.png", var,
-                         "L-RVGA Fig. 1, d = 100 (Dec-2021 protocol): spread of the final KL")
-        write_csv(out / "lrvga_fig01_variability.csv", ["kind", "method", "run", "kl"],
-                  [(k, m, i, float(v)) for k, fin in var.items() for m, vs in fin.items()
-                   for i, v in enumerate(vs)])
-        for kind, fin in var.items():
-            for m, v in fin.items():
-                summary[f"dec2021_d100_{kind}_{m}_median"] = float(np.median(v))
-                summary[f"dec2021_d100_{kind}_{m}_min"] = float(np.min(v))
-                summary[f"dec2021_d100_{kind}_{m}_max"] = float(np.max(v))
+    if not quick:  # variability of the final KL: d = 100 (Dec-2021 protocol) and d = 1000 (HEAD)
+        for name, d, N, runs in (("dec2021", 100, 1000, ((("shuffle", 20), ("rounding", 10)))),
+                                 ("head", 1000, 10000, (("shuffle", 5), ("rounding", 5)))):
+            var = {kind: variability(name, d, 10, N, (3, 1), n, kind) for kind, n in runs}
+            plot_variability(out / f"lrvga_fig01_variability_d{d}.png", var,
+                             f"L-RVGA Fig. 1, d = {d} ({TITLES[name]}): spread of the final KL")
+            write_csv(out / f"lrvga_fig01_variability_d{d}.csv", ["kind", "method", "run", "kl"],
+                      [(k, m, i, float(v)) for k, fin in var.items() for m, vs in fin.items()
+                       for i, v in enumerate(vs)])
+            for kind, fin in var.items():
+                for m, v in fin.items():
+                    for stat in ("median", "min", "max"):
+                        summary[f"{name}_d{d}_{kind}_{m}_{stat}"] = float(getattr(np, stat)(v))
     return summary
 
 

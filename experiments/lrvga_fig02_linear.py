@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -94,10 +93,10 @@ def run_panel(d, N, ps, init, loops_list=(3,), quick=True, desc=""):
     lam_j, m_j = jnp.asarray(lam), jnp.asarray(m_star)
     logdet_lam = float(np.linalg.slogdet(lam)[1])
     stride = max(1, N // 300)
-    t = np.arange(0, N // stride + 1) * stride
     curves, prec = {}, {}
     state0 = KALMAN.init(jnp.zeros(d), SIGMA0**2 * jnp.eye(d))
-    _, kl = run_snapshots(KALMAN, state0, X, y, stride, _kl_full, lam_j, logdet_lam, m_j)
+    _, kl, t = run_snapshots(KALMAN, state0, X, y, stride, _kl_full, lam_j, logdet_lam, m_j)
+    t = np.concatenate([[0], t])
     kl0 = float(_kl_full(state0, lam_j, logdet_lam, m_j))
     curves["KF"] = (t, np.concatenate([[kl0], np.asarray(kl)]))
     configs = [(p, n) for p in ps for n in loops_list]
@@ -105,7 +104,7 @@ def run_panel(d, N, ps, init, loops_list=(3,), quick=True, desc=""):
         W0, psi0 = map(jnp.asarray, init_factors(d, p, init))
         flt = lrvga(_MODEL, rank=p, inner_loops=n_in)
         state0 = flt.init(jnp.zeros(d), W0, psi0)
-        final, kl = run_snapshots(flt, state0, X, y, stride, _kl_fa, lam_j, logdet_lam, m_j)
+        final, kl, _ = run_snapshots(flt, state0, X, y, stride, _kl_fa, lam_j, logdet_lam, m_j)
         kl0 = float(_kl_fa(state0, lam_j, logdet_lam, m_j))
         curves[(p, n_in)] = (t, np.concatenate([[kl0], np.asarray(kl)]))
         if p == d:  # check 9(b): the KF started from the same initial precision

@@ -95,9 +95,9 @@ def lrvga_kl_curve(prob: Problem, flt, state0, full=False):
     extract = _full_kl_state if full else _fa_kl
     args = (prob.z, prob.X, prob.y, prob.m0, prob.sigma0**2)
     stride = prob.stride()
-    final, kl = run_snapshots(flt, state0, prob.X, prob.y, stride, extract, *args)
+    final, kl, t = run_snapshots(flt, state0, prob.X, prob.y, stride, extract, *args)
     kl0 = float(jax.jit(extract)(state0, *args))
-    t = np.arange(0, len(kl) + 1) * stride
+    t = np.concatenate([[0], t])
     cov = final.cov if full else jr.lowrank.to_dense_covariance(final.W, final.psi)
     terms = kl_terms(final.mean, cov, prob.z_big, prob.X, prob.y, prob.m0, prob.sigma0**2)
     return t, np.concatenate([[kl0], np.asarray(kl)]), final, np.asarray(terms)

@@ -1,4 +1,6 @@
-"""L-RVGA Fig. 4: the general nonlinear (sampled) L-RVGA, sensitivity to the number of samples K ([LRVGA] §5.4).
+"""L-RVGA Fig. 4: the general nonlinear (sampled) L-RVGA, sensitivity to the number of samples K.
+
+[LRVGA] §5.4.
 
 Authors' code (``XP_LRVGA_LogisticRegression.py``, ``Test=["Sampling"]``): logistic data with
 d = 1000, N = 1000, c = 1, seed 1, ``s = 1/d^0.15``; prior ``N(0, sigma0^2 I)``, sigma0 in {1, 2, 3};

@@ -34,8 +34,8 @@ import jaxrvga as jr  # noqa: E402
 from jaxrvga import metrics  # noqa: E402
 
 M_2D = 20000
-FLT_2D = {"EKF": jr.ekf(MODEL), "explicit": jr.rvga(MODEL, "explicit"), "implicit": jr.rvga(MODEL, "implicit"),
-          "mirror prox": jr.mirror_prox(MODEL),
+FLT_2D = {"EKF": jr.ekf(MODEL), "explicit": jr.rvga(MODEL, "explicit"),
+          "implicit": jr.rvga(MODEL, "implicit"), "mirror prox": jr.mirror_prox(MODEL),
           "mirror prox, skip 2nd cov (143-145)": jr.mirror_prox(MODEL, update_cov_twice=False),
           "mirror prox, corrected": jr.mirror_prox(MODEL, correction=True)}
 PANELS = ("EKF", "explicit", "implicit", "mirror prox")
@@ -79,7 +79,7 @@ def run_2d(out: Path, summary: dict):
     T1, T2, pdf = posterior_grid(res, n=80, width=4.5)
     for ax, name in zip(axs, PANELS):
         ax.contour(T1, T2, pdf, pdf.max() * np.arange(1, 7) / 7, colors="g", linewidths=0.8)
-        ellipse(ax, *finals[name], "r", "-", 1.6, label=name)
+        ellipse(ax, *finals[name], "r", "-", 1.6, label="1-sigma ellipse, t = N")
         ellipse(ax, res.lap_mean, res.lap_cov, "k", "--", 1.2, label="Laplace")
         ax.plot(*res.lap_mean, "k+", ms=10)
         kl = summary[f"2d_kl_{name.replace(' ', '_')}"]
@@ -131,8 +131,8 @@ def run_highdim(out: Path, summary: dict, quick: bool):
               ["sigma0", "method", "mckl_M5", f"mckl_M{M_BIG}", "stderr", "minus_laplace",
                "minus_laplace_stderr", "dist_to_map"], rows)
     fig.legend(loc="lower center", ncol=4, fontsize=8)
-    fig.suptitle(f"L-RVGA code extra MirrorProxHighDim (not in the paper): full covariance, d = {d}, N = {N}, "
-                 f"seed 2, s = 1/d^0.15", fontsize=10)
+    fig.suptitle(f"L-RVGA code extra MirrorProxHighDim (not in the paper): full covariance, "
+                 f"d = {d}, N = {N}, seed 2, s = 1/d^0.15", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(out / "lrvga_fig05_highdim.png", dpi=110)
     plt.close(fig)

@@ -7,16 +7,23 @@ array (recursive EM stores W: 0.8 GB; online EM also S2: 1.6 GB).
 Here the memory is **measured**: each configuration runs in a fresh interpreter
 (``subprocess``) that imports jax, enables float64, warms up (the same algorithm at d = 64) and
 draws the T data vectors. It then runs T steps with :func:`jaxrvga.run` (``donate=True``, so the
-initial state's buffers are reused) once to compile. The baseline is the resident set size at
-that point (the interpreter with jax, the compiled step and the data, but no state); the peak
-RSS is reset to it (``/proc/self/clear_refs``, after which ``ru_maxrss`` restarts from the current
-RSS), the initial state is built (one fused kernel: no RNG temporaries) and the T steps run again,
-timed. Reported, in decimal MB: ``ru_maxrss - baseline`` during that run (initial state + every
-buffer and temporary of the jitted steps), the initial state alone, and, as a conservative
-figure, the whole-process ``ru_maxrss`` minus the RSS after the warm-up (compilation and first run
-included). Models: ``8 d p`` (recursive EM: W), ``2 x 8 d p`` (online EM: W and S2), ``8 d^2``
-(batch EM: the dense S, counted in its measured peak). Batch EM is measured at a small d to show
-the quadratic scaling.
+initial state's buffers are reused) once, to compile. The baseline is the resident set size at
+that point, once it has settled (XLA frees dropped buffers asynchronously): the interpreter with
+jax, the compiled step and the data, but no state. The peak RSS is reset to it
+(``/proc/self/clear_refs``), the initial state is built (one fused kernel: no RNG temporaries) and
+the T steps run again, timed. Reported, in decimal MB: peak RSS - baseline during that run
+(initial state + every buffer and temporary of the jitted steps), the initial state alone, and,
+as a conservative figure, the peak over the compile-and-first run minus the RSS after the warm-up.
+
+The peak is read as ``VmHWM`` (``/proc/self/status``), the kernel's peak RSS of the process's
+address space, the quantity behind ``getrusage().ru_maxrss``. ``ru_maxrss`` itself cannot be used in
+a child process: after fork + exec Linux folds the parent's RSS at fork time into it, and
+``clear_refs`` does not reset that part (a probe started from a 1.8 GB ``run_all`` reported
+>= 1.8 GB for every configuration).
+
+Models: ``8 d p`` (recursive EM: W), ``2 x 8 d p`` (online EM: W and S2), ``8 d^2`` (batch EM:
+the dense S, counted in its measured peak). Batch EM is measured at a small d to show the
+quadratic scaling.
 
 The machine is shared (2 cores, other jobs running): times are indicative only.
 ``quick``: d = 5e4 (batch EM at d = 3000), T = 2; full: d = 1e6 (batch EM at d = 5000), T = 5 steps.
@@ -36,7 +43,7 @@ from experiments.common import cli, progress, write_csv
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r'''
-import gc, json, resource, sys, time
+import gc, json, sys, time
 import numpy as np
 import jax, jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
@@ -53,7 +60,23 @@ def rss_mb(field):
             return int(line.split()[1]) * 1024 / 1e6
 
 def maxrss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
+    # VmHWM, the peak RSS of this address space. (getrusage's ru_maxrss is not used: after
+    # fork + exec Linux folds the parent's pre-exec RSS into it, so a child of a large process
+    # reports at least the parent's size, and clear_refs cannot reset that part.)
+    return rss_mb("VmHWM")
+
+
+def settled_rss_mb():
+    # XLA frees donated / dropped buffers asynchronously: wait until the RSS stops falling
+    gc.collect()
+    prev = rss_mb("VmRSS")
+    for _ in range(40):
+        time.sleep(0.25)
+        cur = rss_mb("VmRSS")
+        if abs(cur - prev) < 0.5:
+            return cur
+        prev = cur
+    return prev
 
 def reset_peak():
     # Linux: "5" resets the peak RSS (VmHWM, and ru_maxrss with it) to the current RSS
@@ -111,16 +134,15 @@ else:
     jax.block_until_ready(jr.run(flt, init(*factors(dw, p)), xs, ys, donate=True)[0])
 xs, ys = data(d, T)
 jax.block_until_ready((xs, ys))
-gc.collect()
-base_total = rss_mb("VmRSS")  # baseline of the whole-process figure: imports, warm-up, data
+base_total = settled_rss_mb()
+reset_peak()  # baseline of the whole-process figure: imports, warm-up, data
 
 if algo == "batch":
     S = xs.T @ xs / T + jnp.eye(d)
     run_batch(S, *factors(d, p), 1)  # compile + first run
-    gc.collect()
     total = maxrss_mb() - base_total
+    base = settled_rss_mb()  # S (the batch target) is part of the algorithm's memory
     reset_peak()
-    base = rss_mb("VmRSS")  # S (the batch target) is part of the algorithm's memory
     base -= 8 * d * d / 1e6
     W, psi = factors(d, p)
     state_mb = rss_mb("VmRSS") - base
@@ -130,10 +152,9 @@ if algo == "batch":
 else:
     flt, init = make(d)
     jax.block_until_ready(jr.run(flt, init(*factors(d, p)), xs, ys, donate=True)[0])  # compile + run
-    gc.collect()
     total = maxrss_mb() - base_total
+    base = settled_rss_mb()
     reset_peak()
-    base = rss_mb("VmRSS")
     state = init(*factors(d, p))
     jax.block_until_ready(state)
     state_mb = rss_mb("VmRSS") - base

@@ -54,7 +54,7 @@ def authors_draws(d=D, p=P, K=K):
 
 
 def mvn_identity_is_standard_normal(d=300, K=K) -> bool:
-    """``np.random.multivariate_normal(0, I_d, K)`` == ``standard_normal((K, d))`` (same seed), bit for bit."""
+    """``multivariate_normal(0, I_d, K)`` == ``standard_normal((K, d))`` (same seed), bit for bit."""
     a = np.random.RandomState(1).multivariate_normal(np.zeros(d), np.identity(d), size=(K,))
     return bool(np.array_equal(a, np.random.RandomState(1).standard_normal((K, d))))
 
@@ -86,10 +86,12 @@ def run(quick: bool, out: Path) -> dict:
     rows = {"baseline": (float(jnp.sum(lowrank.inverse_diag(Wj, psij))), float(sig(k * a)))}
     if not quick:
         th = dense_cholesky_samples(mu, W, psi, z)
-        rows["Cholesky sampling"] = (float(np.mean(np.sum((th - mu) ** 2, axis=1))), float(np.mean(sig(th @ x))))
+        rows["Cholesky sampling"] = (float(np.mean(np.sum((th - mu) ** 2, axis=1))),
+                                     float(np.mean(sig(th @ x))))
         del th
     th = np.asarray(lowrank.sample_from_noise(jnp.asarray(mu), Wj, psij, jnp.asarray(z), jnp.asarray(e)))
-    rows["ensemble sampling"] = (float(np.mean(np.sum((th - mu) ** 2, axis=1))), float(np.mean(sig(th @ x))))
+    rows["ensemble sampling"] = (float(np.mean(np.sum((th - mu) ** 2, axis=1))),
+                                 float(np.mean(sig(th @ x))))
     nodes, weights = np.polynomial.hermite_e.hermegauss(200)
     exact = float(np.sum(weights * sig(a + np.sqrt(nu) * nodes)) / np.sqrt(2 * np.pi))
     rows["exact (Gauss-Hermite)"] = (rows["baseline"][0], exact)
@@ -97,7 +99,8 @@ def run(quick: bool, out: Path) -> dict:
               ["method", "trace", "E_sig", "paper_trace", "paper_E_sig", "abs_diff_E_sig_vs_paper"],
               [[m, tr, es, *PAPER.get(m, ("", "")),
                 abs(es - PAPER[m][1]) if m in PAPER else ""] for m, (tr, es) in rows.items()])
-    summary = {"nu": nu, "k": k, "x_dot_mu": a, "mvn_identity_is_standard_normal": mvn_identity_is_standard_normal()}
+    summary = {"nu": nu, "k": k, "x_dot_mu": a,
+               "mvn_identity_is_standard_normal": mvn_identity_is_standard_normal()}
     for m, (tr, es) in rows.items():
         key = m.split(" ")[0].lower()
         summary[f"{key}_trace"] = tr

@@ -45,6 +45,27 @@ def _files(out, names):
         assert (out / name).stat().st_size > 0, name
 
 
+# --------------------------------------------------------------------------- shared helper
+
+
+def test_run_snapshots_absorbs_every_observation():
+    """Snapshots every ``stride`` steps plus one at t = N when ``stride`` does not divide N, the
+    final state equal to one :func:`jaxrvga.run` over the whole stream."""
+    import jax.numpy as jnp
+
+    import jaxrvga as jr
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(7, 3)), rng.normal(size=7)
+    flt = jr.kalman(1.0)
+    state0 = flt.init(jnp.zeros(3), jnp.eye(3))
+    final, means, t = lrvga_fig01_covariance.run_snapshots(flt, state0, X, y, 3, lambda s: s.mean)
+    assert list(t) == [3, 6, 7]
+    ref, trace = jr.run(flt, state0, X, y, jr.trace_mean)
+    np.testing.assert_allclose(np.asarray(means), np.asarray(trace)[[2, 5, 6]], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(final.cov), np.asarray(ref.cov), rtol=1e-12, atol=1e-14)
+
+
 # --------------------------------------------------------------------------- Fig. 1
 
 
