@@ -4,8 +4,9 @@ Model: ``f ~ GP(0, k)`` with the squared-exponential kernel
 ``k(x, x') = sf^2 exp(-||x - x'||^2 / (2 l^2))`` (GPML ``covSEiso``, ``jr.klprox.se_kernel``) and
 the logistic likelihood ``p(y = 1 | f) = sig(f)``.
 
-* ``KL-prox``: ``jr.klprox.fit_kernel`` (kernel form, [KLPROX] eqs. 18-19, r = 0.8) and
-  ``jr.klprox.predict`` (eq. 20).
+* ``KL-prox``: ``jr.klprox.fit_kernel`` (kernel form, [KLPROX] eqs. 18-19, r = 0.8, tolerance
+  1e-8; rerun at r = 0.95 where r = 0.8 diverges, see
+  :func:`experiments.headtohead_logistic.klprox_with_fallback`) and ``jr.klprox.predict`` (eq. 20).
 * ``Laplace``: written here (:func:`laplace_gpc`): Newton's method for the posterior mode
   (Rasmussen & Williams, *GPML* 2006, Algorithm 3.1, with ``B = I + W^1/2 K W^1/2``, plus step
   halving on the objective as a safeguard) and its predictive mean and variance (Algorithm 3.2).
@@ -40,7 +41,8 @@ import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from experiments.common import cli, progress, pyplot, write_csv
-from experiments.headtohead_logistic import _scalar, single_threaded_blas, timed
+from experiments.headtohead_logistic import (_scalar, klprox_with_fallback, single_threaded_blas,
+                                             timed)
 
 import jaxrvga as jr  # noqa: E402
 
@@ -189,16 +191,17 @@ def make_fitters():
     @jax.jit
     def fit_klprox(Xtr, ytr, Xte, yte, log_l, log_sf):
         K, Ks, kss = kernels(Xtr, Xte, log_l, log_sf)
-        res = jr.klprox.fit_kernel(model, K, ytr, r=0.8, max_iter=5000, tol=1e-8)
+        res, r_used = klprox_with_fallback(
+            lambda r: jr.klprox.fit_kernel(model, K, ytr, r=r, max_iter=5000, tol=1e-8))
         m, v = jr.klprox.predict(res, Ks, kss)
-        return predictive_log_loss(m, v, yte), klprox_elbo(res, K, ytr), res.converged
+        return predictive_log_loss(m, v, yte), klprox_elbo(res, K, ytr), res.converged, r_used
 
     @jax.jit
     def fit_laplace(Xtr, ytr, Xte, yte, log_l, log_sf):
         K, Ks, kss = kernels(Xtr, Xte, log_l, log_sf)
         res = laplace_gpc(K, ytr)
         m, v = laplace_gpc_predict(res, Ks, kss)
-        return predictive_log_loss(m, v, yte), res.log_evidence, res.converged
+        return predictive_log_loss(m, v, yte), res.log_evidence, res.converged, jnp.asarray(jnp.nan)
 
     return {"KL-prox": fit_klprox, "Laplace": fit_laplace}
 
@@ -218,9 +221,13 @@ def make_split(X, y, seed: int, standardise: bool, n_max=None):
     return Xtr, y[tr], Xte, y[te]
 
 
+COLUMNS = ["split", "method", "log_l", "log_sf", "test_log_loss", "evidence", "time_s", "converged",
+           "r_used"]
+
+
 def grid_run(name: str, n_splits: int, log_ls, log_sfs, n_max, quick: bool):
-    """Rows ``[split, method, log_l, log_sf, test_log_loss, evidence, time_s, converged]`` and
-    compile times."""
+    """Rows :data:`COLUMNS` and compile times (``r_used``: KL-prox's step parameter, see
+    :func:`experiments.headtohead_logistic.klprox_with_fallback`; nan for Laplace)."""
     loader, standardise = DATASETS[name]
     ds = loader()
     fits = make_fitters()
@@ -233,30 +240,36 @@ def grid_run(name: str, n_splits: int, log_ls, log_sfs, n_max, quick: bool):
                     Xtr, ytr, Xte, yte, _scalar(log_ls[0]), _scalar(log_sfs[0])).compile())
             for ll_ in log_ls:
                 for sf_ in log_sfs:
-                    (loss, ev, ok), t = timed(fits[m], Xtr, ytr, Xte, yte, _scalar(ll_), _scalar(sf_))
-                    rows.append([s, m, float(ll_), float(sf_), float(loss), float(ev), t, bool(ok)])
+                    (loss, ev, ok, r_used), t = timed(fits[m], Xtr, ytr, Xte, yte, _scalar(ll_),
+                                                      _scalar(sf_))
+                    rows.append([s, m, float(ll_), float(sf_), float(loss), float(ev), t, bool(ok),
+                                 float(r_used)])
     return rows, compile_s
 
 
 def summarise(rows):
     """Per method, averaged over splits: log-loss at the evidence-selected grid point, best
-    log-loss on the grid, total grid time, all converged?"""
+    log-loss on the grid, total grid time, all converged?, number of KL-prox fallbacks to
+    ``r = 0.95``. An unconverged fit (or a non-finite evidence or log-loss) is never selected nor
+    best."""
     out = {}
     splits = sorted({r[0] for r in rows})
     for m in METHODS:
         sel, best, tot, picks = [], [], [], []
         for s in splits:
             rs = [r for r in rows if r[0] == s and r[1] == m]
-            pick = max(rs, key=lambda r: r[5])
+            ok = [r for r in rs if r[7] and np.isfinite(r[4]) and np.isfinite(r[5])]
+            pick = max(ok, key=lambda r: r[5])
             sel.append(pick[4])
             picks.append((pick[2], pick[3]))
-            best.append(min(r[4] for r in rs))
+            best.append(min(r[4] for r in ok))
             tot.append(sum(r[6] for r in rs))
         se = lambda v: float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0  # noqa: E731
         out[m] = {"log_loss_selected": float(np.mean(sel)), "log_loss_selected_se": se(sel),
                   "log_loss_best": float(np.mean(best)), "log_loss_best_se": se(best),
                   "time_grid": float(np.mean(tot)), "time_fit": float(np.mean(tot)) / (len(rs)),
                   "all_converged": all(r[7] for r in rows if r[1] == m),
+                  "fallbacks": sum(r[8] == 0.95 for r in rows if r[1] == m),
                   "selected": picks}
     return out
 
@@ -275,10 +288,10 @@ def trivial_log_loss(name, n_splits, n_max):
 def plot(out: Path, all_rows: dict, stats: dict, trivial: dict, log_ls, log_sfs):
     plt = pyplot()
     names = list(all_rows)
-    fig, axs = plt.subplots(1, 2 * len(names), figsize=(5 * 2 * len(names), 4.2), squeeze=False)
+    fig, axs = plt.subplots(len(names), 2, figsize=(11, 4.2 * len(names)), squeeze=False)
     for j, name in enumerate(names):
         st = stats[name]
-        ax = axs[0, 2 * j]
+        ax = axs[j, 0]
         x = np.arange(2)
         for i, m in enumerate(METHODS):
             ax.bar(x + (i - 0.5) * 0.38,
@@ -292,7 +305,7 @@ def plot(out: Path, all_rows: dict, stats: dict, trivial: dict, log_ls, log_sfs)
         ax.set_ylabel("test log-loss (nats)")
         ax.set_title(f"GPC {name}: test log-loss")
         ax.legend(fontsize=8)
-        ax = axs[0, 2 * j + 1]
+        ax = axs[j, 1]
         ax.bar(x[:1] - 0.19, [st["KL-prox"]["time_grid"]], width=0.38, color="C3", label="KL-prox")
         ax.bar(x[:1] + 0.19, [st["Laplace"]["time_grid"]], width=0.38, color="C0", label="Laplace")
         ax.set_yscale("log")
@@ -335,8 +348,7 @@ def run(quick: bool, out: Path) -> dict:
         rows, comp = grid_run(name, n_splits, log_ls, log_sfs, n_max, quick)
         all_rows[name] = rows
         write_csv(out / f"headtohead_gpc_{name}.csv",
-                  ["split", "method", "log_l", "log_sf", "test_log_loss", "evidence", "time_s",
-                   "converged"], rows)
+                  COLUMNS, rows)
         stats[name] = summarise(rows)
         trivial[name] = trivial_log_loss(name, n_splits, n_max)
         summary[f"{name}_logloss_trivial"] = trivial[name]
@@ -347,9 +359,10 @@ def run(quick: bool, out: Path) -> dict:
             summary[f"{name}_{m}_compile"] = comp[m]
     write_csv(out / "headtohead_gpc_summary.csv",
               ["dataset", "method", "log_loss_selected", "se", "log_loss_best", "se", "time_grid_s",
-               "time_per_fit_s", "all_converged"],
+               "time_per_fit_s", "all_converged", "klprox_fallbacks"],
               [[n, m, s[m]["log_loss_selected"], s[m]["log_loss_selected_se"], s[m]["log_loss_best"],
-                s[m]["log_loss_best_se"], s[m]["time_grid"], s[m]["time_fit"], s[m]["all_converged"]]
+                s[m]["log_loss_best_se"], s[m]["time_grid"], s[m]["time_fit"], s[m]["all_converged"],
+                s[m]["fallbacks"]]
                for n, s in stats.items() for m in METHODS])
     plot(out, all_rows, stats, trivial, log_ls, log_sfs)
     return summary

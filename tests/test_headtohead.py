@@ -85,7 +85,8 @@ def test_elbo_gh_matches_adaptive_quadrature():
 
 def test_mean_field_satisfies_its_stationarity_equations():
     """At the optimum of the diagonal-Gaussian ELBO, with a_n ~ N(x_n^T m, sum_j x_nj^2 s_j^2):
-    (m - mu)/p = sum_n x_n E[y_n - sig(a_n)] (Bonnet) and 1/s_j^2 = 1/p + sum_n x_nj^2 E[sig'(a_n)] (Price)."""
+    (m - mu)/p = sum_n x_n E[y_n - sig(a_n)] (Bonnet) and
+    1/s_j^2 = 1/p + sum_n x_nj^2 E[sig'(a_n)] (Price)."""
     X, y = _logistic_problem(40, 4, 2)
     p = 2.0
     res = HL.mean_field_fit(X, y, jnp.zeros(4), p * jnp.ones(4), tol=1e-10)
