@@ -101,8 +101,13 @@ def rank_one_update(state: GaussianState, cov, v, nu0, r, s, info: SolverInfo) -
     the step counter advances and ``info.converged`` is False.
     """
     ok = jnp.isfinite(r) & jnp.isfinite(s) & jnp.isfinite(nu0) & (s * nu0 <= 1.0)  # == 1 only by rounding
-    r, s = jnp.where(ok, r, 0.0), jnp.where(ok, s, 0.0)
-    v = jnp.where(ok, v, 0.0)  # v = P x overflows with nu0 = x^T P x, and 0 * inf is NaN
+    # The masking goes through lax.cond, whose results are materialised: otherwise XLA may fuse
+    # the scalar tests (and the read of y behind r) into the d x d loop below and redo them per
+    # entry, which ran 10x slower. (v = P x overflows with nu0, and 0 * inf is NaN: mask v too.)
+    def skip(r, s, v):
+        return jnp.zeros_like(r), jnp.zeros_like(s), jnp.zeros_like(v)
+
+    r, s, v = lax.cond(ok, lambda r, s, v: (r, s, v), skip, r, s, v)
     mean = state.mean + r * v
     cov = cov - s * jnp.outer(v, v)
     info = info._replace(converged=info.converged & ok)
