@@ -3,15 +3,19 @@
 Every script ``experiments/<paper>_<item>.py`` defines ``run(quick: bool, out: Path) -> dict``:
 it writes its PNG and CSV files into ``out`` and returns the headline numbers (final KLs etc.)
 that ``REPORT.md`` quotes and the tests check. ``quick=True`` runs reduced sizes in seconds.
+
+BLAS threads: ``experiments/__init__.py`` defaults ``OPENBLAS_NUM_THREADS`` to 1 before anything
+imports NumPy (the Makefile and ``tests/conftest.py`` set it too).
 """
 from __future__ import annotations
 
 import argparse
 import csv
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import jax
+import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
@@ -27,6 +31,8 @@ def results_dir(quick: bool) -> Path:
     return out
 
 
+# --------------------------------------------------------------------------- CSV and figures
+
 def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence]) -> None:
     """Write rows of numbers or strings to a CSV file with a header."""
     with open(path, "w", newline="") as f:
@@ -34,6 +40,57 @@ def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence]) -> No
         w.writerow(header)
         for row in rows:
             w.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in row])
+
+
+def write_columns(path: Path, columns: Mapping[str, object]) -> None:
+    """Write named columns (e.g. ``{"t": t, "kl_p10": kl, "kl_laplace": 0.3}``) as a CSV file.
+
+    The first column sets the length; a scalar column is repeated on every row.
+    """
+    n = len(next(iter(columns.values())))
+    cols = [np.broadcast_to(np.asarray(c), (n,)) for c in columns.values()]
+    write_csv(path, list(columns), zip(*cols))
+
+
+def pyplot():
+    """matplotlib.pyplot with the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+#: x-axis label of the KL-along-the-stream panels.
+ITERATIONS = "number of iterations t"
+
+
+def label_axes(ax, title: str | None = None, xlabel: str | None = None, ylabel: str | None = None):
+    """Panel style of the figures: title (fontsize 9), axis labels and a light grid."""
+    if title is not None:
+        ax.set_title(title, fontsize=9)
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+
+
+def save_figure(fig, path: Path, suptitle: str | None = None, *, rect=None, dpi: int = 110,
+                tight: bool = True) -> None:
+    """Title (fontsize 10), ``tight_layout(rect)`` and save ``fig`` to ``path``, then close it.
+
+    ``tight=False`` saves with ``bbox_inches="tight"`` instead (figures with a shared colorbar).
+    """
+    if suptitle is not None:
+        fig.suptitle(suptitle, fontsize=10)
+    if tight:
+        fig.tight_layout(**({} if rect is None else {"rect": rect}))
+        fig.savefig(path, dpi=dpi)
+    else:
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    pyplot().close(fig)
 
 
 def progress(iterable, desc: str, quick: bool):
@@ -47,15 +104,38 @@ def progress(iterable, desc: str, quick: bool):
     return tqdm(iterable, desc=desc)
 
 
-def pyplot():
-    """matplotlib.pyplot with the non-interactive Agg backend."""
-    import matplotlib
+# --------------------------------------------------------------------------- data splits
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+class Split(NamedTuple):
+    Xtr: np.ndarray
+    ytr: np.ndarray
+    Xte: np.ndarray
+    yte: np.ndarray
 
-    return plt
 
+def make_split(X, y, seed: int, train_fraction: float, standardise: bool, n_max=None,
+               intercept: bool = False) -> Split:
+    """Random train/test split of (the first ``n_max`` rows of a random permutation of) the data.
+
+    ``round(train_fraction * n)`` training rows, in the permutation's (random) order. Optional
+    standardisation with the training mean and std (zero-variance columns only centred), then an
+    optional intercept column of ones.
+    """
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(len(y))[:n_max]
+    n_tr = int(round(train_fraction * len(perm)))
+    tr, te = perm[:n_tr], perm[n_tr:]
+    Xtr, Xte = X[tr], X[te]
+    if standardise:
+        mu, sd = Xtr.mean(0), Xtr.std(0)
+        sd = np.where(sd > 0, sd, 1.0)
+        Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
+    if intercept:
+        Xtr, Xte = (np.hstack([A, np.ones((A.shape[0], 1))]) for A in (Xtr, Xte))
+    return Split(Xtr, y[tr], Xte, y[te])
+
+
+# --------------------------------------------------------------------------- entry points
 
 def cli(run: Callable[[bool, Path], dict], doc: str | None = None) -> None:
     """Command line of one script: ``python -m experiments.<name> [--quick]``."""
@@ -65,3 +145,20 @@ def cli(run: Callable[[bool, Path], dict], doc: str | None = None) -> None:
     summary = run(args.quick, results_dir(args.quick))
     for key, value in summary.items():
         print(f"{key}: {value}")
+
+
+def quick_fixture(module):
+    """A module-scoped pytest fixture returning ``(module.run(True, out), out)``, ``out`` a fresh
+    temporary folder: each test module runs each experiment once, at quick sizes.
+
+    ``tests/test_run_all.py`` checks that every module :mod:`experiments.run_all` discovers is
+    passed to this function by some test file.
+    """
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def fixture(tmp_path_factory):
+        out = tmp_path_factory.mktemp(module.__name__.rsplit(".", 1)[-1])
+        return module.run(True, out), out
+
+    return fixture

@@ -40,9 +40,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from experiments.common import cli, progress, pyplot, write_csv
-from experiments.headtohead_logistic import (_scalar, klprox_with_fallback, single_threaded_blas,
-                                             timed)
+from experiments.common import Split, cli, progress, pyplot, save_figure, write_csv
+from experiments.common import make_split as common_split
+from experiments.headtohead_logistic import _scalar, klprox_with_fallback, timed
+from experiments.headtohead_logistic import trivial_log_loss as split_trivial_log_loss
 
 import jaxrvga as jr  # noqa: E402
 
@@ -206,19 +207,9 @@ def make_fitters():
     return {"KL-prox": fit_klprox, "Laplace": fit_laplace}
 
 
-def make_split(X, y, seed: int, standardise: bool, n_max=None):
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(len(y))
-    if n_max is not None:
-        perm = perm[:n_max]
-    n_tr = int(round(TRAIN_FRACTION * len(perm)))
-    tr, te = perm[:n_tr], perm[n_tr:]
-    Xtr, Xte = X[tr], X[te]
-    if standardise:
-        mu, sd = Xtr.mean(0), Xtr.std(0)
-        sd = np.where(sd > 0, sd, 1.0)
-        Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
-    return Xtr, y[tr], Xte, y[te]
+def make_split(X, y, seed: int, standardise: bool, n_max=None) -> Split:
+    """Random 50/50 split (:data:`TRAIN_FRACTION`), no intercept (:func:`common.make_split`)."""
+    return common_split(X, y, seed, TRAIN_FRACTION, standardise, n_max)
 
 
 COLUMNS = ["split", "method", "log_l", "log_sf", "test_log_loss", "evidence", "time_s", "converged",
@@ -279,9 +270,8 @@ def trivial_log_loss(name, n_splits, n_max):
     ds = loader()
     vals = []
     for s in range(n_splits):
-        _, ytr, _, yte = make_split(ds.X, ds.y, SEED + s, standardise, n_max)
-        p = np.mean(ytr)
-        vals.append(-np.mean(yte * np.log(p) + (1 - yte) * np.log1p(-p)))
+        sp = make_split(ds.X, ds.y, SEED + s, standardise, n_max)
+        vals.append(split_trivial_log_loss(sp.ytr, sp.yte))
     return float(np.mean(vals))
 
 
@@ -314,9 +304,7 @@ def plot(out: Path, all_rows: dict, stats: dict, trivial: dict, log_ls, log_sfs)
         ax.set_ylabel("seconds (after compile)")
         ax.set_title(f"GPC {name}: time for the grid")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "headtohead_gpc.png", dpi=100)
-    plt.close(fig)
+    save_figure(fig, out / "headtohead_gpc.png", dpi=100)
 
     fig, axs = plt.subplots(len(names), 2, figsize=(10, 4 * len(names)), squeeze=False)
     for j, name in enumerate(names):
@@ -333,13 +321,10 @@ def plot(out: Path, all_rows: dict, stats: dict, trivial: dict, log_ls, log_sfs)
             ax.set_xlabel("log l")
             ax.set_ylabel("log sf")
             ax.set_title(f"{name}: {m} (o = min)")
-    fig.tight_layout()
-    fig.savefig(out / "headtohead_gpc_grid.png", dpi=100)
-    plt.close(fig)
+    save_figure(fig, out / "headtohead_gpc_grid.png", dpi=100)
 
 
 def run(quick: bool, out: Path) -> dict:
-    single_threaded_blas()
     n_splits = 1 if quick else 5
     log_ls, log_sfs = (QUICK_LOG_L, QUICK_LOG_SF) if quick else (LOG_L, LOG_SF)
     n_max = 200 if quick else None

@@ -54,7 +54,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from experiments.common import cli, progress, pyplot, write_csv
+from experiments.common import Split, cli, progress, pyplot, save_figure, write_csv
+from experiments.common import make_split as common_split
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga.lrvga import lrvga  # noqa: E402
@@ -74,26 +75,6 @@ METHODS = ("R-VGA", "L-RVGA p=2", "L-RVGA p=10", "KL-prox", "Dual-JJ", "Laplace"
 GAUSSIAN_METHODS = METHODS[:-1]
 TRAIN_FRACTION = 0.7
 SEED = 0
-
-
-# ---------------------------------------------------------------------------------------------
-# BLAS threads
-
-
-def single_threaded_blas():
-    """Limit the OpenBLAS behind jax's CPU LAPACK calls (scipy's bundled library) to one thread.
-
-    On a loaded machine its spinning worker threads fight XLA's own pool: a 342 x 342 Cholesky
-    measured 1.2 s with the default 2 threads and 3 ms with one. The library is loaded when jax
-    first calls LAPACK, so one small Cholesky is run first, then ``threadpoolctl`` caps every
-    loaded BLAS (a no-op if threadpoolctl is missing).
-    """
-    jax.block_until_ready(jnp.linalg.cholesky(jnp.eye(2)))
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover
-        return None
-    return threadpool_limits(1, user_api="blas")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,28 +270,9 @@ def timed(fn, *args):
 # Data
 
 
-class Split(NamedTuple):
-    Xtr: np.ndarray
-    ytr: np.ndarray
-    Xte: np.ndarray
-    yte: np.ndarray
-
-
 def make_split(X, y, seed: int, standardise: bool, n_max=None) -> Split:
-    """Random 70/30 split of (the first ``n_max`` rows of a random permutation of) the data, training
-    rows in random order; optional standardisation with the training mean/std (zero-variance
-    columns only centred), then an intercept column."""
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(len(y))[:n_max]
-    n_tr = int(round(TRAIN_FRACTION * len(perm)))
-    tr, te = perm[:n_tr], perm[n_tr:]
-    Xtr, Xte = X[tr], X[te]
-    if standardise:
-        mu, sd = Xtr.mean(0), Xtr.std(0)
-        sd = np.where(sd > 0, sd, 1.0)
-        Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
-    add1 = lambda A: np.hstack([A, np.ones((A.shape[0], 1))])  # noqa: E731
-    return Split(add1(Xtr), y[tr], add1(Xte), y[te])
+    """Random 70/30 split (:data:`TRAIN_FRACTION`) with an intercept column (:func:`common.make_split`)."""
+    return common_split(X, y, seed, TRAIN_FRACTION, standardise, n_max, intercept=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,9 +436,7 @@ def plot(out: Path, results: dict, sweeps: dict):
         for a in axs[:, j]:
             a.set_xticks(x)
             a.set_xticklabels(METHODS, rotation=35, ha="right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "headtohead_logistic.png", dpi=100)
-    plt.close(fig)
+    save_figure(fig, out / "headtohead_logistic.png", dpi=100)
 
     fig, axs = plt.subplots(2, len(sweeps), figsize=(6 * len(sweeps), 7), squeeze=False)
     for j, (name, rows) in enumerate(sweeps.items()):
@@ -501,9 +461,7 @@ def plot(out: Path, results: dict, sweeps: dict):
         axs[0, j].set_ylabel("ELBO (mean over splits)")
         axs[1, j].set_ylabel("test log-loss (nats)")
         axs[0, j].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "headtohead_logistic_delta.png", dpi=100)
-    plt.close(fig)
+    save_figure(fig, out / "headtohead_logistic_delta.png", dpi=100)
 
 
 def elbo_margins(rows):
@@ -521,7 +479,6 @@ def elbo_margins(rows):
 
 
 def run(quick: bool, out: Path) -> dict:
-    single_threaded_blas()
     n_splits = 1 if quick else 5
     n_max = 200 if quick else None
     deltas = np.logspace(-2, 3, 3 if quick else 11)

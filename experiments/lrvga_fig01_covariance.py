@@ -32,7 +32,6 @@ This module also holds :func:`run_snapshots`, shared by the other ``lrvga_*`` sc
 """
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 
@@ -40,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import cli, progress, pyplot, write_csv
+from experiments.common import cli, label_axes, progress, pyplot, save_figure, write_csv
 
 from jaxrvga import data, factor_analysis as fa, metrics  # noqa: E402
 
@@ -48,30 +47,6 @@ BATCH_REF = 1000  # iterations of the reference batch-EM run
 
 
 # --------------------------------------------------------------------------- shared helpers
-
-def single_threaded_blas(fn):
-    """Run ``fn`` with OpenBLAS limited to one thread (``threadpoolctl``).
-
-    JAX's CPU LAPACK kernels (Cholesky, solves) and NumPy's linear algebra call SciPy's OpenBLAS.
-    On this shared 2-core machine its busy-waiting threads make a 1000 x 1000 Cholesky take ~4 s
-    instead of ~0.1 s single-threaded (and the L-RVGA scans 20-80x longer). XLA's own matmuls are
-    unaffected. ``threadpoolctl`` only limits libraries already loaded, so SciPy's LAPACK and JAX's
-    CPU LAPACK kernels are loaded first (one small Cholesky).
-    """
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-            return fn(*args, **kwargs)
-        import scipy.linalg  # noqa: F401  (loads SciPy's OpenBLAS)
-
-        jnp.linalg.cholesky(jnp.eye(2)).block_until_ready()  # loads JAX's LAPACK kernels
-        with threadpool_limits(1):
-            return fn(*args, **kwargs)
-
-    return wrapper
-
 
 def run_snapshots(flt, state, xs, ys, stride: int, extract=lambda s: s, *args):
     """Run ``flt`` over ``(xs, ys)`` and return ``extract(state, *args)`` after every ``stride`` steps.
@@ -243,10 +218,7 @@ def plot_panel(ax, res, title):
     top = 20 * max(max(tenth), res["kl_batch"][min(1, len(res["kl_batch"]) - 1)])
     low = 0.5 * min(res["kl_ref"], min(float(np.min(k)) for _, k in res["curves"].values()))
     ax.set_ylim(low, top)
-    ax.set_xlabel("number of data processed")
-    ax.set_ylabel("KL(N(0,S) || N(0, WW^T + Psi))")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, alpha=0.3)
+    label_axes(ax, title, "number of data processed", "KL(N(0,S) || N(0, WW^T + Psi))")
 
 
 def plot_variability(path: Path, var: dict, title: str):
@@ -262,14 +234,10 @@ def plot_variability(path: Path, var: dict, title: str):
         ax.set_xticklabels([LABELS[m].split(" (")[0].replace("recursive EM, ", "rec-EM ") for m in names],
                            fontsize=7)
         ax.set_yscale("log")
-        ax.set_ylabel("final KL (t = N)")
-        ax.set_title({"shuffle": "random orderings of the data",
-                      "rounding": "same ordering, data x (1 + 1e-12 noise)"}[kind], fontsize=9)
-        ax.grid(True, alpha=0.3)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        panel = {"shuffle": "random orderings of the data",
+                 "rounding": "same ordering, data x (1 + 1e-12 noise)"}[kind]
+        label_axes(ax, panel, ylabel="final KL (t = N)")
+    save_figure(fig, path, title)
 
 
 PANELS_FULL = [("dec2021", 100, 10, 1000, (3, 1), 5), ("head", 1000, 10, 10000, (3, 1), 10),
@@ -280,7 +248,6 @@ TITLES = {"dec2021": "synthetic (Dec-2021 protocol)", "head": "synthetic (HEAD p
 ONLINE = ("recEM_3", "recEM_1", "onlineEM_code", "onlineEM_paper")
 
 
-@single_threaded_blas
 def run(quick: bool, out: Path) -> dict:
     results = [run_panel(*pan, quick) for pan in (PANELS_QUICK if quick else PANELS_FULL)]
     plt = pyplot()
@@ -307,11 +274,9 @@ def run(quick: bool, out: Path) -> dict:
                     + [res["kl_batch"][-1], res["kl_ref"], res["firsts"]["recEM_1"],
                        res["firsts"]["onlineEM_code"]])
     axs[0].legend(fontsize=7)
-    fig.suptitle("L-RVGA Fig. 1: covariance factorisation, KL vs data processed "
-                 "(Madelon panel: data not bundled)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "lrvga_fig01.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "lrvga_fig01.png",
+                "L-RVGA Fig. 1: covariance factorisation, KL vs data processed "
+                "(Madelon panel: data not bundled)")
     write_csv(out / "lrvga_fig01_final.csv",
               ["panel", "d", "p", "N", "kl0"]
               + [f"{m}_{f}" for m in ONLINE for f in ("N10", "N2", "N")]

@@ -29,8 +29,9 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import cli, progress, pyplot, write_csv
-from experiments.lrvga_fig01_covariance import run_snapshots, single_threaded_blas
+from experiments.common import (ITERATIONS, cli, label_axes, progress, pyplot,
+                                save_figure, write_columns, write_csv)
+from experiments.lrvga_fig01_covariance import run_snapshots
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga import data, metrics, models  # noqa: E402
@@ -113,6 +114,11 @@ def run_panel(d, N, ps, init, loops_list=(3,), quick=True, desc=""):
     return dict(d=d, N=N, init=init, curves=curves, prec=prec)
 
 
+def write_curves(path, res):
+    """The KL curves of :func:`run_panel` (columns ``t``, ``KF`` and one per ``(p, inner loops)``)."""
+    write_columns(path, {"t": res["curves"]["KF"][0], **{str(k): kl for k, (_, kl) in res["curves"].items()}})
+
+
 def plot_panel(ax, res, title, key_label):
     t, kl = res["curves"]["KF"]
     ax.semilogy(t, np.maximum(kl, 1e-300), "k-", lw=2,
@@ -125,10 +131,7 @@ def plot_panel(ax, res, title, key_label):
     lo = min(float(np.min(res["curves"][k][1])) for k in keys)
     hi = max(float(np.max(v[1])) for v in res["curves"].values())
     ax.set_ylim(lo / 30, hi * 2)  # the KF's drop to ~1e-14 at t = N leaves the axis (value in the legend)
-    ax.set_xlabel("number of iterations t")
-    ax.set_ylabel("KL to the final posterior")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, alpha=0.3)
+    label_axes(ax, title, ITERATIONS, "KL to the final posterior")
     ax.legend(fontsize=7)
 
 
@@ -142,7 +145,6 @@ TITLES = {"paper_text": "paper text size, App. D init", "head": "HEAD script def
           "shipped_png": "shipped PNG setting, Dec-2021 init"}
 
 
-@single_threaded_blas
 def run(quick: bool, out: Path) -> dict:
     panels = QUICK if quick else FULL
     results = [(name, run_panel(d, N, ps, init, quick=quick, desc=f"Fig 2 {name}"))
@@ -160,8 +162,7 @@ def run(quick: bool, out: Path) -> dict:
         for key, (t, kl) in res["curves"].items():
             if key != "KF":
                 summary[f"{name}_d{res['d']}_N{res['N']}_p{key[0]}"] = float(kl[-1])
-        write_csv(out / f"lrvga_fig02_{name}.csv", ["t"] + [str(k) for k in res["curves"]],
-                  zip(res["curves"]["KF"][0], *(kl for _, kl in res["curves"].values())))
+        write_curves(out / f"lrvga_fig02_{name}.csv", res)
         rows += [[name, res["d"], res["N"], "KF", "", float(res["curves"]["KF"][1][-1]), ""]]
         rows += [[name, res["d"], res["N"], k[0], k[1], float(kl[-1]), ""]
                  for k, (_, kl) in res["curves"].items() if k != "KF"]
@@ -174,15 +175,12 @@ def run(quick: bool, out: Path) -> dict:
             summary[f"check9_d{d9}_loops{key[1]}_precision_kl"] = check9["prec"][key[1]]
             rows.append(["check9", d9, N9, key[0], key[1], float(kl[-1]), check9["prec"][key[1]]])
     rows.append(["check9", d9, N9, "KF", "", float(check9["curves"]["KF"][1][-1]), ""])
-    write_csv(out / "lrvga_fig02_check9.csv", ["t"] + [str(k) for k in check9["curves"]],
-              zip(check9["curves"]["KF"][0], *(kl for _, kl in check9["curves"].values())))
+    write_curves(out / "lrvga_fig02_check9.csv", check9)
     write_csv(out / "lrvga_fig02_final.csv",
               ["panel", "d", "N", "p", "inner_loops", "final_kl", "precision_kl_vs_KF"], rows)
-    fig.suptitle("L-RVGA Fig. 2: linear regression, KL to the full-data posterior "
-                 f"(sigma0 = {SIGMA0:g}, c = {C:g}, seed = {SEED})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "lrvga_fig02.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "lrvga_fig02.png",
+                "L-RVGA Fig. 2: linear regression, KL to the full-data posterior "
+                f"(sigma0 = {SIGMA0:g}, c = {C:g}, seed = {SEED})")
     return summary
 
 

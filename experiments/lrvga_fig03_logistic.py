@@ -26,8 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import cli, progress, pyplot, write_csv
-from experiments.lrvga_fig01_covariance import run_snapshots, single_threaded_blas
+from experiments.common import (ITERATIONS, cli, label_axes, progress, pyplot,
+                                save_figure, write_columns, write_csv)
+from experiments.lrvga_fig01_covariance import run_snapshots
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga import data, metrics, models  # noqa: E402
@@ -146,7 +147,6 @@ def run_config(d, N, coef_s, ps, quick, sigma0=4.0):
     return prob, curves, finals
 
 
-@single_threaded_blas
 def run(quick: bool, out: Path) -> dict:
     configs = [(100, 500, 0.2)] if quick else [(200, 1000, 0.2), (1000, 10000, 0.26)]
     ps = (100, 10, 2, 1) if not quick else (50, 10, 2, 1)
@@ -162,16 +162,13 @@ def run(quick: bool, out: Path) -> dict:
         for j, (p, (t, kl)) in enumerate(curves.items()):
             ax.semilogy(t, kl, color=cmap(j / max(len(curves) - 1, 1)), lw=1.3, label=f"L-RVGA p = {p}")
         ax.axhline(prob.kl_laplace, color="r", lw=1.3, label="Laplace (batch)")
-        ax.set_xlabel("number of iterations t")
-        ax.set_ylabel(f"MC-KL (M = {M_KL}, Z_p = 1)")
-        ax.set_title(f"implicit L-RVGA, 1 inner loop: d = {d}, N = {N}, sigma0 = {prob.sigma0:g}, "
-                     f"coef_s = {coef_s}", fontsize=9)
-        ax.grid(True, alpha=0.3)
+        label_axes(ax, f"implicit L-RVGA, 1 inner loop: d = {d}, N = {N}, sigma0 = {prob.sigma0:g}, "
+                   f"coef_s = {coef_s}", ITERATIONS, f"MC-KL (M = {M_KL}, Z_p = 1)")
         ax.legend(fontsize=7, ncol=2)
         tag = f"d{d}_N{N}"
-        write_csv(out / f"lrvga_fig03_{tag}.csv", ["t"] + [f"kl_p{p}" for p in curves] + ["kl_laplace"],
-                  zip(curves[ps[0]][0], *(kl for _, kl in curves.values()),
-                      np.full(len(curves[ps[0]][0]), prob.kl_laplace)))
+        kls = {f"kl_p{p}": kl for p, (_, kl) in curves.items()}
+        write_columns(out / f"lrvga_fig03_{tag}.csv",
+                      {"t": curves[ps[0]][0], **kls, "kl_laplace": prob.kl_laplace})
         lap_big = paired(prob.terms_laplace)
         summary[f"{tag}_laplace_mc5"] = prob.kl_laplace
         summary[f"{tag}_laplace_mc{M_BIG}"] = lap_big[0]
@@ -186,10 +183,8 @@ def run(quick: bool, out: Path) -> dict:
     write_csv(out / "lrvga_fig03_final.csv",
               ["config", "method", "mckl_M5", f"mckl_M{M_BIG}", "stderr", "minus_laplace",
                "minus_laplace_stderr", "cos_to_map", "rel_dist_to_map"], rows)
-    fig.suptitle("L-RVGA Fig. 3: logistic regression, sensitivity to the latent dimension p", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "lrvga_fig03.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "lrvga_fig03.png",
+                "L-RVGA Fig. 3: logistic regression, sensitivity to the latent dimension p")
     return summary
 
 

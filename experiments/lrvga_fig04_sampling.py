@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import cli, progress, pyplot, write_csv
-from experiments.lrvga_fig01_covariance import single_threaded_blas
+from experiments.common import (ITERATIONS, cli, label_axes, progress, pyplot,
+                                save_figure, write_columns, write_csv)
 from experiments.lrvga_fig03_logistic import MODEL, M_BIG, Problem, authors_w0, lrvga_kl_curve, paired
 
 from jaxrvga.lrvga import lrvga  # noqa: E402
@@ -56,7 +56,6 @@ def methods(d, p):
 COLORS = {"baseline": "k", "K=1": "r", "K=10": "b", "K=100": "g", "K=10 fresh": "c"}
 
 
-@single_threaded_blas
 def run(quick: bool, out: Path) -> dict:
     d, N = (100, 300) if quick else (1000, 1000)
     sigmas = (1.0, 2.0, 3.0)
@@ -87,22 +86,17 @@ def run(quick: bool, out: Path) -> dict:
         summary[f"sigma{sigma0:g}_laplace_mc4"] = prob.kl_laplace
         summary[f"sigma{sigma0:g}_laplace_mc{M_BIG}"] = lap_big[0]
         rows.append([sigma0, "Laplace", prob.kl_laplace, *lap_big, 0.0, 0.0])
-        write_csv(out / f"lrvga_fig04_sigma{sigma0:g}.csv", ["t"] + list(curves) + ["laplace"],
-                  zip(curves["baseline"][0], *(kl for _, kl in curves.values()),
-                      np.full(len(curves["baseline"][0]), prob.kl_laplace)))
-        ax.set_title(f"sigma0 = {sigma0:g}", fontsize=9)
-        ax.set_xlabel("number of iterations t")
-        ax.set_ylabel(f"MC-KL (M = {M_KL4}, Z_p = 1)")
-        ax.grid(True, alpha=0.3)
+        kls = {name: kl for name, (_, kl) in curves.items()}
+        write_columns(out / f"lrvga_fig04_sigma{sigma0:g}.csv",
+                      {"t": curves["baseline"][0], **kls, "laplace": prob.kl_laplace})
+        label_axes(ax, f"sigma0 = {sigma0:g}", ITERATIONS, f"MC-KL (M = {M_KL4}, Z_p = 1)")
     write_csv(out / "lrvga_fig04_final.csv",
               ["sigma0", "method", "mckl_M4", f"mckl_M{M_BIG}", "stderr", "minus_laplace",
                "minus_laplace_stderr"], rows)
     fig.legend(loc="lower center", ncol=6, fontsize=8)
-    fig.suptitle(f"L-RVGA Fig. 4: sampled L-RVGA (extragradient, no extra covariance update), "
-                 f"d = {d}, N = {N}, p = {P_RANK}, c = 1, s = 1/d^0.15, frozen noise", fontsize=10)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(out / "lrvga_fig04.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "lrvga_fig04.png",
+                f"L-RVGA Fig. 4: sampled L-RVGA (extragradient, no extra covariance update), "
+                f"d = {d}, N = {N}, p = {P_RANK}, c = 1, s = 1/d^0.15, frozen noise", rect=(0, 0.06, 1, 1))
     return summary
 
 

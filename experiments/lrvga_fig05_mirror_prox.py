@@ -24,8 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import cli, progress, pyplot, write_csv
-from experiments.lrvga_fig01_covariance import single_threaded_blas
+from experiments.common import ITERATIONS, cli, label_axes, progress, pyplot, save_figure, write_csv
 from experiments.lrvga_fig03_logistic import (M_BIG, MODEL, Problem, authors_w0, lrvga_kl_curve,
                                               paired)
 from experiments.rvga_fig03_06_2d import compare, ellipse, log_evidence_2d, posterior_grid
@@ -87,11 +86,9 @@ def run_2d(out: Path, summary: dict):
         ax.set_xlim(T1.min(), T1.max())
         ax.set_ylim(T2.min(), T2.max())
     axs[0].legend(fontsize=7)
-    fig.suptitle("L-RVGA Fig. 5: 2-D logistic posterior (green contours), N = 10, sigma0 = 10, s = 6, c = 1, "
-                 "seed 1; red: 1-sigma ellipse at t = N, dashed: Laplace, +: MAP", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "lrvga_fig05.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "lrvga_fig05.png",
+                "L-RVGA Fig. 5: 2-D logistic posterior (green contours), N = 10, sigma0 = 10, s = 6, c = 1, "
+                "seed 1; red: 1-sigma ellipse at t = N, dashed: Laplace, +: MAP")
 
 
 def run_highdim(out: Path, summary: dict, quick: bool):
@@ -121,24 +118,18 @@ def run_highdim(out: Path, summary: dict, quick: bool):
         axs[0, j].axhline(prob.kl_laplace, color="r", label="Laplace" if j == 0 else None)
         rows.append([sigma0, "Laplace", prob.kl_laplace, *paired(prob.terms_laplace), 0.0, 0.0, 0.0])
         summary[f"hd_sigma{sigma0:g}_laplace_mc{M_BIG}"] = paired(prob.terms_laplace)[0]
-        axs[0, j].set_title(f"sigma0 = {sigma0:g}: MC-KL (M = 5)", fontsize=9)
-        axs[1, j].set_title("distance of the mean to the MAP", fontsize=9)
+        label_axes(axs[0, j], f"sigma0 = {sigma0:g}: MC-KL (M = 5)", ITERATIONS)
+        label_axes(axs[1, j], "distance of the mean to the MAP", ITERATIONS)
         axs[1, j].set_yscale("log")
-        for ax in axs[:, j]:
-            ax.set_xlabel("number of iterations t")
-            ax.grid(True, alpha=0.3)
     write_csv(out / "lrvga_fig05_highdim.csv",
               ["sigma0", "method", "mckl_M5", f"mckl_M{M_BIG}", "stderr", "minus_laplace",
                "minus_laplace_stderr", "dist_to_map"], rows)
     fig.legend(loc="lower center", ncol=4, fontsize=8)
-    fig.suptitle(f"L-RVGA code extra MirrorProxHighDim (not in the paper): full covariance, "
-                 f"d = {d}, N = {N}, seed 2, s = 1/d^0.15", fontsize=10)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(out / "lrvga_fig05_highdim.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "lrvga_fig05_highdim.png",
+                f"L-RVGA code extra MirrorProxHighDim (not in the paper): full covariance, "
+                f"d = {d}, N = {N}, seed 2, s = 1/d^0.15", rect=(0, 0.05, 1, 1))
 
 
-@single_threaded_blas
 def run(quick: bool, out: Path) -> dict:
     summary: dict = {}
     run_2d(out, summary)

@@ -189,8 +189,12 @@ HEADER = ["algorithm", "d", "p", "time_per_iteration_s", "measured_peak_MB", "me
           "model_MB", "measured_over_model", "whole_process_peak_MB", "baseline_rss_MB"]
 
 
+#: ``(d, d of batch EM, p, T)``.
+QUICK, FULL = (50_000, 3000, 100, 2), (1_000_000, 5000, 100, 5)
+
+
 def run(quick: bool, out: Path) -> dict:
-    d, d_batch, p, T = (50_000, 3000, 100, 2) if quick else (1_000_000, 5000, 100, 5)
+    d, d_batch, p, T = QUICK if quick else FULL
     configs = [("online EM, 1 inner loop", "online", d, 2 * 8 * d * p),
                ("recursive EM, 1 inner loop", "recem", d, 8 * d * p),
                (f"batch EM (measured at d = {d_batch})", "batch", d_batch, 8 * d_batch**2)]

@@ -22,10 +22,12 @@ from experiments.lrvga_table01_memory import HEADER, measure
 
 PS = (100, 10, 2, 1)
 PAPER = {100: (6.0, 816), 10: (0.7, 96), 2: (0.2, 32), 1: (0.06, 24)}
+#: ``(d, d of the full Kalman filter, T)``.
+QUICK, FULL = (50_000, 3000, 2), (1_000_000, 5000, 5)
 
 
 def run(quick: bool, out: Path) -> dict:
-    d, d_kf, T = (50_000, 3000, 2) if quick else (1_000_000, 5000, 5)
+    d, d_kf, T = QUICK if quick else FULL
     configs = [(f"L-RVGA p = {p}, 3 inner loops", "lrvga", d, p, 8 * d * (p + 2)) for p in PS]
     configs.append((f"full Kalman (measured at d = {d_kf})", "kalman", d_kf, 1, 8 * d_kf**2))
     summary, rows = {}, []

@@ -31,7 +31,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.common import cli, write_csv
-from experiments.lrvga_fig01_covariance import single_threaded_blas
 
 from jaxrvga import lowrank, special  # noqa: E402
 
@@ -76,7 +75,6 @@ def dense_cholesky_samples(mu, W, psi, z):
     return out
 
 
-@single_threaded_blas
 def run(quick: bool, out: Path) -> dict:
     z, x, e, psi, W, mu = authors_draws()
     Wj, psij = jnp.asarray(W), jnp.asarray(psi)

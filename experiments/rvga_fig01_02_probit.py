@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import expit, ndtr
 
-from experiments.common import cli, pyplot, write_csv
+from experiments.common import cli, pyplot, save_figure, write_csv
 
 import jaxrvga as jr  # noqa: E402
 
@@ -66,10 +66,7 @@ def run(quick: bool, out: Path) -> dict:
                      f"(E[sig'(a)]: max {err_sig1.max():.4f})", fontsize=9)
     axs[2].set_xlabel("m")
     axs[2].set_ylabel("log10 v")
-    fig.suptitle("R-VGA Fig. 1: logistic vs inverse probit", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "rvga_fig01.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "rvga_fig01.png", "R-VGA Fig. 1: logistic vs inverse probit")
     write_csv(out / "rvga_fig01.csv", ["a", "sig", "Phi_lambda_a", "dsig", "N_0_beta2"],
               zip(a[::10], sig[::10], probit[::10], dsig[::10], dprobit[::10]))
 
@@ -90,9 +87,7 @@ def run(quick: bool, out: Path) -> dict:
     for ax in axs:
         ax.legend(fontsize=7)
         ax.set_xlabel("a = x^T theta")
-    fig.tight_layout()
-    fig.savefig(out / "rvga_fig02.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "rvga_fig02.png")
     return {"fig1_max_abs_sig_minus_probit": float(np.max(np.abs(sig - probit))),
             "fig1_max_abs_dsig_minus_gauss": float(np.max(np.abs(dsig - dprobit))),
             "fig1_max_err_Esig_eq58": float(err_sig.max()),

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from experiments.common import cli, progress, pyplot, write_csv
+from experiments.common import cli, progress, pyplot, save_figure, write_columns, write_csv
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga import data, metrics  # noqa: E402
@@ -234,10 +234,7 @@ def figure_2d(res: Comparison, title, path: Path, times=None):
     ax.legend(fontsize=7, ncol=3)
     ax.set_title("KL to the final posterior", fontsize=9)
     plot_ellipses([fig.add_subplot(gs[1, j]) for j in range(4)], res, times=times)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, title)
 
 
 def figure_hd(results, titles, path: Path, suptitle, hist=False):
@@ -258,10 +255,7 @@ def figure_hd(results, titles, path: Path, suptitle, hist=False):
         if not hist:
             ax.set_title(title, fontsize=9)
     fig.legend(loc="lower center", ncol=5, fontsize=8)
-    fig.suptitle(suptitle, fontsize=10)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, suptitle, rect=(0, 0.06, 1, 1))
 
 
 def final_row(res: Comparison, log_z=None):
@@ -283,9 +277,9 @@ def summary_of(prefix, res: Comparison, log_z):
 
 
 def write_curves(path: Path, res: Comparison):
-    t = np.arange(len(res.kl["implicit"]))
-    rows = zip(t, *(res.kl[m] for m in METHODS), np.full(t.shape, res.kl_laplace))
-    write_csv(path, ["t"] + [f"kl_{m}" for m in METHODS] + ["kl_Laplace"], rows)
+    """The MC-KL curves of the four filters (t = 0..N) and Laplace's final MC-KL on every row."""
+    kls = {f"kl_{m}": res.kl[m] for m in METHODS}
+    write_columns(path, {"t": np.arange(len(res.kl["implicit"])), **kls, "kl_Laplace": res.kl_laplace})
 
 
 HEADER_2D = (["figure", "sigma0", "mu0", "s", "c", "N", "seed", "log_Z"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.common import cli, pyplot, write_csv
+from experiments.common import cli, pyplot, save_figure, write_csv
 from experiments.rvga_fig03_06_2d import LABELS, METHODS, compare
 
 import jaxrvga as jr  # noqa: E402
@@ -56,10 +56,9 @@ def run(quick: bool, out: Path) -> dict:
             ax.set_aspect("equal")
             ax.set_title(f"{LABELS[m]}\nmean |p - 1/2| = {conf[m]:.3f}", fontsize=9)
         fig.colorbar(cs, ax=axs, shrink=0.8, label="p(y = 1 | x)")
-        fig.suptitle(f"R-VGA Fig. 11: predictive maps, s = {s:g}, c = {c}, N = {N} (code; caption 300), "
-                     f"sigma0 = {sigma0:g}, mu0 = 0, seed = {seed} (white: y = 0, black: y = 1)", fontsize=10)
-        fig.savefig(out / "rvga_fig11.png", dpi=110, bbox_inches="tight")
-        plt.close(fig)
+        save_figure(fig, out / "rvga_fig11.png",
+                    f"R-VGA Fig. 11: predictive maps, s = {s:g}, c = {c}, N = {N} (code; caption 300), "
+                    f"sigma0 = {sigma0:g}, mu0 = 0, seed = {seed} (white: y = 0, black: y = 1)", tight=False)
         sub = (slice(None, None, 2), slice(None, None, 2))  # every other grid point keeps the CSV small
         write_csv(out / "rvga_fig11_maps.csv", ["x1", "x2"] + [f"p_{m}" for m in ALL],
                   zip(G1[sub].ravel(), G2[sub].ravel(), *(P[m][sub].ravel() for m in ALL)))

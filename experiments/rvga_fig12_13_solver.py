@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import cli, pyplot, write_csv
+from experiments.common import cli, pyplot, save_figure, write_csv
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga.special import probit_k, sig1, sigmoid  # noqa: E402
@@ -83,11 +83,9 @@ def fig12(out: Path, n):
         ax.set_xlabel("alpha")
         ax.set_ylabel("nu")
     axs[0].legend(fontsize=7, loc="lower left")
-    fig.suptitle(f"R-VGA Fig. 12: F for alpha0 = {alpha0:g}, nu0 = {nu0:g}, y = {y:g}; root "
-                 f"({alpha:.4f}, {nu:.4f}), scaled residual {float(info.residual):.1e}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "rvga_fig12.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "rvga_fig12.png",
+                f"R-VGA Fig. 12: F for alpha0 = {alpha0:g}, nu0 = {nu0:g}, y = {y:g}; root "
+                f"({alpha:.4f}, {nu:.4f}), scaled residual {float(info.residual):.1e}")
     sub = (slice(None, None, 4), slice(None, None, 4))  # a 50 x 50 subgrid keeps the CSV small
     write_csv(out / "rvga_fig12.csv", ["alpha", "nu", "f", "g"],
               zip(A[sub].ravel(), Nu[sub].ravel(), f[sub].ravel(), g[sub].ravel()))
@@ -131,11 +129,8 @@ def fig13(out: Path):
         for k in it:
             rows.append([nu0, k, *boxes[k], fps[0][k, 0], fps[0][k, 1], fps[1][k, 0], fps[1][k, 1]])
     axs[0, 0].legend(fontsize=7)
-    fig.suptitle(f"R-VGA Fig. 13: refinement (129)-(136) vs Ftilde iteration, alpha0 = {alpha0:g}, y = {y:g}",
-                 fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "rvga_fig13.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "rvga_fig13.png",
+                f"R-VGA Fig. 13: refinement (129)-(136) vs Ftilde iteration, alpha0 = {alpha0:g}, y = {y:g}")
     write_csv(out / "rvga_fig13.csv", ["nu0", "iteration", "alpha_min", "alpha_max", "nu_min", "nu_max",
                                        "fp_lower_alpha", "fp_lower_nu", "fp_upper_alpha", "fp_upper_nu"], rows)
     return summary

@@ -6,7 +6,7 @@ observation. L-RVGA (Lambert, Bonnabel & Bach 2023) keeps the precision as
 ``W W^T + diag(psi)`` and maintains it by a recursive EM for factor analysis, in time
 and memory linear in the dimension.
 """
-from . import (data, dual, factor_analysis, implicit, io, klprox, lowrank, metrics, models,
+from . import (blocks, data, dual, factor_analysis, implicit, io, klprox, lowrank, metrics, models,
                online_em, sharding, special, validation)
 from .baselines import LaplaceResult, ekf, laplace, qkf
 from .core import (Filter, GaussianState, LowRankState, SolverInfo, run, trace_info,
@@ -19,5 +19,5 @@ __version__ = "0.1.0"
 
 __all__ = ["Filter", "GaussianState", "LowRankState", "SolverInfo", "run", "trace_info", "trace_mean",
            "rvga", "lrvga", "kalman", "predictive", "ekf", "qkf", "laplace", "LaplaceResult", "mirror_prox",
-           "data", "dual", "factor_analysis", "implicit", "io", "klprox", "lowrank", "metrics", "models",
+           "blocks", "data", "dual", "factor_analysis", "implicit", "io", "klprox", "lowrank", "metrics", "models",
            "online_em", "sharding", "special", "validation"]

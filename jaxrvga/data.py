@@ -419,8 +419,9 @@ def _search_roots():
 
 def find_data_file(name: str) -> Path:
     """Locate a data file: ``$JAXRVGA_DATA/name`` first, then ``shared/data/name`` in the package
-    directory's parents and in the working directory's parents. Raises ``FileNotFoundError``
-    listing what was tried."""
+    directory's parents and in the working directory's parents, then the copy bundled with the
+    package (``jaxrvga/datasets/``: the LIBSVM ``breast-cancer_scale`` file, 60 KB). Raises
+    ``FileNotFoundError`` listing what was tried."""
     tried = []
     env = os.environ.get(DATA_ENV)
     if env:
@@ -434,6 +435,10 @@ def find_data_file(name: str) -> Path:
         if cand.is_file():
             return cand
         tried.append(str(cand))
+    cand = Path(__file__).resolve().parent / "datasets" / name
+    if cand.is_file():
+        return cand
+    tried.append(str(cand))
     raise FileNotFoundError(f"data file {name!r} not found; set {DATA_ENV} to its directory. "
                             f"Tried: {', '.join(tried[:6])}{' ...' if len(tried) > 6 else ''}")
 

@@ -34,7 +34,6 @@ code does not guard against ([reproduction] C4). It keeps ``1 / psi`` finite.
 """
 from __future__ import annotations
 
-import operator
 from typing import NamedTuple, Optional
 
 import jax
@@ -42,26 +41,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
 
-from . import lowrank
+from . import blocks, lowrank
 from .core import Filter
 from .metrics import fa_kl
-from .validation import check_choice, check_cov, check_positive, is_concrete
+from .validation import check_choice, check_cov, check_positive, is_concrete, positive_int
 
 #: Relative floor of ``psi`` in every EM map (module docstring).
 PSI_FLOOR = 1e-12
-
-
-def positive_int(name: str, value) -> int:
-    """``value`` as a Python int >= 1 (integer-likes such as ``np.int64`` accepted, bools not)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        value = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 def check_nonnegative(name: str, value):
@@ -104,68 +90,69 @@ def _floor(diagS, psi_floor):
     return jnp.maximum(psi_floor, finfo.eps) * jnp.mean(diagS) + finfo.tiny
 
 
-#: Row blocks of about this many rows stream the later inner loops of Algorithm 1 when
-#: ``d p`` exceeds :data:`BLOCK_MIN_ELEMENTS` (see :func:`recursive_em_step`).
-BLOCK_ROWS = 8192
-BLOCK_MIN_ELEMENTS = 1 << 22
+def _em_grams(W_prev, psi_prev, X, W, psi, first: bool, nb: int):
+    """Pass 1 of an inner loop: the small Grams of the rows, summed over ``nb`` row blocks.
 
-
-def _num_blocks(d: int, p: int, block_rows) -> int:
-    """Number of equal row blocks for the streamed inner loops (1 = no blocking).
-
-    ``block_rows=None`` blocks only large problems (``d p >= BLOCK_MIN_ELEMENTS``); the
-    block count must divide ``d`` with blocks of at least ``block_rows / 8`` rows, else 1.
+    ``G = W^T Psi^{-1} W`` (exactly symmetric, as ``B^T B`` with ``B = Psi^{-1/2} W``) and
+    ``X^T Psi^{-1} W``; in later loops also ``W_prev^T Psi^{-1} W`` and
+    ``W^T Psi^{-1} Psi_prev Psi^{-1} W``.
     """
-    if block_rows is None:
-        if d * p < BLOCK_MIN_ELEMENTS:
-            return 1
-        block_rows = BLOCK_ROWS
-    block_rows = positive_int("block_rows", block_rows)
-    for nb in range(-(-d // block_rows), d + 1):
-        if d % nb == 0:
-            return nb if d // nb >= max(1, block_rows // 8) else 1
-    return 1
+    def grams(Wp_b, pp_b, X_b, W_b, psi_b):
+        root = jnp.sqrt(psi_b)[:, None]
+        B = W_b / root
+        Ws = B / root  # Psi^{-1} W
+        out = {"G": B.T @ B, "XWs": X_b.T @ Ws}
+        if not first:
+            Wq = Ws * jnp.sqrt(pp_b)[:, None]
+            out.update(WpWs=Wp_b.T @ Ws, WqWq=Wq.T @ Wq)
+        return out
+
+    return blocks.block_sum(grams, (W_prev, psi_prev, X, W, psi), nb)
 
 
-def _later_iteration_blocked(W_prev, psi_prev, X, diagS, W, psi, alpha, beta, nb, floor):
-    """One later inner loop of Algorithm 1 streamed over ``nb`` row blocks (two passes).
+def _em_gains(grams, alpha, beta, first: bool):
+    """The p x p algebra of an inner loop: ``C`` and ``W_new = X KX + W_prev KP + Psi_prev Psi^{-1} W KW``.
 
-    Pass 1 accumulates the p x p Grams ``W^T Psi^-1 W``, ``W_prev^T Psi^-1 W``,
-    ``W^T Psi^-1 Psi_prev Psi^-1 W`` and the (m, p) Gram ``X^T Psi^-1 W`` block by block;
-    pass 2 writes ``W_new`` and ``psi_new`` block by block. Only block-sized temporaries
-    exist besides ``W_prev``, ``W`` and ``W_new`` (the unblocked form keeps several d x p).
+    With ``Minv = M^{-1}``, ``A = X^T Bt`` and ``B = W_prev^T Bt`` (module docstring),
+    ``C = Minv + beta A^T A + alpha (B^T B + Bt^T Psi_prev Bt)`` and ``KX = beta A C^{-1}``,
+    ``KP = alpha B C^{-1}``, ``KW = alpha Minv C^{-1}``. In the first loop ``W = W_prev`` gives
+    ``B = I - Minv``: ``C = alpha I + (1 - alpha) Minv + beta A^T A``, ``KP = alpha C^{-1}``, no ``KW``.
     """
-    d, p = W.shape
-    m = X.shape[1]
-
-    def blocks(a):
-        return a.reshape((nb, d // nb) + a.shape[1:])
-
-    rows = tuple(map(blocks, (W_prev, psi_prev, X, diagS, W, psi)))
-
-    def grams(acc, r):
-        Wp_b, pp_b, X_b, _, W_b, psi_b = r
-        Ws = W_b / psi_b[:, None]
-        Wq = Ws * jnp.sqrt(pp_b)[:, None]
-        return tuple(a + b for a, b in zip(acc, (W_b.T @ Ws, Wp_b.T @ Ws, Wq.T @ Wq, X_b.T @ Ws))), None
-
-    zeros = (jnp.zeros((p, p), W.dtype),) * 3 + (jnp.zeros((m, p), W.dtype),)
-    (G, WpWs, WqWq, XWs), _ = jax.lax.scan(grams, zeros, rows)
-    eye = jnp.eye(p, dtype=W.dtype)
-    Minv = _chol_inv(jnp.linalg.cholesky(eye + _sym(G)))
-    A = XWs @ Minv  # X^T Bt
-    B = WpWs @ Minv  # W_prev^T Bt
-    C = Minv + _sym(beta * (A.T @ A) + alpha * (B.T @ B + Minv @ _sym(WqWq) @ Minv))
+    p = grams["G"].shape[0]
+    eye = jnp.eye(p, dtype=grams["G"].dtype)
+    Minv = _chol_inv(jnp.linalg.cholesky(eye + grams["G"]))
+    A = grams["XWs"] @ Minv
+    if first:
+        C = alpha * eye + (1 - alpha) * Minv + beta * (A.T @ A)
+    else:
+        B = grams["WpWs"] @ Minv
+        C = Minv + _sym(beta * (A.T @ A) + alpha * (B.T @ B + Minv @ _sym(grams["WqWq"]) @ Minv))
     Cinv = _chol_inv(jnp.linalg.cholesky(C))
-    KX, KP, KW = beta * A @ Cinv, alpha * B @ Cinv, alpha * (Minv @ Cinv)
+    if first:
+        return C, beta * A @ Cinv, alpha * Cinv, None
+    return C, beta * A @ Cinv, alpha * B @ Cinv, alpha * (Minv @ Cinv)
 
-    def update(_, r):
-        Wp_b, pp_b, X_b, dS_b, W_b, psi_b = r
-        Wn = X_b @ KX + Wp_b @ KP + (pp_b / psi_b)[:, None] * (W_b @ KW)  # Q C^{-1}
-        return None, (Wn, jnp.maximum(dS_b - _rowdot(Wn, Wn @ C), floor))
 
-    _, (W_new, psi_new) = jax.lax.scan(update, None, rows)
-    return W_new.reshape(d, p), psi_new.reshape(d)
+def _em_iteration(W_prev, psi_prev, X, diagS, W, psi, alpha, beta, floor, first: bool, nb: int):
+    """One inner loop of Algorithm 1: Grams (pass 1), p x p algebra, row-wise rewrite (pass 2).
+
+    Pass 2 writes ``W_new = Q C^{-1}`` and ``psi_new = Diag(S) - rowdot(W_new, W_new C)`` over
+    the blocks of ``(W, psi)`` in place (:func:`jaxrvga.blocks.block_rewrite`).
+    """
+    C, KX, KP, KW = _em_gains(_em_grams(W_prev, psi_prev, X, W, psi, first, nb), alpha, beta, first)
+
+    def rewrite(carried, rows):
+        W_b, psi_b = carried
+        if first:  # W = W_prev
+            X_b, dS_b = rows
+            Wn = X_b @ KX + W_b @ KP
+        else:
+            Wp_b, pp_b, X_b, dS_b = rows
+            Wn = X_b @ KX + Wp_b @ KP + (pp_b / psi_b)[:, None] * (W_b @ KW)
+        return Wn, jnp.maximum(dS_b - _rowdot(Wn, Wn @ C), floor)
+
+    rows = (X, diagS) if first else (W_prev, psi_prev, X, diagS)
+    return blocks.block_rewrite(rewrite, (W, psi), rows, nb)
 
 
 def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
@@ -188,8 +175,8 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     ``Bt^T Psi_prev Bt``, then ``W_new = Q C^{-1}`` with ``C = M^{-1} + Bt^T S Bt`` (p x p
     Cholesky factorisations only). In the first inner loop ``(W, psi) = (W_prev, psi_prev)``
     gives ``B = I - M^{-1}``, hence ``Q = alpha W + beta X A`` and
-    ``C = alpha I + (1 - alpha) M^{-1} + beta A^T A``: one Gram instead of three, and no d x p
-    temporary beyond the one of ``M``. No 1/m normalisation is applied to a (d, m) ``X``: scale it by
+    ``C = alpha I + (1 - alpha) M^{-1} + beta A^T A``: two Grams instead of four. Every inner
+    loop is two passes over the rows (:mod:`jaxrvga.blocks`). No 1/m normalisation is applied to a (d, m) ``X``: scale it by
     ``1/sqrt(m)`` (as eq. 46 does) or through ``beta``.
 
     Args:
@@ -198,15 +185,17 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
       alpha, beta: non-negative scalars (may be traced).
       inner_loops: number of EM iterations (a Python int; 1 to 3 suffice per the paper).
       psi_floor: relative floor keeping ``psi > 0`` (module docstring).
-      block_rows: the second and later inner loops stream over row blocks of about this
-        many rows (one Gram pass, one update pass; same formulas), so that besides
-        ``W_prev``, ``W`` and ``W_new`` only block-sized temporaries exist. ``None``
-        (default): blocks of :data:`BLOCK_ROWS` rows when ``d p >= BLOCK_MIN_ELEMENTS``,
-        no blocking below. Blocks are equal, so a ``d`` without a suitable divisor is not
-        blocked. Under d-sharding (:mod:`jaxrvga.sharding`) pass ``block_rows=d``.
+      block_rows: the inner loops stream over row blocks of about this many rows (a Gram
+        pass, then a pass rewriting ``(W, psi)`` in place; same formulas), so that besides
+        ``W_prev`` and ``W`` (one buffer when ``inner_loops = 1``) only block-sized
+        temporaries exist. ``None`` (default): blocks of
+        :data:`jaxrvga.blocks.BLOCK_ROWS` rows when ``d p >= BLOCK_MIN_ELEMENTS``, no blocking
+        below (:func:`jaxrvga.blocks.num_blocks`). Under d-sharding (:mod:`jaxrvga.sharding`)
+        pass ``block_rows=d``.
 
     Returns:
-      ``(W, psi)``. Cost O(inner_loops (d p m + d p^2 + p^3)), memory O(d (p + m)).
+      ``(W, psi)``. Cost O(inner_loops (d p m + d p^2 + p^3)); memory: the ``d x p`` input,
+      one more ``d x p`` buffer if ``inner_loops > 1``, and O(d m) plus blocks.
     """
     inner_loops = positive_int("inner_loops", inner_loops)
     W_prev = jnp.asarray(W_prev)
@@ -223,41 +212,13 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     check_positive("psi_prev", psi_prev)
     check_nonnegative("alpha", alpha)
     check_nonnegative("beta", beta)
-    p = W_prev.shape[1]
     diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
-
-    def em_iteration(W, psi, first):
-        Minv = _chol_inv(jnp.linalg.cholesky(lowrank.gram_m(W, psi)))
-        A = ((X / psi[:, None]).T @ W) @ Minv  # X^T Bt, (m, p)
-        if first:
-            # W = W_prev and psi = psi_prev, so W_prev^T Bt = I - M^{-1} and Q, C simplify:
-            # Q = alpha W + beta X A,  C = alpha I + (1 - alpha) M^{-1} + beta A^T A.
-            C = alpha * jnp.eye(p, dtype=W.dtype) + (1 - alpha) * Minv + beta * (A.T @ A)
-            Cinv = _chol_inv(jnp.linalg.cholesky(C))
-            W_new = alpha * (W @ Cinv) + X @ (beta * A @ Cinv)  # Q C^{-1}
-        else:
-            Ws = W / psi[:, None]  # Bt = Ws M^{-1}
-            B = (W_prev.T @ Ws) @ Minv  # W_prev^T Bt
-            Wq = Ws * jnp.sqrt(psi_prev)[:, None]
-            BtPBt = Minv @ (Wq.T @ Wq) @ Minv  # Bt^T Psi_prev Bt
-            C = Minv + _sym(beta * (A.T @ A) + alpha * (B.T @ B + BtPBt))
-            Cinv = _chol_inv(jnp.linalg.cholesky(C))
-            # Q C^{-1} with Q = beta X A + alpha (W_prev B + Psi_prev Bt)
-            W_new = (X @ (beta * A @ Cinv) + W_prev @ (alpha * B @ Cinv)
-                     + (alpha * psi_prev / psi)[:, None] * (W @ (Minv @ Cinv)))
-        psi_new = diagS - _rowdot(W_new, W_new @ C)  # rowdot(W_new, Q), Q = W_new C
-        return W_new, jnp.maximum(psi_new, _floor(diagS, psi_floor))
-
-    W, psi = em_iteration(W_prev, psi_prev, first=True)
+    floor = _floor(diagS, psi_floor)
+    nb = blocks.num_blocks(*W_prev.shape, block_rows)
+    W, psi = _em_iteration(W_prev, psi_prev, X, diagS, W_prev, psi_prev, alpha, beta, floor, True, nb)
     if inner_loops > 1:
-        nb = _num_blocks(*W_prev.shape, block_rows)
-        if nb > 1:
-            floor = _floor(diagS, psi_floor)
-            later = lambda c: _later_iteration_blocked(W_prev, psi_prev, X, diagS, *c,  # noqa: E731
-                                                       alpha, beta, nb, floor)
-        else:
-            later = lambda c: em_iteration(*c, first=False)  # noqa: E731
-        W, psi = jax.lax.fori_loop(1, inner_loops, lambda _, c: later(c), (W, psi))
+        W, psi = jax.lax.fori_loop(1, inner_loops, lambda _, c: _em_iteration(
+            W_prev, psi_prev, X, diagS, *c, alpha, beta, floor, False, nb), (W, psi))
     return W, psi
 
 
@@ -445,8 +406,11 @@ def online_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper
         W, psi = _check_factors(W, psi)
         d, p = W.shape
         zeros = jnp.zeros
+        # The averages start at (W, psi) but own their buffers: leaves that alias one another
+        # cannot be donated to jaxrvga.run(..., donate=True).
         return OnlineEMState(W, psi, zeros((d, p), W.dtype), zeros((p, p), W.dtype),
-                             zeros((d,), W.dtype), W, psi, jnp.asarray(0, jnp.int32))
+                             zeros((d,), W.dtype), jnp.array(W, copy=True), jnp.array(psi, copy=True),
+                             jnp.asarray(0, jnp.int32))
 
     def update(state, v, y=None):
         del y

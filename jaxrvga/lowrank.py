@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
 
+from . import blocks
 from .validation import check_positive
 
 
@@ -84,10 +85,18 @@ class Woodbury(NamedTuple):
         return matvec(self.W, self.psi, v)
 
 
-def gram_m(W, psi):
-    """``M = I_p + W^T Psi^{-1} W`` as the exactly symmetric Gram ``I + B^T B``, ``B = W / sqrt(psi)``."""
-    B = W / jnp.sqrt(psi)[:, None]
-    return jnp.eye(W.shape[1], dtype=W.dtype) + B.T @ B
+def gram_m(W, psi, block_rows=None):
+    """``M = I_p + W^T Psi^{-1} W`` as the exactly symmetric Gram ``I + B^T B``, ``B = W / sqrt(psi)``.
+
+    Large ``W`` are streamed over row blocks (:func:`jaxrvga.blocks.num_blocks`), so ``B``
+    never exists as a whole ``d x p`` array.
+    """
+    def gram(W_b, psi_b):
+        B = W_b / jnp.sqrt(psi_b)[:, None]
+        return B.T @ B
+
+    nb = blocks.num_blocks(*W.shape, block_rows)
+    return jnp.eye(W.shape[1], dtype=W.dtype) + blocks.block_sum(gram, (W, psi), nb)
 
 
 def check_factors(W, psi):
@@ -103,7 +112,7 @@ def factorize(W, psi) -> Woodbury:
     """Cholesky-factorise ``M = I_p + W^T Psi^{-1} W`` once; O(d p^2 + p^3).
 
     ``M`` is symmetric to the last bit (:func:`gram_m`) and positive definite whenever
-    ``psi > 0``; its Gram is the one step that needs a transient d x p array.
+    ``psi > 0``; its Gram is streamed over row blocks at large ``d p``.
     """
     W, psi = check_factors(W, psi)
     return Woodbury(W, psi, jnp.linalg.cholesky(gram_m(W, psi)))

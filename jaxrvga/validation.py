@@ -6,6 +6,7 @@ never guessed. Every failure raises ``ValueError`` naming the argument.
 """
 from __future__ import annotations
 
+import operator
 from typing import Iterable
 
 import jax
@@ -87,6 +88,19 @@ def check_counts(name: str, y):
         if not np.all((a >= 0) & (np.floor(a) == a)):
             raise ValueError(f"{name} must contain non-negative integer counts for the Poisson model")
     return y
+
+
+def positive_int(name: str, value) -> int:
+    """``value`` as a Python int >= 1 (integer-likes such as ``np.int64`` accepted, bools not)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
 
 
 def check_choice(name: str, value, allowed: Iterable[str]):

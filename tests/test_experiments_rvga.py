@@ -21,48 +21,18 @@ import pytest
 
 from experiments import (rvga_fig01_02_probit, rvga_fig03_06_2d, rvga_fig07_08_dim, rvga_fig09_10_sep,
                          rvga_fig11_predict, rvga_fig12_13_solver, rvga_fig14_16_sep2d)
+from experiments.common import quick_fixture
 
 METHODS = ("implicit", "explicit", "EKF", "QKF", "Laplace")
 
 
-def _run(module, tmp_path_factory):
-    out = tmp_path_factory.mktemp(module.__name__.rsplit(".", 1)[-1])
-    return module.run(True, out), out
-
-
-@pytest.fixture(scope="module")
-def fig01(tmp_path_factory):
-    return _run(rvga_fig01_02_probit, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def fig03_06(tmp_path_factory):
-    return _run(rvga_fig03_06_2d, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def fig07_08(tmp_path_factory):
-    return _run(rvga_fig07_08_dim, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def fig09_10(tmp_path_factory):
-    return _run(rvga_fig09_10_sep, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def fig11(tmp_path_factory):
-    return _run(rvga_fig11_predict, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def fig12_13(tmp_path_factory):
-    return _run(rvga_fig12_13_solver, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def fig14_16(tmp_path_factory):
-    return _run(rvga_fig14_16_sep2d, tmp_path_factory)
+fig01 = quick_fixture(rvga_fig01_02_probit)
+fig03_06 = quick_fixture(rvga_fig03_06_2d)
+fig07_08 = quick_fixture(rvga_fig07_08_dim)
+fig09_10 = quick_fixture(rvga_fig09_10_sep)
+fig11 = quick_fixture(rvga_fig11_predict)
+fig12_13 = quick_fixture(rvga_fig12_13_solver)
+fig14_16 = quick_fixture(rvga_fig14_16_sep2d)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from jaxrvga import factor_analysis as fa
+from jaxrvga import blocks, factor_analysis as fa
 from jaxrvga import lowrank
 
 
@@ -151,6 +151,9 @@ def test_online_em_averaging_variants():
     # paper: post-processing average over iterates t > N/2 (0-based t), E-step unaffected
     paper = fa.online_em(num_steps=N, averaging="paper")
     sp, _ = core.run(paper, paper.init(W0, psi0), xs, ys)
+    # donating the state (whose averages start equal to W, psi) gives the same run
+    donated, _ = core.run(paper, paper.init(jnp.array(W0), jnp.array(psi0)), xs, ys, donate=True)
+    np.testing.assert_array_equal(donated.W_avg, sp.W_avg)
     assert rel(sp.W, iterates[0][-1]) <= 1e-13
     assert rel(sp.W_avg, jnp.mean(iterates[0][start + 1:], axis=0)) <= 1e-12
     assert rel(sp.psi_avg, jnp.mean(iterates[1][start + 1:], axis=0)) <= 1e-12
@@ -191,16 +194,34 @@ def test_validation():
         fa.online_em(averaging=None).init(W, psi[:5])
 
 
-@pytest.mark.parametrize("loops,m", [(2, 1), (3, 2)])
+@pytest.mark.parametrize("loops,m", [(1, 1), (2, 1), (3, 2)])
 def test_blocked_inner_loops_equal_unblocked(loops, m):
-    """The streamed (row-blocked) later inner loops compute the same Algorithm 1 iterates."""
+    """The streamed (row-blocked, rewritten in place) inner loops compute the same Algorithm 1 iterates."""
     rng = np.random.default_rng(3)
     d, p = 240, 4
     W = jnp.asarray(rng.normal(size=(d, p)))
     psi = jnp.asarray(rng.uniform(0.5, 2.0, d))
     X = jnp.asarray(rng.normal(size=(d, m)))
-    assert fa._num_blocks(d, p, 60) == 4 and fa._num_blocks(d, p, None) == 1
+    assert blocks.num_blocks(d, p, 60) == 4 and blocks.num_blocks(d, p, None) == 1
     ref = fa.recursive_em_step(W, psi, X, 0.7, 1.3, loops)
     got = fa.recursive_em_step(W, psi, X, 0.7, 1.3, loops, block_rows=60)
     for a, b in zip(got, ref):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * float(jnp.max(jnp.abs(b))))
+    # the Gram of M streamed over the same blocks
+    np.testing.assert_allclose(lowrank.gram_m(W, psi, block_rows=60), lowrank.gram_m(W, psi), rtol=1e-13)
+
+
+def test_block_rewrite_is_in_place():
+    """Rewriting W block by block needs no second d x p buffer: XLA aliases the donated input."""
+    d, p, nb = 4096, 8, 8
+    W = jnp.ones((d, p))
+
+    def rewrite(W):
+        return blocks.block_rewrite(lambda c, r: (2.0 * c[0] + r[0][:, None],), (W,), (jnp.arange(d, dtype=W.dtype),), nb)[0]
+
+    compiled = jax.jit(rewrite, donate_argnums=0).lower(W).compile()
+    mem = compiled.memory_analysis()
+    W_bytes = d * p * W.dtype.itemsize
+    assert mem.alias_size_in_bytes == W_bytes  # the output is written into the donated input
+    assert mem.temp_size_in_bytes < W_bytes / 2  # a few blocks (W_bytes / nb each), no d x p copy
+    np.testing.assert_array_equal(compiled(jnp.ones((d, p))), 2.0 + jnp.arange(d)[:, None] * jnp.ones((1, p)))

@@ -36,13 +36,7 @@ pytest.importorskip("matplotlib")
 
 from experiments import headtohead_gpc as HG  # noqa: E402
 from experiments import headtohead_logistic as HL  # noqa: E402
-
-
-def _breast_cancer_or_skip():
-    try:
-        jr.data.find_data_file(jr.data.BREAST_CANCER_FILE)
-    except FileNotFoundError:
-        pytest.skip("breast-cancer_scale.txt not available")
+from experiments.common import quick_fixture  # noqa: E402
 
 
 def _read(path):
@@ -142,18 +136,8 @@ def test_kernel_elbo_with_linear_kernel_is_weight_space_elbo():
 # Quick runs
 
 
-@pytest.fixture(scope="module")
-def logistic(tmp_path_factory):
-    _breast_cancer_or_skip()
-    out = tmp_path_factory.mktemp("headtohead_logistic")
-    return HL.run(True, out), out
-
-
-@pytest.fixture(scope="module")
-def gpc(tmp_path_factory):
-    _breast_cancer_or_skip()
-    out = tmp_path_factory.mktemp("headtohead_gpc")
-    return HG.run(True, out), out
+logistic = quick_fixture(HL)
+gpc = quick_fixture(HG)
 
 
 @pytest.mark.slow

@@ -1,0 +1,94 @@
+"""Row-blocked passes over tall ``d x p`` arrays, so that large problems need no ``d x p`` temporary.
+
+XLA on CPU does not fuse an elementwise producer into a matrix product: ``(W / psi[:, None]).T @ W``
+materialises the scaled ``d x p`` copy of ``W`` before the Gram. At ``d p`` in the hundreds of
+millions such temporaries, not the state, set the peak memory. The two passes of Algorithm 1
+of [LRVGA] (Grams of the rows, then a row-wise rewrite of ``W``) are row-separable, so they are
+streamed over equal row blocks:
+
+* :func:`block_sum` - ``sum_b fn(block_b)`` of small (p x p, m x p) results, by ``lax.scan``;
+* :func:`block_rewrite` - rewrite carried ``d``-leading arrays block by block, in place
+  (``lax.fori_loop`` over dynamic-update-slices of the carry), so that updating ``W`` needs no
+  second ``d x p`` buffer.
+
+Only block-sized temporaries exist. Small problems (``d p`` below :data:`BLOCK_MIN_ELEMENTS`)
+use a single block, i.e. the plain unblocked expressions.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .validation import positive_int
+
+#: Target rows per block for large problems.
+BLOCK_ROWS = 8192
+#: Problems with ``d p`` below this many elements are not blocked.
+BLOCK_MIN_ELEMENTS = 1 << 22
+
+
+def num_blocks(d: int, p: int, block_rows=None) -> int:
+    """Number of equal row blocks for a ``d x p`` pass (1 = no blocking).
+
+    ``block_rows=None`` blocks only large problems (``d p >= BLOCK_MIN_ELEMENTS``) with blocks
+    of about :data:`BLOCK_ROWS` rows. The count must divide ``d`` with blocks of at least
+    ``block_rows / 8`` rows, else 1 (a ``d`` without a suitable divisor is not blocked).
+    """
+    if block_rows is None:
+        if d * p < BLOCK_MIN_ELEMENTS:
+            return 1
+        block_rows = BLOCK_ROWS
+    block_rows = positive_int("block_rows", block_rows)
+    for nb in range(-(-d // block_rows), d + 1):
+        if d % nb == 0:
+            return nb if d // nb >= max(1, block_rows // 8) else 1
+    return 1
+
+
+def _split(a, nb: int):
+    return a.reshape((nb, a.shape[0] // nb) + a.shape[1:])
+
+
+def block_sum(fn: Callable, arrays: Sequence, nb: int):
+    """``sum_b fn(*[a[rows_b] for a in arrays])`` over ``nb`` equal row blocks.
+
+    ``fn`` returns a pytree of small arrays (Grams); with ``nb = 1`` it is ``fn(*arrays)``.
+    """
+    if nb == 1:
+        return fn(*arrays)
+    rows = [_split(a, nb) for a in arrays]
+    shapes = jax.eval_shape(fn, *(r[0] for r in rows))
+    zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    def step(acc, blocks):
+        return jax.tree_util.tree_map(jnp.add, acc, fn(*blocks)), None
+
+    return lax.scan(step, zeros, rows)[0]
+
+
+def block_rewrite(fn: Callable, carried: Sequence, arrays: Sequence, nb: int):
+    """``carried[rows_b] <- fn(carried[rows_b], arrays[rows_b])`` for every row block, in place.
+
+    ``carried`` and ``arrays`` are tuples of arrays whose leading axis has length ``d``;
+    ``fn(carried_blocks, array_blocks)`` returns new blocks shaped like ``carried_blocks``.
+    Each block of ``carried`` is read before it is overwritten, so XLA updates the carried
+    buffers in place (a buffer still used afterwards, such as ``W_prev`` in the first EM
+    iteration of several, is copied once). With ``nb = 1`` it is ``fn(carried, arrays)``.
+    """
+    carried, arrays = tuple(carried), tuple(arrays)
+    if nb == 1:
+        return tuple(fn(carried, arrays))
+    rows = tuple(_split(a, nb) for a in arrays)
+
+    def body(i, c):
+        new = fn(tuple(a[i] for a in c), tuple(r[i] for r in rows))
+        return tuple(a.at[i].set(n) for a, n in zip(c, new))
+
+    out = lax.fori_loop(0, nb, body, tuple(_split(a, nb) for a in carried))
+    return tuple(a.reshape((-1,) + a.shape[2:]) for a in out)
+
+
+__all__ = ["BLOCK_ROWS", "BLOCK_MIN_ELEMENTS", "num_blocks", "block_sum", "block_rewrite"]
