@@ -7,9 +7,10 @@ of [LRVGA] (Grams of the rows, then a row-wise rewrite of ``W``) are row-separab
 streamed over equal row blocks:
 
 * :func:`block_sum` - ``sum_b fn(block_b)`` of small (p x p, m x p) results, by ``lax.scan``;
-* :func:`block_rewrite` - rewrite carried ``d``-leading arrays block by block, in place
-  (``lax.fori_loop`` over dynamic-update-slices of the carry), so that updating ``W`` needs no
-  second ``d x p`` buffer.
+* :func:`block_map` - one pass writing new ``d``-leading arrays block by block, optionally in
+  place (``lax.fori_loop`` over dynamic-update-slices of the carry, so that updating ``W`` needs
+  no second ``d x p`` buffer), while summing small per-block results (the Grams of the next
+  pass), so that each EM iteration after the first reads the rows once.
 
 Only block-sized temporaries exist. Small problems (``d p`` below :data:`BLOCK_MIN_ELEMENTS`)
 use a single block, i.e. the plain unblocked expressions.
@@ -69,26 +70,45 @@ def block_sum(fn: Callable, arrays: Sequence, nb: int):
     return lax.scan(step, zeros, rows)[0]
 
 
-def block_rewrite(fn: Callable, carried: Sequence, arrays: Sequence, nb: int):
-    """``carried[rows_b] <- fn(carried[rows_b], arrays[rows_b])`` for every row block, in place.
+def block_map(fn: Callable, arrays: Sequence, nb: int, in_place: int = 0):
+    """One pass over the row blocks: ``fn(blocks) -> (new_blocks, sums)``, ``new`` and ``sum`` gathered.
 
-    ``carried`` and ``arrays`` are tuples of arrays whose leading axis has length ``d``;
-    ``fn(carried_blocks, array_blocks)`` returns new blocks shaped like ``carried_blocks``.
-    Each block of ``carried`` is read before it is overwritten, so XLA updates the carried
-    buffers in place (a buffer still used afterwards, such as ``W_prev`` in the first EM
-    iteration of several, is copied once). With ``nb = 1`` it is ``fn(carried, arrays)``.
+    ``arrays`` is a tuple of arrays whose leading axis has length ``d``; ``fn`` receives the
+    tuple of their blocks and returns a tuple of new ``d``-leading blocks and a pytree of small
+    arrays (e.g. the Grams of the next EM iteration; ``()`` for none). Returns
+    ``(new_arrays, summed)``.
+
+    With ``in_place = k > 0`` the first ``k`` new blocks overwrite the first ``k`` arrays (same
+    shapes): each block is read before it is written, so XLA updates those buffers in place
+    (``lax.fori_loop`` over dynamic-update-slices of the carry; a buffer the caller still uses
+    afterwards is copied once). With ``in_place = 0`` the new arrays are fresh buffers written
+    block by block (``lax.scan`` outputs). With ``nb = 1`` it is ``fn(arrays)``.
     """
-    carried, arrays = tuple(carried), tuple(arrays)
+    arrays = tuple(arrays)
     if nb == 1:
-        return tuple(fn(carried, arrays))
+        new, sums = fn(arrays)
+        return tuple(new), sums
     rows = tuple(_split(a, nb) for a in arrays)
+    shapes = jax.eval_shape(fn, tuple(r[0] for r in rows))[1]
+    zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
-    def body(i, c):
-        new = fn(tuple(a[i] for a in c), tuple(r[i] for r in rows))
-        return tuple(a.at[i].set(n) for a, n in zip(c, new))
+    def add(acc, sums):
+        return jax.tree_util.tree_map(jnp.add, acc, sums)
 
-    out = lax.fori_loop(0, nb, body, tuple(_split(a, nb) for a in carried))
-    return tuple(a.reshape((-1,) + a.shape[2:]) for a in out)
+    if in_place == 0:
+        def step(acc, blocks):
+            new, sums = fn(blocks)
+            return add(acc, sums), tuple(new)
+
+        summed, new = lax.scan(step, zeros, rows)
+    else:
+        def body(i, carry):
+            own, acc = carry
+            new, sums = fn(tuple(a[i] for a in own) + tuple(r[i] for r in rows[in_place:]))
+            return tuple(a.at[i].set(n) for a, n in zip(own, new)), add(acc, sums)
+
+        new, summed = lax.fori_loop(0, nb, body, (rows[:in_place], zeros))
+    return tuple(a.reshape((-1,) + a.shape[2:]) for a in new), summed
 
 
-__all__ = ["BLOCK_ROWS", "BLOCK_MIN_ELEMENTS", "num_blocks", "block_sum", "block_rewrite"]
+__all__ = ["BLOCK_ROWS", "BLOCK_MIN_ELEMENTS", "num_blocks", "block_sum", "block_map"]

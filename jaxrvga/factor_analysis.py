@@ -90,24 +90,21 @@ def _floor(diagS, psi_floor):
     return jnp.maximum(psi_floor, finfo.eps) * jnp.mean(diagS) + finfo.tiny
 
 
-def _em_grams(W_prev, psi_prev, X, W, psi, first: bool, nb: int):
-    """Pass 1 of an inner loop: the small Grams of the rows, summed over ``nb`` row blocks.
+def _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, first: bool):
+    """The small Grams of one row block that an inner loop needs (summed over the blocks).
 
     ``G = W^T Psi^{-1} W`` (exactly symmetric, as ``B^T B`` with ``B = Psi^{-1/2} W``) and
-    ``X^T Psi^{-1} W``; in later loops also ``W_prev^T Psi^{-1} W`` and
+    ``X^T Psi^{-1} W``; after the first loop also ``W_prev^T Psi^{-1} W`` and
     ``W^T Psi^{-1} Psi_prev Psi^{-1} W``.
     """
-    def grams(Wp_b, pp_b, X_b, W_b, psi_b):
-        root = jnp.sqrt(psi_b)[:, None]
-        B = W_b / root
-        Ws = B / root  # Psi^{-1} W
-        out = {"G": B.T @ B, "XWs": X_b.T @ Ws}
-        if not first:
-            Wq = Ws * jnp.sqrt(pp_b)[:, None]
-            out.update(WpWs=Wp_b.T @ Ws, WqWq=Wq.T @ Wq)
-        return out
-
-    return blocks.block_sum(grams, (W_prev, psi_prev, X, W, psi), nb)
+    root = jnp.sqrt(psi_b)[:, None]
+    B = W_b / root
+    Ws = B / root  # Psi^{-1} W
+    out = {"G": B.T @ B, "XWs": X_b.T @ Ws}
+    if not first:
+        Wq = Ws * jnp.sqrt(pp_b)[:, None]
+        out.update(WpWs=Wp_b.T @ Ws, WqWq=Wq.T @ Wq)
+    return out
 
 
 def _em_gains(grams, alpha, beta, first: bool):
@@ -133,26 +130,37 @@ def _em_gains(grams, alpha, beta, first: bool):
     return C, beta * A @ Cinv, alpha * B @ Cinv, alpha * (Minv @ Cinv)
 
 
-def _em_iteration(W_prev, psi_prev, X, diagS, W, psi, alpha, beta, floor, first: bool, nb: int):
-    """One inner loop of Algorithm 1: Grams (pass 1), p x p algebra, row-wise rewrite (pass 2).
+def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, nb: int):
+    """The inner loops of Algorithm 1 as ``inner_loops + 1`` passes over the row blocks.
 
-    Pass 2 writes ``W_new = Q C^{-1}`` and ``psi_new = Diag(S) - rowdot(W_new, W_new C)`` over
-    the blocks of ``(W, psi)`` in place (:func:`jaxrvga.blocks.block_rewrite`).
+    Pass 0 sums the Grams of ``W_prev``. Pass k rewrites the rows, ``W_new = Q C^{-1}`` and
+    ``psi_new = Diag(S) - rowdot(W_new, W_new C)``, and, unless it is the last, sums the Grams
+    of the new rows for the next loop in the same pass. The first of several loops writes fresh
+    ``(W, psi)`` (``W_prev`` defines the target ``S`` and is kept); every other pass rewrites
+    ``(W, psi)`` in place (:func:`jaxrvga.blocks.block_map`).
     """
-    C, KX, KP, KW = _em_gains(_em_grams(W_prev, psi_prev, X, W, psi, first, nb), alpha, beta, first)
+    grams = blocks.block_sum(lambda W_b, psi_b, X_b: _block_grams(W_b, psi_b, X_b, W_b, psi_b, True),
+                             (W_prev, psi_prev, X), nb)
+    W, psi = W_prev, psi_prev
+    for k in range(inner_loops):
+        first, last = k == 0, k == inner_loops - 1
+        C, KX, KP, KW = _em_gains(grams, alpha, beta, first)
 
-    def rewrite(carried, rows):
-        W_b, psi_b = carried
-        if first:  # W = W_prev
-            X_b, dS_b = rows
-            Wn = X_b @ KX + W_b @ KP
-        else:
-            Wp_b, pp_b, X_b, dS_b = rows
-            Wn = X_b @ KX + Wp_b @ KP + (pp_b / psi_b)[:, None] * (W_b @ KW)
-        return Wn, jnp.maximum(dS_b - _rowdot(Wn, Wn @ C), floor)
+        def rewrite(rows, first=first, last=last, C=C, KX=KX, KP=KP, KW=KW):
+            if first:  # (W, psi) = (W_prev, psi_prev): read once
+                W_b, psi_b, X_b, dS_b = rows
+                Wp_b, pp_b = W_b, psi_b
+                Wn = X_b @ KX + Wp_b @ KP
+            else:
+                W_b, psi_b, Wp_b, pp_b, X_b, dS_b = rows
+                # Psi_prev Psi^{-1} W KW, divided last: KW = 0 when alpha = 0, and psi may be tiny
+                Wn = X_b @ KX + Wp_b @ KP + pp_b[:, None] * (W_b @ KW) / psi_b[:, None]
+            psin = jnp.maximum(dS_b - _rowdot(Wn, Wn @ C), floor)
+            return (Wn, psin), ({} if last else _block_grams(Wp_b, pp_b, X_b, Wn, psin, False))
 
-    rows = (X, diagS) if first else (W_prev, psi_prev, X, diagS)
-    return blocks.block_rewrite(rewrite, (W, psi), rows, nb)
+        rows = (W, psi, X, diagS) if first else (W, psi, W_prev, psi_prev, X, diagS)
+        (W, psi), grams = blocks.block_map(rewrite, rows, nb, 0 if first and not last else 2)
+    return W, psi
 
 
 def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
@@ -215,11 +223,7 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
     floor = _floor(diagS, psi_floor)
     nb = blocks.num_blocks(*W_prev.shape, block_rows)
-    W, psi = _em_iteration(W_prev, psi_prev, X, diagS, W_prev, psi_prev, alpha, beta, floor, True, nb)
-    if inner_loops > 1:
-        W, psi = jax.lax.fori_loop(1, inner_loops, lambda _, c: _em_iteration(
-            W_prev, psi_prev, X, diagS, *c, alpha, beta, floor, False, nb), (W, psi))
-    return W, psi
+    return _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb)
 
 
 def batch_em_step(S, W, psi, *, psi_floor: float = PSI_FLOOR):

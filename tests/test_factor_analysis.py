@@ -211,17 +211,33 @@ def test_blocked_inner_loops_equal_unblocked(loops, m):
     np.testing.assert_allclose(lowrank.gram_m(W, psi, block_rows=60), lowrank.gram_m(W, psi), rtol=1e-13)
 
 
-def test_block_rewrite_is_in_place():
-    """Rewriting W block by block needs no second d x p buffer: XLA aliases the donated input."""
+def test_block_map_in_place_and_sums():
+    """A blocked pass rewrites rows in place or into fresh arrays and sums per-block results."""
     d, p, nb = 4096, 8, 8
-    W = jnp.ones((d, p))
+    r = jnp.arange(d, dtype=jnp.float64)
+    expected = 2.0 + r[:, None] * jnp.ones((1, p))
 
-    def rewrite(W):
-        return blocks.block_rewrite(lambda c, r: (2.0 * c[0] + r[0][:, None],), (W,), (jnp.arange(d, dtype=W.dtype),), nb)[0]
+    def fn(b):
+        new = 2.0 * b[0] + b[1][:, None]
+        return (new,), {"gram": new.T @ new}
 
-    compiled = jax.jit(rewrite, donate_argnums=0).lower(W).compile()
-    mem = compiled.memory_analysis()
-    W_bytes = d * p * W.dtype.itemsize
-    assert mem.alias_size_in_bytes == W_bytes  # the output is written into the donated input
-    assert mem.temp_size_in_bytes < W_bytes / 2  # a few blocks (W_bytes / nb each), no d x p copy
-    np.testing.assert_array_equal(compiled(jnp.ones((d, p))), 2.0 + jnp.arange(d)[:, None] * jnp.ones((1, p)))
+    for in_place in (0, 1):
+        (new,), sums = jax.jit(lambda W: blocks.block_map(fn, (W, r), nb, in_place))(jnp.ones((d, p)))
+        np.testing.assert_array_equal(new, expected)
+        np.testing.assert_allclose(sums["gram"], expected.T @ expected, rtol=1e-14)
+
+
+@pytest.mark.parametrize("loops", [1, 3])
+def test_recursive_em_step_memory(loops):
+    """Algorithm 1 at a blocked size (d p >= BLOCK_MIN_ELEMENTS, compiled only): XLA's own account
+    of the temporaries is O(d) plus blocks when W is rewritten in place (one loop), and one
+    d x p buffer more with several loops (``W_prev`` defines the target and is kept)."""
+    d, p = 1 << 19, 8
+    assert blocks.num_blocks(d, p) > 1
+    S = jax.ShapeDtypeStruct
+    step = jax.jit(lambda W, psi, x: fa.recursive_em_step(W, psi, x, 1.0, 1.0, loops), donate_argnums=(0, 1))
+    mem = step.lower(S((d, p), jnp.float64), S((d,), jnp.float64), S((d,), jnp.float64)).compile().memory_analysis()
+    W_bytes = d * p * 8
+    assert mem.alias_size_in_bytes >= W_bytes  # (W, psi) are written into the donated inputs
+    extra = 0 if loops == 1 else W_bytes
+    assert mem.temp_size_in_bytes < extra + 0.5 * W_bytes  # a few d-vectors and blocks
