@@ -194,12 +194,12 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
       inner_loops: number of EM iterations (a Python int; 1 to 3 suffice per the paper).
       psi_floor: relative floor keeping ``psi > 0`` (module docstring).
       block_rows: the inner loops stream over row blocks of about this many rows (a Gram
-        pass, then a pass rewriting ``(W, psi)`` in place; same formulas), so that besides
-        ``W_prev`` and ``W`` (one buffer when ``inner_loops = 1``) only block-sized
-        temporaries exist. ``None`` (default): blocks of
+        pass, then one pass per loop that rewrites ``(W, psi)`` and sums the next loop's
+        Grams; same formulas), so that besides ``W_prev`` and ``W`` (one buffer when
+        ``inner_loops = 1``) only block-sized temporaries exist. ``None`` (default): blocks of
         :data:`jaxrvga.blocks.BLOCK_ROWS` rows when ``d p >= BLOCK_MIN_ELEMENTS``, no blocking
-        below (:func:`jaxrvga.blocks.num_blocks`). Under d-sharding (:mod:`jaxrvga.sharding`)
-        pass ``block_rows=d``.
+        below (:func:`jaxrvga.blocks.num_blocks`). Filters run by :mod:`jaxrvga.sharding`
+        are traced unblocked (:func:`jaxrvga.blocks.unblocked`).
 
     Returns:
       ``(W, psi)``. Cost O(inner_loops (d p m + d p^2 + p^3)); memory: the ``d x p`` input,

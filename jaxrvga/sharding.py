@@ -30,7 +30,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from . import core
+from . import blocks, core
 from .core import Filter
 
 AXIS = "d"
@@ -103,13 +103,17 @@ def _dimension(state) -> int:
 
 
 def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
-    """``flt`` whose ``update`` constrains the d-length leaves of the new state to stay sharded."""
+    """``flt`` whose ``update`` constrains the d-length leaves of the new state to stay sharded.
+
+    The update is traced inside :func:`jaxrvga.blocks.unblocked`: no row blocks across devices.
+    """
     if not isinstance(flt, Filter):
         raise ValueError(f"flt must be a jaxrvga Filter, got {type(flt).__name__}")
     _check_divisible(d, mesh)
 
     def update(state, x, y):
-        new = flt.update(state, x, y)
+        with blocks.unblocked():  # each device's rows form one block (no cross-device row blocks)
+            new = flt.update(state, x, y)
         shardings = _shardings(state_specs(new, d, mesh), mesh)
         return jax.lax.with_sharding_constraint(new, shardings)
 
