@@ -31,10 +31,22 @@ Corrections to the printed paper ([reproduction] §1 E3 and §4 item 10):
   (kernel form) or the equivalent weight-space residual (GLM form, see :func:`fit`).
 * (20) prints ``mu~`` for the prior mean at the test point, ``mu~(x*)``.
 
+Step control (default ``adaptive=True`` in :func:`fit` and :func:`fit_kernel`): (16)-(19) is the
+proximal-gradient method (7) with ``beta_k = 1/r_k - 1``, which converges when ``beta_k`` is below
+``alpha / L`` (8), ``L`` the Lipschitz constant of the gradient of the linearised part. With large
+prior variances (separable data, long GP length-scales with large signal variances) the paper's
+``r = 0.8`` violates (8): the iteration diverges (site precisions collapse, NaN) or cycles. Each
+step is therefore accepted only if the exact objective (10) (the ELBO with the fit's own
+expectations, :func:`elbo`) does not decrease and stays finite; otherwise ``1 - r_k`` is halved and
+the step retried, and after a run of accepted steps ``1 - r_k`` doubles again, up to ``1 - r``.
+While the fixed step increases the ELBO, the iterates are the paper's. The results report
+``converged``, ``residual``, ``iterations``, ``rejected``, the final ``r`` and the ``elbo``.
+
 Gaussian expectations ``f_n``: the model's ``expected_log_lik`` (closed form for the Gaussian,
 Poisson and :func:`laplace` models), Gauss-Hermite quadrature otherwise; derivatives by autodiff.
 Likelihoods with unbounded curvature ``gamma`` (Poisson: ``exp(mt + vt/2)``; Laplace:
-``2 phi(u) / (b sqrt(vt))``) violate the Lipschitz condition behind (8): use ``r`` near 1 there.
+``2 phi(u) / (b sqrt(vt))``) violate the Lipschitz condition behind (8): use ``r`` near 1 there
+(or rely on the step control).
 """
 from __future__ import annotations
 
@@ -116,9 +128,15 @@ def site_gradients(expected, y, mt, vt):
 
     ``expected`` is a function from :func:`expectation`.
     """
+    _, a, g = _sites(expected, y, mt, vt)
+    return a, g
+
+
+def _sites(expected, y, mt, vt):
+    """``(sum_n f_n, alpha, gamma)`` at ``(mt, vt)``: the data term of (10) and the gradients (12)."""
     total = lambda a, b: jnp.sum(expected(a, b, y))
-    dm, dv = jax.grad(total, argnums=(0, 1))(mt, vt)
-    return -dm, -2.0 * dv
+    f, (dm, dv) = jax.value_and_grad(total, argnums=(0, 1))(mt, vt)
+    return f, -dm, -2.0 * dv
 
 
 def _as_family(likelihood) -> Family:
@@ -145,6 +163,70 @@ def _rel(a, b):
 
 
 # ---------------------------------------------------------------------------------------------
+# Step control ([KLPROX] eqs. 7-8 with a varying beta_k)
+
+#: The step ``1 - r_k`` is multiplied by ``_SHRINK`` after a rejected proposal and divided by it
+#: after ``patience`` accepted proposals in a row (never beyond the user's ``1 - r``); ``patience``
+#: starts at 1 and doubles whenever a step reached by growing is rejected.
+_SHRINK = 0.5
+#: Round-off slack of the ascent test, relative to ``1 + |ELBO_k|``.
+_ELBO_SLACK = 1e-9
+
+
+def _step_controlled(propose, init, r, max_iter, tol, adaptive):
+    """Run ``propose`` under a ``lax.while_loop`` with the step control of :func:`fit`.
+
+    ``init = (state, elbo, residual)`` and ``propose(state, r_k) -> (state, elbo, residual)`` is
+    one proximal-gradient step (7) with ``beta_k = 1/r_k - 1`` from ``state``.
+
+    With ``adaptive`` a proposal is accepted only if its ELBO (10) and residual are finite and
+    the ELBO did not decrease (up to round-off); otherwise the state is kept and the step
+    ``1 - r_k`` is halved. (For ``beta_k`` below ``alpha / L``, eq. 8, each step increases the
+    ELBO, so a decrease or a non-finite value, e.g. a precision that is no longer positive
+    definite, signals a step that is too long.) After ``patience`` accepted proposals in a row
+    the step doubles, up to ``1 - r``; ``patience`` starts at 1 and doubles each time a grown step
+    is rejected. So a rejection in the first iterations (from ``V_0 = Sigma`` the first step
+    often overshoots) costs a few iterations, while a step that is too long for the fixed point
+    (the iteration cycles there) is retried ever more rarely. While every proposal is accepted
+    the iterates are those of the fixed-``r`` iteration. Without ``adaptive`` every proposal is
+    accepted (the paper's fixed step) and a non-finite residual stops the loop.
+
+    Returns ``(state, elbo, residual, iterations, r_k, rejected)``; ``iterations`` counts the
+    proposals (each costs one iteration), ``rejected`` those that were rejected.
+    """
+    r = jnp.asarray(r, dtype=init[1].dtype)
+
+    def body(c):
+        k, state, F, res, rk, nrej, streak, patience, grown = c
+        new, F1, res1 = propose(state, rk)
+        if adaptive:
+            ok = (jnp.isfinite(F1) & jnp.isfinite(res1)
+                  & (F1 >= F - _ELBO_SLACK * (1.0 + jnp.abs(F))))
+            patience = jnp.where(~ok & grown, jnp.minimum(2 * patience, 2**30), patience)
+            streak = jnp.where(ok, streak + 1, 0)
+            grow = ok & (streak >= patience) & (rk > r)
+            streak = jnp.where(grow, 0, streak)
+            grown = ok & (grown | grow)
+            rk = jnp.where(ok, jnp.where(grow, jnp.maximum(1.0 - (1.0 - rk) / _SHRINK, r), rk),
+                           1.0 - _SHRINK * (1.0 - rk))
+        else:
+            ok = jnp.asarray(True)
+        keep = lambda a, b: jnp.where(ok, a, b)  # noqa: E731
+        state = jax.tree_util.tree_map(keep, new, state)
+        return (k + 1, state, keep(F1, F), keep(res1, res), rk, nrej + jnp.where(ok, 0, 1),
+                streak, patience, grown)
+
+    def cond(c):
+        return (c[0] < max_iter) & (c[3] > tol)
+
+    state, F, res = init
+    zero = jnp.asarray(0, jnp.int32)
+    init = (zero, state, F, res, r, zero, zero, jnp.asarray(1, jnp.int32), jnp.asarray(False))
+    k, state, F, res, rk, nrej = jax.lax.while_loop(cond, body, init)[:6]
+    return state, F, res, k, rk, nrej
+
+
+# ---------------------------------------------------------------------------------------------
 # GLM (weight-space) form, eqs. (16)-(17)
 
 
@@ -152,7 +234,12 @@ class KLProxResult(NamedTuple):
     """Result of :func:`fit`: ``q = N(mean, cov)``.
 
     ``alpha``, ``gamma`` are the site gradients (12) at the returned ``(mean, cov)``;
-    ``residual`` is the stopping criterion of :func:`fit` at the last iterate.
+    ``residual`` is the stopping criterion of :func:`fit` there and ``converged`` says whether it
+    fell below ``tol`` (a run that stops at ``max_iter`` reports ``converged = False``).
+    ``iterations`` counts the proximal-gradient proposals, ``rejected`` those that the step
+    control rejected, ``r`` is the step parameter ``r_k = 1/(1 + beta_k)`` in use at the end
+    (the user's ``r`` unless the step had to shrink), and ``elbo`` is the objective (10) at the
+    returned ``q`` (with the expectations used by the fit).
     """
 
     mean: jax.Array
@@ -162,6 +249,9 @@ class KLProxResult(NamedTuple):
     iterations: jax.Array
     converged: jax.Array
     residual: jax.Array
+    elbo: Optional[jax.Array] = None
+    r: Optional[jax.Array] = None
+    rejected: Optional[jax.Array] = None
 
 
 def _chol_inv(P):
@@ -169,47 +259,47 @@ def _chol_inv(P):
     return cho_solve((L, True), jnp.eye(P.shape[0], dtype=P.dtype))
 
 
-def _glm_iterate(expected, X, y, mu, Sigma, r, max_iter, tol, m0, P0, weight=1.0):
-    """Iterate (16)-(17) from ``(m0, P0 = V0^{-1})``; ``weight`` tempers the likelihood."""
+def _glm_iterate(expected, X, y, mu, Sigma, r, max_iter, tol, m0, P0, weight=1.0, adaptive=True):
+    """Iterate (16)-(17) from ``(m0, P0 = V0^{-1})``; ``weight`` tempers the likelihood.
+
+    The objective is ``weight * sum_n f_n - KL(q || N(mu, Sigma))`` ((10) for ``weight = 1``).
+    """
     D = mu.shape[0]
     eye = jnp.eye(D, dtype=mu.dtype)
-    Sigma_inv = _chol_inv(Sigma)
+    Ls = jnp.linalg.cholesky(Sigma)
+    Sigma_inv = cho_solve((Ls, True), eye)
+    logdet_Sigma = 2.0 * jnp.sum(jnp.log(jnp.diag(Ls)))
 
-    def sites(m, V):
-        vt = jnp.einsum("nd,de,ne->n", X, V, X)
-        a, g = site_gradients(expected, y, X @ m, vt)
-        return weight * a, weight * g
+    def evaluate(m, P):
+        """State ``(m, P, V, alpha, gamma)``, objective and residual of ``q = N(m, P^{-1})``."""
+        Lp = jnp.linalg.cholesky(P)
+        V = cho_solve((Lp, True), eye)
+        f, a, g = _sites(expected, y, X @ m, jnp.einsum("nd,de,ne->n", X, V, X))
+        a, g = weight * a, weight * g
+        d = m - mu
+        kl = 0.5 * (jnp.sum(Sigma_inv * V) - D + d @ (Sigma_inv @ d) + logdet_Sigma
+                    + 2.0 * jnp.sum(jnp.log(jnp.diag(Lp))))
+        # stationarity of the objective: m = mu - Sigma X^T alpha, V^{-1} = Sigma^{-1} + X^T diag(gamma) X
+        res = (_rel(d + Sigma @ (X.T @ a), m)
+               + jnp.linalg.norm(P - Sigma_inv - (X.T * g) @ X) / jnp.linalg.norm(P))
+        return (m, P, V, a, g), weight * f - kl, res
 
-    def residual(m, P, a, g):
-        # stationarity of the ELBO: m = mu - Sigma X^T alpha and V^{-1} = Sigma^{-1} + X^T diag(gamma) X
-        res_m = _rel(m - mu + Sigma @ (X.T @ a), m)
-        P_fix = Sigma_inv + (X.T * g) @ X
-        res_P = jnp.linalg.norm(P - P_fix) / jnp.linalg.norm(P)
-        return res_m + res_P
+    def propose(state, rk):
+        m, P, _, a, g = state
+        G = (1.0 - rk) * Sigma_inv + rk * P
+        m = m + (1.0 - rk) * cho_solve((jnp.linalg.cholesky(G), True),
+                                       Sigma_inv @ (mu - m) - X.T @ a)              # (17)
+        P = rk * P + (1.0 - rk) * (Sigma_inv + (X.T * g) @ X)                       # (16)
+        return evaluate(m, 0.5 * (P + P.T))
 
-    def body(c):
-        k, m, P, V, a, g, _ = c
-        G = (1.0 - r) * Sigma_inv + r * P
-        Lg = jnp.linalg.cholesky(G)
-        m = m + (1.0 - r) * cho_solve((Lg, True), Sigma_inv @ (mu - m) - X.T @ a)   # (17)
-        P = r * P + (1.0 - r) * (Sigma_inv + (X.T * g) @ X)                         # (16)
-        P = 0.5 * (P + P.T)
-        V = cho_solve((jnp.linalg.cholesky(P), True), eye)
-        a, g = sites(m, V)
-        return k + 1, m, P, V, a, g, residual(m, P, a, g)
-
-    def cond(c):
-        return (c[0] < max_iter) & (c[6] > tol)
-
-    V0 = cho_solve((jnp.linalg.cholesky(P0), True), eye)
-    a0, g0 = sites(m0, V0)
-    init = (jnp.asarray(0, jnp.int32), m0, P0, V0, a0, g0, residual(m0, P0, a0, g0))
-    k, m, P, V, a, g, res = jax.lax.while_loop(cond, body, init)
-    return KLProxResult(m, 0.5 * (V + V.T), a, g, k, res <= tol, res)
+    (m, _, V, a, g), F, res, k, rk, nrej = _step_controlled(
+        propose, evaluate(m0, P0), r, max_iter, tol, adaptive)
+    return KLProxResult(m, 0.5 * (V + V.T), a, g, k, res <= tol, res, F, rk, nrej)
 
 
 def fit(model: Union[Model, Family], X, y, prior_mean, prior_cov, r=0.8, max_iter: int = 1000,
-        tol=1e-10, *, num_points: Optional[int] = None, gt0=None, init_mean=None) -> KLProxResult:
+        tol=1e-10, *, num_points: Optional[int] = None, gt0=None, init_mean=None,
+        adaptive: bool = True) -> KLProxResult:
     """KL proximal-gradient VI for a GLM, weight-space form ([KLPROX] eqs. 16-17).
 
     Args:
@@ -227,6 +317,15 @@ def fit(model: Union[Model, Family], X, y, prior_mean, prior_cov, r=0.8, max_ite
       gt0: optional (N,) or scalar: start from ``V_0 = [Sigma^{-1} + X^T diag(gt0) X]^{-1}``
         (default ``V_0 = Sigma``, i.e. ``gt0 = 0``; see (18)).
       init_mean: ``m_0`` (default ``mu``).
+      adaptive: step control (default). Each step (16)-(17) is a proximal-gradient step (7) with
+        ``beta_k = 1/r_k - 1``; it is accepted if the ELBO (10) (computed with the fit's own
+        expectations) does not decrease and stays finite, otherwise ``1 - r_k`` is halved and the
+        step retried; after a run of accepted steps ``1 - r_k`` doubles again, up to ``1 - r``
+        (details in :func:`_step_controlled`). While the fixed step increases the ELBO this is
+        the paper's iteration with ``r``; when ``r`` is too small for the curvature of the
+        likelihood (condition (8) fails: large prior variances, separable data) the fixed step
+        diverges or cycles, and the controlled step converges. ``adaptive=False``: the paper's
+        fixed ``r``.
 
     Returns a :class:`KLProxResult`. Cost O(N D^2 + D^3) per iteration. Jittable (the loop is a
     ``lax.while_loop``; ``r`` and ``tol`` may be traced).
@@ -240,18 +339,20 @@ def fit(model: Union[Model, Family], X, y, prior_mean, prior_cov, r=0.8, max_ite
     if gt0 is not None:
         g0 = jnp.broadcast_to(jnp.asarray(gt0, mu.dtype), (N,))
         P0 = P0 + (X.T * g0) @ X
-    return _glm_iterate(expectation(model, num_points), X, y, mu, Sigma, r, max_iter, tol, m0, P0)
+    return _glm_iterate(expectation(model, num_points), X, y, mu, Sigma, r, max_iter, tol, m0, P0,
+                        adaptive=adaptive)
 
 
 def proximal_point_step(model: Union[Model, Family], X, y, prior_mean, prior_cov, mean, cov,
                         r=0.5, *, inner_r=0.5, max_iter: int = 5000, tol=1e-14,
-                        num_points: Optional[int] = None) -> KLProxResult:
+                        num_points: Optional[int] = None, adaptive: bool = True) -> KLProxResult:
     """One KL proximal-POINT step (2): ``argmax_q ELBO(q) - (1/beta) KL(q || q_k)``, ``r = 1/(1+beta)``.
 
     Since ``KL(q||p) + KL(q||q_k)/beta = KL(q||p~)/(1-r) + const`` with the Gaussian
     ``p~ ∝ p^{1-r} q_k^r`` (natural parameters ``(1-r) eta_prior + r eta_k``), the step is the
     variational-Gaussian optimum for the prior ``p~`` and the likelihood raised to the power
-    ``1 - r``; it is computed by iterating (16)-(17) with step ``inner_r`` to convergence.
+    ``1 - r``; it is computed by iterating (16)-(17) with step ``inner_r`` (and the step control
+    of :func:`fit` unless ``adaptive=False``) to convergence.
     For a conjugate (Gaussian) likelihood this equals the natural-gradient step
     ``eta_{k+1} = r eta_k + (1 - r) eta_post`` ([KLPROX] Thm 1).
     """
@@ -266,7 +367,7 @@ def proximal_point_step(model: Union[Model, Family], X, y, prior_mean, prior_cov
     Sigma_t = _chol_inv(P_t)
     mu_t = Sigma_t @ ((1.0 - r) * P_prior @ mu + r * P_k @ m_k)
     return _glm_iterate(expectation(model, num_points), X, y, mu_t, 0.5 * (Sigma_t + Sigma_t.T),
-                        inner_r, max_iter, tol, m_k, P_k, weight=1.0 - r)
+                        inner_r, max_iter, tol, m_k, P_k, weight=1.0 - r, adaptive=adaptive)
 
 
 def elbo(model: Union[Model, Family], X, y, prior_mean, prior_cov, mean, cov,
@@ -288,7 +389,10 @@ class KernelResult(NamedTuple):
     """Result of :func:`fit_kernel`: latent marginals ``N(mean_n, var_n)`` at the training points.
 
     ``gt`` are the site precisions (18) of the last iterate; ``chol`` is the Cholesky factor of
-    ``I + S K S`` with ``S = diag(sqrt(gt))``, kept for :func:`predict`.
+    ``I + S K S`` with ``S = diag(sqrt(gt))``, kept for :func:`predict`. ``iterations``,
+    ``converged``, ``residual``, ``elbo``, ``r`` and ``rejected`` as in :class:`KLProxResult`
+    (``elbo`` is the ELBO of the latent Gaussian ``N(mean, (K^{-1} + diag(gt))^{-1})`` under the
+    prior ``N(mu~, K)``, computed without inverting ``K``).
     """
 
     mean: jax.Array
@@ -300,25 +404,26 @@ class KernelResult(NamedTuple):
     iterations: jax.Array
     converged: jax.Array
     residual: jax.Array
+    elbo: Optional[jax.Array] = None
+    r: Optional[jax.Array] = None
+    rejected: Optional[jax.Array] = None
 
 
 def _factor(K, gt):
-    """Cholesky of ``C = I + S K S``, ``S = diag(sqrt(gt))``: ``A^{-1} = (K + diag(gt)^{-1})^{-1} = S C^{-1} S``."""
-    s = jnp.sqrt(gt)
+    """Cholesky of ``C = I + S K S``, ``S = diag(sqrt(gt))``: ``A^{-1} = (K + diag(gt)^{-1})^{-1} = S C^{-1} S``.
+
+    Negative site precisions are clamped to 0: for the log-concave likelihoods of [KLPROX]
+    (logistic, Poisson, Laplace, Gaussian) ``gamma >= 0`` and ``gt`` can only go below 0 by
+    round-off, which would otherwise turn ``sqrt(gt)`` into NaN.
+    """
+    s = jnp.sqrt(jnp.maximum(gt, 0.0))
     C = jnp.eye(K.shape[0], dtype=K.dtype) + s[:, None] * K * s[None, :]
     return s, jnp.linalg.cholesky(C)
 
 
-def _latent_var(K, gt):
-    """``vt = Diag(K) - Diag(K A^{-1} K)``, ``A = K + diag(gt)^{-1}`` ((19), second line)."""
-    s, L = _factor(K, gt)
-    Z = solve_triangular(L, s[:, None] * K, lower=True)
-    return jnp.diag(K) - jnp.sum(Z**2, axis=0)
-
-
 def fit_kernel(likelihood: Union[Model, Family], K, y, prior_mean=None, r=0.8,
                max_iter: int = 1000, tol=1e-10, *, num_points: Optional[int] = None, gt0=0.0,
-               exact: bool = False) -> KernelResult:
+               exact: Optional[bool] = None, adaptive: bool = True) -> KernelResult:
     """KL proximal-gradient VI in kernel form ([KLPROX] eqs. 18-19, Algorithm 1).
 
     Latent Gaussian model ``eta ~ N(mu~, K)`` (``K = Sigma~ = X Sigma X^T`` for a GLM, the kernel
@@ -331,15 +436,22 @@ def fit_kernel(likelihood: Union[Model, Family], K, y, prior_mean=None, r=0.8,
     from ``mt_0 = mu~``, ``gt_0 = gt0`` and ``vt_0`` consistent with ``gt_0`` (``Diag(K)`` for the
     default ``gt0 = 0``, as in Algorithm 1). Inverses use ``I + S K S`` (``S = diag(sqrt(gt))``),
     so ``gt`` must stay >= 0, which holds for log-concave likelihoods (logistic, Poisson,
-    Laplace, Gaussian).
+    Laplace, Gaussian); round-off below 0 is clamped (:func:`_factor`). The mean is carried as
+    ``mt = mu~ - K w`` (``w = alpha`` at the fixed point), so that the ELBO
+    ``sum_n f_n(mt_n, vt_n) - 1/2 [w^T K w - sum_n gt_n vt_n + log|I + S K S|]`` needs no ``K^{-1}``.
 
     Args:
       likelihood: a Model or Family (:func:`laplace_family`, ``jr.models.bernoulli()``, ...).
       K: (N, N) prior covariance of the latent values; y: (N,); prior_mean: (N,) or None (zero).
-      r, max_iter, tol, num_points: as in :func:`fit`; the stopping rule is E3 (d):
+      r, max_iter, tol, num_points, adaptive: as in :func:`fit` (the same iterates as :func:`fit`
+        with ``exact=True``, also under the step control); the stopping rule is E3 (d):
         ``||mu~ - mt - K alpha|| / (1 + ||mu~||) + ||gt - gamma|| / (1 + ||gamma||) < tol``.
       gt0: initial site precisions (scalar or (N,)), >= 0.
-      exact: use ``gt_{k+1}`` in ``A`` (consistent with (18)); the default follows the printed (19).
+      exact: use ``gt_{k+1}`` in ``A`` (consistent with (18)), or ``gt_k`` as in the printed (19)
+        (``exact=False``, a one-iteration lag with the same fixed point). Default: ``exact`` when
+        ``adaptive``, the printed lag otherwise. The step control needs ``exact`` (with the lag,
+        ``(mt, vt)`` are not the marginals of the Gaussian defined by ``gt``, so the ELBO cannot
+        vet the site update); ``exact=False`` with ``adaptive=True`` raises ValueError.
 
     Cost O(N^3) per iteration, O(N^2) memory.
     """
@@ -353,35 +465,42 @@ def fit_kernel(likelihood: Union[Model, Family], K, y, prior_mean=None, r=0.8,
     mu = jnp.zeros(N) if prior_mean is None else check_vector("prior_mean", prior_mean, N)
     K = check_cov("K", K, N)
     _check_r(r)
+    if exact is None:
+        exact = adaptive
+    elif adaptive and not exact:
+        raise ValueError("exact=False (the printed lag of (19)) needs adaptive=False")
     dtype = jnp.result_type(K, y, mu)
     K, y, mu = K.astype(dtype), y.astype(dtype), mu.astype(dtype)
     gt0 = jnp.broadcast_to(jnp.asarray(gt0, dtype), (N,))
     if is_concrete(gt0) and bool(jnp.any(gt0 < 0)):
         raise ValueError("gt0 must be >= 0")
-
-    def residual(mt, gt, a, g):
-        return _rel(mu - mt - K @ a, mu) + _rel(gt - g, g)
-
-    def body(c):
-        k, mt, vt, gt, a, g, _ = c
-        s, L = _factor(K, r * gt)
-        u = mu - mt - K @ a
-        mt = mt + (1.0 - r) * (u - K @ (s * cho_solve((L, True), s * u)))   # (19), B_k
-        gt_new = r * gt + (1.0 - r) * g                                        # (18)
-        vt = _latent_var(K, gt_new if exact else gt)                           # (19), A
-        a, g = site_gradients(expected, y, mt, vt)
-        return k + 1, mt, vt, gt_new, a, g, residual(mt, gt_new, a, g)
-
-    def cond(c):
-        return (c[0] < max_iter) & (c[6] > tol)
-
     expected = expectation(likelihood, num_points)
-    vt0 = _latent_var(K, gt0)
-    a0, g0 = site_gradients(expected, y, mu, vt0)
-    init = (jnp.asarray(0, jnp.int32), mu, vt0, gt0, a0, g0, residual(mu, gt0, a0, g0))
-    k, mt, vt, gt, a, g, res = jax.lax.while_loop(cond, body, init)
+    diag_K = jnp.diag(K)
+
+    def evaluate(w, gt, gt_A):
+        """State, ELBO and residual for ``mt = mu~ - K w`` and the covariance given by ``gt_A``."""
+        s, L = _factor(K, gt_A)
+        Z = solve_triangular(L, s[:, None] * K, lower=True)
+        vt = diag_K - jnp.sum(Z**2, axis=0)                                         # (19), A
+        Kw = K @ w
+        mt = mu - Kw
+        f, a, g = _sites(expected, y, mt, vt)
+        kl = 0.5 * (w @ Kw - jnp.sum(s**2 * vt) + 2.0 * jnp.sum(jnp.log(jnp.diag(L))))
+        res = _rel(Kw - K @ a, mu) + _rel(gt - g, g)
+        return (w, mt, vt, gt, a, g), f - kl, res
+
+    def propose(state, rk):
+        w, _, _, gt, a, g = state
+        s, L = _factor(K, rk * gt)
+        d = w - a    # mu~ - mt - K alpha = K d
+        w = w - (1.0 - rk) * (d - s * cho_solve((L, True), s * (K @ d)))           # (19), B_k
+        gt_new = rk * gt + (1.0 - rk) * g                                           # (18)
+        return evaluate(w, gt_new, gt_new if exact else gt)
+
+    (_, mt, vt, gt, a, g), F, res, k, rk, nrej = _step_controlled(
+        propose, evaluate(jnp.zeros(N, dtype), gt0, gt0), r, max_iter, tol, adaptive)
     _, L = _factor(K, gt)
-    return KernelResult(mt, vt, a, g, gt, L, k, res <= tol, res)
+    return KernelResult(mt, vt, a, g, gt, L, k, res <= tol, res, F, rk, nrej)
 
 
 def predict(result: KernelResult, K_star, k_starstar, mean_star=0.0):
@@ -401,7 +520,7 @@ def predict(result: KernelResult, K_star, k_starstar, mean_star=0.0):
     if K_star.ndim != 2 or K_star.shape[1] != N:
         raise ValueError(f"K_star must have shape (M, {N}), got {K_star.shape}")
     k_ss = check_vector("k_starstar", k_starstar, K_star.shape[0])
-    s = jnp.sqrt(result.gt)
+    s = jnp.sqrt(jnp.maximum(result.gt, 0.0))
     Z = solve_triangular(result.chol, s[:, None] * K_star.T, lower=True)
     return mean_star - K_star @ result.alpha, k_ss - jnp.sum(Z**2, axis=0)
 
