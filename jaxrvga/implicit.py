@@ -10,8 +10,11 @@ The root lies in the box (71)-(72), which the refinement (129)-(136) shrinks.
 
 The solver, :func:`solve_logistic`, is jittable and vmappable:
 
-1. the box is refined by a fixed number of sweeps of (129)-(136);
-2. Newton's method in ``(alpha, log nu)``, each iterate projected back onto the box;
+1. damped Newton in ``(alpha, log nu)`` from the explicit update (eqs. 78-80, within
+   ``O(nu0^2)`` of the root), each iterate projected on the coarse box (71)-(72);
+2. only for the solves that Newton left unconverged (under ``vmap``, only when some element of
+   the batch needs it): the box is refined by a fixed number of sweeps of (129)-(136) and
+   damped Newton restarts from its centre, projected on it;
 3. if Newton has not met the tolerance, a bracketed fallback that cannot fail: for fixed
    ``nu``, ``f`` is strictly increasing in ``alpha`` and changes sign on the box, and
    ``G(nu) = g(alpha(nu), nu)`` changes sign between ``nu_min`` and ``nu_max``; both 1-D
@@ -37,12 +40,21 @@ def _tolerance(dtype):
     return jnp.maximum(jnp.asarray(1e-12, dtype), 64 * jnp.finfo(dtype).eps)
 
 
+def _logistic_terms(alpha, nu):
+    """``(k, u, sig(u), sig'(u), sig(|u|), sig(-|u|))`` with ``k = k(nu)``, ``u = k alpha``: one
+    exp, one sqrt. Shared by :func:`residuals` and :func:`residuals_and_jacobian`, so that the
+    solver's stopping test and the reported residual are the same numbers."""
+    k = PROBIT_BETA / jnp.sqrt(nu + PROBIT_BETA**2)
+    u = k * alpha
+    e = jnp.exp(-jnp.abs(u))
+    s_pos, s_neg = 1.0 / (1.0 + e), e / (1.0 + e)  # sig(|u|), sig(-|u|)
+    return k, u, jnp.where(u >= 0, s_pos, s_neg), s_pos * s_neg, s_pos, s_neg
+
+
 def residuals(alpha, nu, alpha0, nu0, y):
     """``(f, g)`` of [RVGA] eqs. (69)-(70)."""
-    k = probit_k(nu)
-    f = alpha + nu0 * sigmoid(k * alpha) - alpha0 - nu0 * y
-    g = nu - nu0 / (1.0 + nu0 * k * sig1(k * alpha))
-    return f, g
+    k, _, s, s1, _, _ = _logistic_terms(alpha, nu)
+    return alpha + nu0 * s - alpha0 - nu0 * y, nu - nu0 / (1.0 + nu0 * k * s1)
 
 
 def scaled_residual(alpha, nu, alpha0, nu0, y):
@@ -161,13 +173,8 @@ def residuals_and_jacobian(alpha, log_nu, alpha0, nu0, y):
     which is what a batch of solves under ``vmap`` pays for.
     """
     nu = jnp.exp(log_nu)
-    k = PROBIT_BETA / jnp.sqrt(nu + PROBIT_BETA**2)
+    k, u, s, s1, s_pos, s_neg = _logistic_terms(alpha, nu)
     dk = -0.5 * k * nu / (nu + PROBIT_BETA**2)
-    u = k * alpha
-    e = jnp.exp(-jnp.abs(u))
-    s_pos, s_neg = 1.0 / (1.0 + e), e / (1.0 + e)  # sig(|u|), sig(-|u|)
-    s = jnp.where(u >= 0, s_pos, s_neg)
-    s1 = s_pos * s_neg
     s2 = s1 * jnp.where(u >= 0, s_neg - s_pos, s_pos - s_neg)
     den = 1.0 + nu0 * k * s1
     f = alpha + nu0 * s - alpha0 - nu0 * y
@@ -177,60 +184,128 @@ def residuals_and_jacobian(alpha, log_nu, alpha0, nu0, y):
     return jnp.stack([f, g]), J
 
 
-def _newton(alpha0, nu0, y, box, tol, max_iter, start=None, active=True):
-    """Damped Newton in ``(alpha, log nu)``, each iterate projected onto the box.
+def _explicit_start(alpha0, nu0, y):
+    """The explicit update (eqs. 78-80) as ``(alpha, log nu)``: within ``O(nu0^2)`` of the root."""
+    k0 = probit_k(nu0)
+    c0 = k0 * sig1(k0 * alpha0)
+    return jnp.stack([alpha0 + nu0 * (y - sigmoid(k0 * alpha0)) / (1.0 + nu0 * c0),
+                      jnp.log(nu0 / (1.0 + nu0 * c0))])
 
-    It starts from ``start`` (default: the explicit update, eqs. 78-80, already within
-    ``O(nu0^2)`` of the root); with ``active`` False it runs no iteration. Steps are halved until the scaled
-    residual norm decreases (at most 20 halvings), which stops the oscillations of plain
-    Newton on surprising labels (a confident mean contradicted by ``y``).
-    """
+
+def _projector(box):
+    """Projection of ``(alpha, log nu)`` onto ``box = (alpha_min, alpha_max, nu_min, nu_max)``."""
     a_lo, a_hi, n_lo, n_hi = box
     log_lo, log_hi = jnp.log(n_lo), jnp.log(n_hi)
-    scale = jnp.stack([1.0 + jnp.abs(alpha0) + nu0, nu0])
+    return lambda z: jnp.stack([jnp.clip(z[0], a_lo, a_hi), jnp.clip(z[1], log_lo, log_hi)])
 
-    def merit(z):
-        F, _ = residuals_and_jacobian(z[0], z[1], alpha0, nu0, y)
+
+def _newton_step(F, J):
+    """Newton step ``J^{-1} F`` of the 2 x 2 system (0 where ``J`` is singular)."""
+    det = J[0, 0] * J[1, 1] - J[0, 1] * J[1, 0]
+    safe_det = jnp.where(det != 0, det, 1.0)
+    step = jnp.stack([J[1, 1] * F[0] - J[0, 1] * F[1], -J[1, 0] * F[0] + J[0, 0] * F[1]]) / safe_det
+    return jnp.where(det != 0, step, 0.0)
+
+
+def _scale(alpha0, nu0):
+    """Scales of ``(f, g)`` in the residual: ``(1 + |alpha0| + nu0, nu0)``."""
+    return jnp.stack([1.0 + jnp.abs(alpha0) + nu0, nu0])
+
+
+def _done(F, z, scale, tol):
+    """Both residuals within tolerance: ``|f| <= tol (1 + |alpha0| + nu0)`` and ``|g| <= tol nu``."""
+    return (jnp.abs(F[0]) <= tol * scale[0]) & (jnp.abs(F[1]) <= tol * jnp.exp(z[1]))
+
+
+def _newton(alpha0, nu0, y, box, tol, max_iter, start, active=True):
+    """Damped Newton in ``(alpha, log nu)`` from ``start``, each iterate projected onto the box.
+
+    The step length ``t`` is carried from one iteration to the next: a step that does not
+    lower the scaled residual norm is rejected and ``t`` halved; an accepted one doubles it
+    (up to the full step 1). That stops the oscillations of plain Newton on surprising labels
+    (a confident mean contradicted by ``y``) within a single loop, with no nested line search:
+    under ``vmap`` every iteration is one elementwise pass over the batch, and the loop runs
+    until the slowest element is done. It stops at the tolerance, after ``max_iter``
+    iterations, or when ``t`` falls below ``2^-20`` (stalled); with ``active`` False it runs
+    none. Returns ``(alpha, nu, accepted steps, converged)``.
+    """
+    scale = _scale(alpha0, nu0)
+    project = _projector(box)
+
+    def merit(F):
         return jnp.sum((F / scale) ** 2)
 
-    def project(z):
-        return jnp.stack([jnp.clip(z[0], a_lo, a_hi), jnp.clip(z[1], log_lo, log_hi)])
-
-    def done(F, z):
-        return (jnp.abs(F[0]) <= tol * scale[0]) & (jnp.abs(F[1]) <= tol * jnp.exp(z[1]))
-
     def cond(c):
-        it, z, F, J = c
-        return active & (it < max_iter) & ~done(F, z)
+        it, _, t, z, F, _ = c
+        return active & (it < max_iter) & (t >= 2.0**-20) & ~_done(F, z, scale, tol)
 
     def body(c):
-        it, z, F, J = c
-        det = J[0, 0] * J[1, 1] - J[0, 1] * J[1, 0]
-        safe_det = jnp.where(det != 0, det, 1.0)
-        step = jnp.stack([J[1, 1] * F[0] - J[0, 1] * F[1], -J[1, 0] * F[0] + J[0, 0] * F[1]]) / safe_det
-        step = jnp.where(det != 0, step, 0.0)
-        m0 = jnp.sum((F / scale) ** 2)
+        it, accepted, t, z, F, J = c
+        z1 = project(z - t * _newton_step(F, J))
+        F1, J1 = residuals_and_jacobian(z1[0], z1[1], alpha0, nu0, y)
+        take = merit(F1) < merit(F)
+        z, F, J = (jnp.where(take, new, old) for new, old in ((z1, z), (F1, F), (J1, J)))
+        t = jnp.where(take, jnp.minimum(2.0 * t, 1.0), 0.5 * t)
+        return it + 1, accepted + take.astype(jnp.int32), t, z, F, J
 
-        def halve(ct):
-            t, _ = ct
-            return 0.5 * t, merit(project(z - 0.5 * t * step))
-
-        def worse(ct):
-            t, m = ct
-            return ~(m < m0) & (t > 2.0**-20)
-
-        t, _ = lax.while_loop(worse, halve, (jnp.asarray(1.0, z.dtype), merit(project(z - step))))
-        z = project(z - t * step)
-        return (it + 1, z, *residuals_and_jacobian(z[0], z[1], alpha0, nu0, y))
-
-    if start is None:
-        k0 = probit_k(nu0)
-        c0 = k0 * sig1(k0 * alpha0)
-        start = jnp.stack([alpha0 + nu0 * (y - sigmoid(k0 * alpha0)) / (1.0 + nu0 * c0),
-                           jnp.log(nu0 / (1.0 + nu0 * c0))])
     z0 = project(start)
-    it, z, F, _ = lax.while_loop(cond, body, (0, z0, *residuals_and_jacobian(z0[0], z0[1], alpha0, nu0, y)))
-    return z[0], jnp.exp(z[1]), it, done(F, z)
+    init = (0, jnp.zeros((), jnp.int32), jnp.ones((), z0.dtype), z0,
+            *residuals_and_jacobian(z0[0], z0[1], alpha0, nu0, y))
+    _, accepted, _, z, F, _ = lax.while_loop(cond, body, init)
+    return z[0], jnp.exp(z[1]), accepted, _done(F, z, scale, tol)
+
+
+def _run_if(pred, fn, args, operands):
+    """``fn(*args, *operands)`` where ``pred``, else ``operands`` (same structure as ``fn``'s output).
+
+    Unbatched it is a ``lax.cond``. Under ``vmap`` (a batched ``pred``), ``lax.cond`` would turn
+    into a select that runs ``fn`` for every element of every batch; here ``fn`` runs, batched and
+    masked, only when some element of the batch has ``pred``, and not at all otherwise. (A
+    one-trip ``while_loop`` has the same semantics, but XLA hoists the loop-invariant part of
+    ``fn`` out of it, so that part would run every time.)
+    """
+    @jax.custom_batching.custom_vmap
+    def run(pred, args, operands):
+        return lax.cond(pred, lambda: fn(*args, *operands), lambda: operands)
+
+    @run.def_vmap
+    def run_batched(axis_size, in_batched, pred, args, operands):
+        pred_b, args_b, ops_b = in_batched
+
+        def batched(tree, flags):
+            return jax.tree_util.tree_map(
+                lambda a, b: a if b else jnp.broadcast_to(a, (axis_size,) + jnp.shape(a)), tree, flags)
+
+        mask, old = batched(pred, pred_b), batched(operands, ops_b)
+
+        def compute():
+            new = jax.vmap(lambda a, o: fn(*a, *o), axis_size=axis_size)(batched(args, args_b), old)
+            return jax.tree_util.tree_map(
+                lambda n, o: jnp.where(mask.reshape(mask.shape + (1,) * (n.ndim - 1)), n, o), new, old)
+
+        out = lax.cond(jnp.any(mask), compute, lambda: old)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return run(pred, tuple(args), tuple(operands))
+
+
+def _robust_solve(alpha0, nu0, y, alpha, nu, iters, max_iter):
+    """Steps 2-3 of the module docstring, after ``iters`` Newton steps reached ``(alpha, nu)``.
+
+    Returns ``(alpha, nu, iterations)``: ``iters`` plus the Newton steps here, plus one if the
+    bracketed fallback ran.
+    """
+    tol = _tolerance(alpha0.dtype)
+    box = refine_box(coarse_box(alpha0, nu0, y), alpha0, nu0, y)
+    centre = jnp.stack([0.5 * (box[0] + box[1]), jnp.log(0.5 * (box[2] + box[3]))])
+    alpha_c, nu_c, iters_c, ok = _newton(alpha0, nu0, y, box, tol, max_iter, centre)
+    alpha, nu = jnp.where(ok, alpha_c, alpha), jnp.where(ok, nu_c, nu)
+    # Not lax.cond: under vmap it would run the fallback for every element. Masked loops
+    # run no iteration unless some element of the batch needs the fallback.
+    used_fallback = ~ok
+    alpha_b, nu_b = _bracketed_solve(alpha0, nu0, y, active=used_fallback)
+    alpha, nu = jnp.where(ok, alpha, alpha_b), jnp.where(ok, nu, nu_b)
+    return alpha, nu, (iters + iters_c + used_fallback).astype(jnp.int32)
 
 
 def solve_logistic(alpha0, nu0, y, max_iter: int | None = None):
@@ -254,27 +329,16 @@ def solve_logistic(alpha0, nu0, y, max_iter: int | None = None):
     tol = _tolerance(dtype)
     degenerate = ~(nu0 > 0)  # x in the null space of P: nothing to update
     nu0_safe = jnp.where(degenerate, 1.0, nu0)
-    box = refine_box(coarse_box(alpha0, nu0_safe, y), alpha0, nu0_safe, y)
-
     max_iter = _NEWTON_ITERS if max_iter is None else int(max_iter)
-    alpha, nu, iters, ok = _newton(alpha0, nu0_safe, y, box, tol, max_iter)
-    # Rarely Newton stalls on the box boundary from the explicit start; restart from the
-    # box centre (masked: no iteration unless some element of a batch needs it).
-    centre = jnp.stack([0.5 * (box[0] + box[1]), jnp.log(0.5 * (box[2] + box[3]))])
-    alpha_c, nu_c, iters_c, ok_c = _newton(alpha0, nu0_safe, y, box, tol, max_iter, centre, ~ok)
-    alpha, nu = jnp.where(ok, alpha, alpha_c), jnp.where(ok, nu, nu_c)
-    iters = jnp.where(ok, iters, iters + iters_c)
-    ok = ok | ok_c
-    # Not lax.cond: under vmap it would run the fallback for every element. Masked loops
-    # run no iteration unless some element of the batch needs the fallback.
-    used_fallback = ~ok
-    alpha_b, nu_b = _bracketed_solve(alpha0, nu0_safe, y, active=used_fallback)
-    alpha, nu = jnp.where(ok, alpha, alpha_b), jnp.where(ok, nu, nu_b)
+    start = _explicit_start(alpha0, nu0_safe, y)
+    alpha, nu, iters, ok = _newton(alpha0, nu0_safe, y, coarse_box(alpha0, nu0_safe, y), tol, max_iter, start)
+    alpha, nu, iters = _run_if(~ok, lambda a0, n0, yv, a, n, i: _robust_solve(a0, n0, yv, a, n, i, max_iter),
+                               (alpha0, nu0_safe, y), (alpha, nu, iters))
     alpha = jnp.where(degenerate, alpha0, alpha)
     nu = jnp.where(degenerate, jnp.zeros_like(nu0), nu)
     res = scaled_residual(alpha, nu, alpha0, jnp.where(degenerate, 0.0, nu0_safe), y)
     converged = res <= tol
-    info = SolverInfo(converged, res, (iters + used_fallback.astype(jnp.int32)).astype(jnp.int32))
+    info = SolverInfo(converged, res, iters.astype(jnp.int32))
     return alpha, nu, info
 
 

@@ -231,6 +231,52 @@ def test_implicit_solver_residual_over_wide_range():
     assert float(jnp.max(info.residual)) <= 1e-9
 
 
+def test_batched_solve_equals_scalar_solves_with_and_without_the_robust_path():
+    """A batch of solves under vmap (and vmap of vmap) equals the solves one by one, bit for bit,
+    whether or not some element needs the robust path (refined box and restart): the first Newton
+    pass fails on (alpha0, nu0, y) = (-8.334, 328.07, 1), a surprising label met by a vmapped fleet."""
+    easy = (np.array([0.3, -1.2, 2.0]), np.array([0.5, 0.01, 2.0]), np.array([1.0, 0.0, 1.0]))
+    a0, n0, y0 = -8.334215478130556, 328.07459713407525, 1.0
+    first = implicit._newton(a0, n0, y0, implicit.coarse_box(a0, n0, y0), implicit._tolerance(jnp.float64),
+                             implicit._NEWTON_ITERS, implicit._explicit_start(a0, n0, y0))
+    assert not bool(first[3])
+    hard = tuple(np.append(a, v) for a, v in zip(easy, (a0, n0, y0)))
+    one = jax.jit(implicit.solve_logistic)
+    for batch in (easy, hard):
+        got = jax.jit(jax.vmap(implicit.solve_logistic))(*batch)
+        twice = jax.jit(jax.vmap(jax.vmap(implicit.solve_logistic)))(*(np.stack([b, b[::-1]]) for b in batch))
+        for i in range(len(batch[0])):
+            ref = one(*(b[i] for b in batch))
+            assert bool(ref[2].converged)
+            for a, b in zip(jax.tree_util.tree_leaves(ref), jax.tree_util.tree_leaves(got)):
+                assert a == b[i]
+            for a, b in zip(jax.tree_util.tree_leaves(ref), jax.tree_util.tree_leaves(twice)):
+                assert a == b[0, i] == b[1, len(batch[0]) - 1 - i]
+
+
+def test_run_if_runs_only_when_some_element_needs_it():
+    """implicit._run_if: fn's result where pred, the operands elsewhere; fn runs once for a batch
+    with some pred (batched and masked) and not at all for a batch with none, also under jit and
+    with a batched pred over unbatched operands."""
+    calls = []
+
+    def fn(a, x):
+        jax.debug.callback(lambda: calls.append(1))
+        return (x + a,)
+
+    run = jax.jit(jax.vmap(lambda p, a, x: implicit._run_if(p, fn, (a,), (x,))[0]))
+    a, x = jnp.arange(4.0), 10.0 * jnp.ones(4)
+    np.testing.assert_array_equal(run(jnp.array([True, False, True, False]), a, x), [10.0, 10.0, 12.0, 10.0])
+    assert len(calls) == 1
+    np.testing.assert_array_equal(run(jnp.zeros(4, bool), a, x), x)
+    assert len(calls) == 1
+    shared = jax.jit(jax.vmap(lambda p: implicit._run_if(p, fn, (2.0,), (1.0,))[0]))
+    np.testing.assert_array_equal(shared(jnp.array([False, True])), [1.0, 3.0])
+    assert len(calls) == 2
+    assert float(jax.jit(lambda p: implicit._run_if(p, fn, (2.0,), (1.0,))[0])(False)) == 1.0
+    assert len(calls) == 2
+
+
 # ----------------------------------------------------------------------------- check 8
 
 
