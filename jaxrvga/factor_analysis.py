@@ -130,36 +130,55 @@ def _em_gains(grams, alpha, beta, first: bool):
     return C, beta * A @ Cinv, alpha * B @ Cinv, alpha * (Minv @ Cinv)
 
 
+def _iterate_rows(Wp_b, pp_b, X_b, psi_bs, gains):
+    """Rows of the iterate ``W_k`` of Algorithm 1 from the rows of ``W_prev``, ``X``, ``psi_prev``.
+
+    ``W_1 = X KX_1 + W_prev KP_1`` and ``W_j = X KX_j + W_prev KP_j + Psi_prev Psi_{j-1}^{-1} W_{j-1} KW_j``
+    (:func:`_em_gains`), with ``gains = ((KX_1, KP_1, None), ..., (KX_k, KP_k, KW_k))`` and
+    ``psi_bs`` the rows of ``psi_1 .. psi_{k-1}``. (``Psi_prev Psi^{-1} W KW`` is divided last:
+    ``KW = 0`` when ``alpha = 0``, and ``psi`` may be tiny.)
+    """
+    KX, KP, _ = gains[0]
+    W = X_b @ KX + Wp_b @ KP
+    for (KX, KP, KW), psi_b in zip(gains[1:], psi_bs):
+        W = X_b @ KX + Wp_b @ KP + pp_b[:, None] * (W @ KW) / psi_b[:, None]
+    return W
+
+
 def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, nb: int):
     """The inner loops of Algorithm 1 as ``inner_loops + 1`` passes over the row blocks.
 
-    Pass 0 sums the Grams of ``W_prev``. Pass k rewrites the rows, ``W_new = Q C^{-1}`` and
-    ``psi_new = Diag(S) - rowdot(W_new, W_new C)``, and, unless it is the last, sums the Grams
-    of the new rows for the next loop in the same pass. The first of several loops writes fresh
-    ``(W, psi)`` (``W_prev`` defines the target ``S`` and is kept); every other pass rewrites
-    ``(W, psi)`` in place (:func:`jaxrvga.blocks.block_map`).
+    Pass 0 sums the Grams of ``W_prev``. Every iterate is row by row a function of the rows of
+    ``W_prev``, ``X``, ``psi_prev`` and of the earlier ``psi`` (:func:`_iterate_rows`), so no
+    iterate ``W_k`` is stored: pass k recomputes the rows of ``W_1 .. W_k`` from those of
+    ``W_prev``, writes ``psi_k = Diag(S) - rowdot(W_k, W_k C_k)`` and, unless it is the last,
+    sums the Grams of ``W_k`` for the next loop in the same pass; the last pass writes ``W_K``
+    and ``psi_K`` over ``W_prev`` and ``psi_prev`` in place (:func:`jaxrvga.blocks.block_map`).
+    So any number of loops needs ``W_prev`` plus ``inner_loops`` d-vectors and blocks, and reads
+    the rows once per loop; pass k does k small row rewrites instead of one.
     """
     grams = blocks.block_sum(lambda W_b, psi_b, X_b: _block_grams(W_b, psi_b, X_b, W_b, psi_b, True),
                              (W_prev, psi_prev, X), nb)
-    W, psi = W_prev, psi_prev
+    gains, psis = [], []
     for k in range(inner_loops):
-        first, last = k == 0, k == inner_loops - 1
-        C, KX, KP, KW = _em_gains(grams, alpha, beta, first)
+        last = k == inner_loops - 1
+        C, KX, KP, KW = _em_gains(grams, alpha, beta, k == 0)
+        gains.append((KX, KP, KW))
 
-        def rewrite(rows, first=first, last=last, C=C, KX=KX, KP=KP, KW=KW):
-            if first:  # (W, psi) = (W_prev, psi_prev): read once
-                W_b, psi_b, X_b, dS_b = rows
-                Wp_b, pp_b = W_b, psi_b
-                Wn = X_b @ KX + Wp_b @ KP
-            else:
-                W_b, psi_b, Wp_b, pp_b, X_b, dS_b = rows
-                # Psi_prev Psi^{-1} W KW, divided last: KW = 0 when alpha = 0, and psi may be tiny
-                Wn = X_b @ KX + Wp_b @ KP + pp_b[:, None] * (W_b @ KW) / psi_b[:, None]
-            psin = jnp.maximum(dS_b - _rowdot(Wn, Wn @ C), floor)
-            return (Wn, psin), ({} if last else _block_grams(Wp_b, pp_b, X_b, Wn, psin, False))
+        def rewrite(rows, C=C, last=last, gains=tuple(gains)):
+            Wp_b, pp_b, X_b, dS_b, *psi_bs = rows
+            W_b = _iterate_rows(Wp_b, pp_b, X_b, psi_bs, gains)
+            psi_b = jnp.maximum(dS_b - _rowdot(W_b, W_b @ C), floor)
+            if last:
+                return (W_b, psi_b), {}
+            return (psi_b,), _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False)
 
-        rows = (W, psi, X, diagS) if first else (W, psi, W_prev, psi_prev, X, diagS)
-        (W, psi), grams = blocks.block_map(rewrite, rows, nb, 0 if first and not last else 2)
+        rows = (W_prev, psi_prev, X, diagS, *psis)
+        if last:
+            (W, psi), _ = blocks.block_map(rewrite, rows, nb, in_place=2)
+        else:
+            (psi_k,), grams = blocks.block_map(rewrite, rows, nb)
+            psis.append(psi_k)
     return W, psi
 
 
@@ -183,8 +202,9 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     ``Bt^T Psi_prev Bt``, then ``W_new = Q C^{-1}`` with ``C = M^{-1} + Bt^T S Bt`` (p x p
     Cholesky factorisations only). In the first inner loop ``(W, psi) = (W_prev, psi_prev)``
     gives ``B = I - M^{-1}``, hence ``Q = alpha W + beta X A`` and
-    ``C = alpha I + (1 - alpha) M^{-1} + beta A^T A``: two Grams instead of four. Every inner
-    loop is two passes over the rows (:mod:`jaxrvga.blocks`). No 1/m normalisation is applied to a (d, m) ``X``: scale it by
+    ``C = alpha I + (1 - alpha) M^{-1} + beta A^T A``: two Grams instead of four. The iterates
+    are recomputed row by row from ``W_prev`` rather than stored (:func:`_em_loops`), and every
+    pass streams over row blocks (:mod:`jaxrvga.blocks`). No 1/m normalisation is applied to a (d, m) ``X``: scale it by
     ``1/sqrt(m)`` (as eq. 46 does) or through ``beta``.
 
     Args:
@@ -194,16 +214,16 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
       inner_loops: number of EM iterations (a Python int; 1 to 3 suffice per the paper).
       psi_floor: relative floor keeping ``psi > 0`` (module docstring).
       block_rows: the inner loops stream over row blocks of about this many rows (a Gram
-        pass, then one pass per loop that rewrites ``(W, psi)`` and sums the next loop's
-        Grams; same formulas), so that besides ``W_prev`` and ``W`` (one buffer when
-        ``inner_loops = 1``) only block-sized temporaries exist. ``None`` (default): blocks of
+        pass, then one pass per loop that recomputes the iterate's rows, writes its ``psi``
+        and sums the next loop's Grams; same formulas), so that besides ``W_prev`` (rewritten
+        in place into the result) only d-vectors and block-sized temporaries exist. ``None`` (default): blocks of
         :data:`jaxrvga.blocks.BLOCK_ROWS` rows when ``d p >= BLOCK_MIN_ELEMENTS``, no blocking
         below (:func:`jaxrvga.blocks.num_blocks`). Filters run by :mod:`jaxrvga.sharding`
         are traced unblocked (:func:`jaxrvga.blocks.unblocked`).
 
     Returns:
-      ``(W, psi)``. Cost O(inner_loops (d p m + d p^2 + p^3)); memory: the ``d x p`` input,
-      one more ``d x p`` buffer if ``inner_loops > 1``, and O(d m) plus blocks.
+      ``(W, psi)``. Cost O(inner_loops^2 d p (m + p) + inner_loops p^3); memory: the ``d x p``
+      input, ``inner_loops`` d-vectors and O(d m) plus blocks.
     """
     inner_loops = positive_int("inner_loops", inner_loops)
     W_prev = jnp.asarray(W_prev)
