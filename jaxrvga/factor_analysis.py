@@ -130,19 +130,35 @@ def _em_gains(grams, alpha, beta, first: bool):
     return C, beta * A @ Cinv, alpha * B @ Cinv, alpha * (Minv @ Cinv)
 
 
-def _iterate_rows(Wp_b, pp_b, X_b, psi_bs, gains):
-    """Rows of the iterate ``W_k`` of Algorithm 1 from the rows of ``W_prev``, ``X``, ``psi_prev``.
+def _iterate_terms(gains):
+    """The iterate ``W_k`` of Algorithm 1 as ``sum_l c_l (W_prev M_l + X N_l)``, ``l = 1..k``.
 
-    ``W_1 = X KX_1 + W_prev KP_1`` and ``W_j = X KX_j + W_prev KP_j + Psi_prev Psi_{j-1}^{-1} W_{j-1} KW_j``
-    (:func:`_em_gains`), with ``gains = ((KX_1, KP_1, None), ..., (KX_k, KP_k, KW_k))`` and
-    ``psi_bs`` the rows of ``psi_1 .. psi_{k-1}``. (``Psi_prev Psi^{-1} W KW`` is divided last:
-    ``KW = 0`` when ``alpha = 0``, and ``psi`` may be tiny.)
+    Unrolling ``W_1 = X KX_1 + W_prev KP_1`` and
+    ``W_j = X KX_j + W_prev KP_j + Psi_prev Psi_{j-1}^{-1} W_{j-1} KW_j`` (:func:`_em_gains`)
+    gives ``M_l = KP_l KW_{l+1} .. KW_k``, ``N_l = KX_l KW_{l+1} .. KW_k`` and the row weights
+    ``c_l = prod_{i=l}^{k-1} psi_prev / psi_i`` (:func:`_iterate_rows`). ``gains`` is
+    ``((KX_1, KP_1, None), ..., (KX_k, KP_k, KW_k))``; returns ``M = [M_1 .. M_k]`` (p, k p) and
+    ``N = [N_1 .. N_k]`` (m, k p), so that a pass needs one product with each.
     """
-    KX, KP, _ = gains[0]
-    W = X_b @ KX + Wp_b @ KP
-    for (KX, KP, KW), psi_b in zip(gains[1:], psi_bs):
-        W = X_b @ KX + Wp_b @ KP + pp_b[:, None] * (W @ KW) / psi_b[:, None]
-    return W
+    Ms, Ns = [], []
+    for KX, KP, KW in gains:
+        if KW is not None:
+            Ms, Ns = [M @ KW for M in Ms], [N @ KW for N in Ns]
+        Ms.append(KP)
+        Ns.append(KX)
+    return jnp.concatenate(Ms, axis=1), jnp.concatenate(Ns, axis=1)
+
+
+def _iterate_rows(Wp_b, pp_b, X_b, psi_bs, terms):
+    """Rows of ``W_k`` from the rows of ``W_prev``, ``psi_prev``, ``X`` and ``psi_1 .. psi_{k-1}``
+    (``psi_bs``), with ``terms`` from :func:`_iterate_terms`."""
+    M, N = terms
+    coef = [jnp.ones_like(pp_b)]
+    for psi_b in reversed(psi_bs):
+        coef.insert(0, coef[0] * pp_b / psi_b)
+    c = jnp.stack(coef, axis=1)[:, :, None]                         # (rows, k, 1)
+    parts = (Wp_b @ M + X_b @ N).reshape(Wp_b.shape[0], len(coef), -1)  # (rows, k, p)
+    return jnp.sum(c * parts, axis=1)
 
 
 def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, nb: int):
@@ -155,7 +171,7 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
     sums the Grams of ``W_k`` for the next loop in the same pass; the last pass writes ``W_K``
     and ``psi_K`` over ``W_prev`` and ``psi_prev`` in place (:func:`jaxrvga.blocks.block_map`).
     So any number of loops needs ``W_prev`` plus ``inner_loops`` d-vectors and blocks, and reads
-    the rows once per loop; pass k does k small row rewrites instead of one.
+    the rows once per loop; pass k multiplies them by a (p, k p) matrix instead of (p, p).
     """
     grams = blocks.block_sum(lambda W_b, psi_b, X_b: _block_grams(W_b, psi_b, X_b, W_b, psi_b, True),
                              (W_prev, psi_prev, X), nb)
@@ -165,9 +181,9 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
         C, KX, KP, KW = _em_gains(grams, alpha, beta, k == 0)
         gains.append((KX, KP, KW))
 
-        def rewrite(rows, C=C, last=last, gains=tuple(gains)):
+        def rewrite(rows, C=C, last=last, terms=_iterate_terms(gains)):
             Wp_b, pp_b, X_b, dS_b, *psi_bs = rows
-            W_b = _iterate_rows(Wp_b, pp_b, X_b, psi_bs, gains)
+            W_b = _iterate_rows(Wp_b, pp_b, X_b, psi_bs, terms)
             psi_b = jnp.maximum(dS_b - _rowdot(W_b, W_b @ C), floor)
             if last:
                 return (W_b, psi_b), {}
