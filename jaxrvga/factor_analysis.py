@@ -181,6 +181,7 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
     grams = blocks.block_sum(lambda W_b, psi_b, X_b: _block_grams(W_b, psi_b, X_b, W_b, psi_b, True),
                              (W_prev, psi_prev, X), nb)
     gains, psis = [], []
+    W, psi = W_prev, psi_prev
     for k in range(inner_loops):
         last = k == inner_loops - 1
         C, KX, KP, KW = _em_gains(grams, alpha, beta, k == 0)
