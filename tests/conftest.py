@@ -3,18 +3,15 @@
 One BLAS thread: on a loaded 2-core machine a multithreaded OpenBLAS (used by NumPy, SciPy and
 jax's CPU LAPACK kernels) oversubscribes the cores and runs small factorisations many times slower.
 """
+import gc
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
-
-
-import gc  # noqa: E402
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
