@@ -217,7 +217,7 @@ def _done(F, z, scale, tol):
     return (jnp.abs(F[0]) <= tol * scale[0]) & (jnp.abs(F[1]) <= tol * jnp.exp(z[1]))
 
 
-def _newton(alpha0, nu0, y, box, tol, max_iter, start, active=True):
+def _newton(alpha0, nu0, y, box, tol, max_iter, start):
     """Damped Newton in ``(alpha, log nu)`` from ``start``, each iterate projected onto the box.
 
     The step length ``t`` is carried from one iteration to the next: a step that does not
@@ -226,8 +226,8 @@ def _newton(alpha0, nu0, y, box, tol, max_iter, start, active=True):
     (a confident mean contradicted by ``y``) within a single loop, with no nested line search:
     under ``vmap`` every iteration is one elementwise pass over the batch, and the loop runs
     until the slowest element is done. It stops at the tolerance, after ``max_iter``
-    iterations, or when ``t`` falls below ``2^-20`` (stalled); with ``active`` False it runs
-    none. Returns ``(alpha, nu, accepted steps, converged)``.
+    iterations, or when ``t`` falls below ``2^-20`` (stalled). Returns
+    ``(alpha, nu, accepted steps, converged)``.
     """
     scale = _scale(alpha0, nu0)
     project = _projector(box)
@@ -237,7 +237,7 @@ def _newton(alpha0, nu0, y, box, tol, max_iter, start, active=True):
 
     def cond(c):
         it, _, t, z, F, _ = c
-        return active & (it < max_iter) & (t >= 2.0**-20) & ~_done(F, z, scale, tol)
+        return (it < max_iter) & (t >= 2.0**-20) & ~_done(F, z, scale, tol)
 
     def body(c):
         it, accepted, t, z, F, J = c
