@@ -1,8 +1,9 @@
 """Run the benchmark scripts one after the other: ``python -m benchmarks.run_all [--full]``.
 
 Default (about 10 minutes on 2 cores): the full-covariance table (:mod:`benchmarks.bench_rvga`),
-the small L-RVGA grid (``bench_lrvga --quick``) and the memory/scale run at d = 1e6, p = 10
-with 1 and 3 inner loops (:mod:`benchmarks.scale_lrvga`). ``--full`` adds the whole L-RVGA grid
+the small L-RVGA grid (``bench_lrvga --quick``), the memory/scale run at d = 1e6, p = 10
+with 1 and 3 inner loops (:mod:`benchmarks.scale_lrvga`) and Algorithm 1 with the iterate stored
+or recomputed (:mod:`benchmarks.bench_iterate`). ``--full`` adds the whole L-RVGA grid
 of the issue (d up to 1e6, p up to 100; hours on 2 cores) and the d = 1e7, p = 100 float32
 memory run (about 9 GB). Each script runs in its own process, so their peak memories are apart.
 """
@@ -18,9 +19,11 @@ DEFAULT = [
     ["benchmarks.bench_lrvga", "--quick"],
     ["benchmarks.scale_lrvga", "--d", "1000000", "--p", "10", "--steps", "5", "--inner-loops", "1"],
     ["benchmarks.scale_lrvga", "--d", "1000000", "--p", "10", "--steps", "5", "--inner-loops", "3"],
+    ["benchmarks.bench_iterate", "--d", "1000000", "--p", "10", "--loops", "3"],
 ]
 FULL = [
     ["benchmarks.bench_lrvga"],
+    ["benchmarks.bench_iterate", "--d", "1000000", "--p", "100", "--loops", "3"],
     ["benchmarks.scale_lrvga", "--d", "10000000", "--p", "100", "--steps", "2", "--dtype", "float32",
      "--models", "linear", "--inner-loops", "1"],
     ["benchmarks.scale_lrvga", "--d", "10000000", "--p", "100", "--steps", "2", "--dtype", "float32",

@@ -167,45 +167,61 @@ def _iterate_rows(Wp_b, pp_b, X_b, psi_bs, terms):
     return W
 
 
-def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, nb: int):
+def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, nb: int,
+              store_iterate: bool):
     """The inner loops of Algorithm 1 as ``inner_loops + 1`` passes over the row blocks.
 
-    Pass 0 sums the Grams of ``W_prev``. No iterate ``W_k`` is stored: each is, row by row, a
-    function of the rows of ``W_prev``, ``X``, ``psi_prev`` and of the earlier ``psi``
-    (:func:`_iterate_rows`). So pass k recomputes the rows of ``W_k`` from those of ``W_prev``
-    with one product by a (p, k p) matrix, writes ``psi_k = Diag(S) - rowdot(W_k, W_k C_k)`` and,
-    unless it is the last, sums the Grams of ``W_k`` for the next loop in the same pass; the last
-    pass writes ``W_K`` and ``psi_K`` over ``W_prev`` and ``psi_prev`` in place
-    (:func:`jaxrvga.blocks.block_map`). Any number of loops needs ``W_prev`` plus ``inner_loops``
-    d-vectors and blocks, and reads the rows once per loop.
+    Pass 0 sums the Grams of ``W_prev``. Pass k computes the rows of the iterate ``W_k``, writes
+    ``psi_k = Diag(S) - rowdot(W_k, W_k C_k)`` and, unless it is the last, sums the Grams of
+    ``W_k`` for the next loop in the same pass; the last pass writes ``W_K`` and ``psi_K`` in
+    place (:func:`jaxrvga.blocks.block_map`). So the rows are read once per loop. The rows of
+    ``W_k`` come either
+
+    * from the stored ``W_{k-1}``, rewritten in place (``store_iterate``: one more d x p array
+      when ``inner_loops > 1``, the fastest for problems that fit in memory many times), or
+    * recomputed from the rows of ``W_prev``, ``X``, ``psi_prev`` and the earlier ``psi``
+      (:func:`_iterate_rows`), the last pass writing over ``W_prev``: any number of loops then
+      needs ``W_prev`` plus ``inner_loops`` d-vectors and blocks, and pass k multiplies the rows
+      by a (p, k p) matrix, not (p, p). With 3 loops this costs no more time than storing
+      (the rows are read as often), but the work of K loops grows like K^2.
     """
     grams = blocks.block_sum(lambda W_b, psi_b, X_b: _block_grams(W_b, psi_b, X_b, W_b, psi_b, True),
                              (W_prev, psi_prev, X), nb)
     gains, psis = [], []
+    W, psi = W_prev, psi_prev
     for k in range(inner_loops):
         last = k == inner_loops - 1
         C, KX, KP, KW = _em_gains(grams, alpha, beta, k == 0)
         gains.append((KX, KP, KW))
 
-        def rewrite(rows, C=C, last=last, terms=_iterate_terms(gains)):
-            Wp_b, pp_b, X_b, dS_b, *psi_bs = rows
-            W_b = _iterate_rows(Wp_b, pp_b, X_b, psi_bs, terms)
+        def finish(W_b, Wp_b, pp_b, X_b, dS_b, C=C, last=last):
+            """``psi_k`` of the rows, the outputs of the pass and the Grams of the next loop."""
             psi_b = jnp.maximum(dS_b - _rowdot(W_b, W_b @ C), floor)
-            if last:
-                return (W_b, psi_b), {}
-            return (psi_b,), _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False)
+            new = (W_b, psi_b) if last or store_iterate else (psi_b,)
+            return new, ({} if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
 
-        rows = (W_prev, psi_prev, X, diagS, *psis)
-        if last:
-            (W, psi), _ = blocks.block_map(rewrite, rows, nb, in_place=2)
+        if store_iterate and k > 0:
+            def rewrite(rows, KX=KX, KP=KP, KW=KW, finish=finish):
+                W_b, psi_b, Wp_b, pp_b, X_b, dS_b = rows
+                # Psi_prev Psi^{-1} W KW, divided last: KW = 0 when alpha = 0, and psi may be tiny
+                W_b = X_b @ KX + Wp_b @ KP + pp_b[:, None] * (W_b @ KW) / psi_b[:, None]
+                return finish(W_b, Wp_b, pp_b, X_b, dS_b)
+
+            (W, psi), grams = blocks.block_map(rewrite, (W, psi, W_prev, psi_prev, X, diagS), nb, in_place=2)
         else:
-            (psi_k,), grams = blocks.block_map(rewrite, rows, nb)
-            psis.append(psi_k)
+            def rewrite(rows, terms=_iterate_terms(gains), finish=finish):
+                Wp_b, pp_b, X_b, dS_b, *psi_bs = rows
+                return finish(_iterate_rows(Wp_b, pp_b, X_b, psi_bs, terms), Wp_b, pp_b, X_b, dS_b)
+
+            new, grams = blocks.block_map(rewrite, (W_prev, psi_prev, X, diagS, *psis), nb,
+                                          in_place=2 if last else 0)
+            W, psi = new if len(new) == 2 else (None, new[0])
+            psis.append(psi)
     return W, psi
 
 
 def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
-                      psi_floor: float = PSI_FLOOR, block_rows=None):
+                      psi_floor: float = PSI_FLOOR, block_rows=None, store_iterate=None):
     """Algorithm 1 of [LRVGA]: ``W W^T + Psi  ~FA~  alpha (W_prev W_prev^T + Psi_prev) + beta X X^T``.
 
     The target ``S = alpha (W_prev W_prev^T + Psi_prev) + beta X X^T`` (eq. 28) is never
@@ -242,11 +258,15 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
         (default): blocks of :data:`jaxrvga.blocks.BLOCK_ROWS` rows when
         ``d p >= BLOCK_MIN_ELEMENTS``, no blocking below (:func:`jaxrvga.blocks.num_blocks`).
         Filters run by :mod:`jaxrvga.sharding` are traced unblocked (:func:`jaxrvga.blocks.unblocked`).
+      store_iterate: with ``inner_loops > 1``, keep the iterate ``W_k`` between loops (one more
+        d x p array) rather than recompute its rows from ``W_prev`` in each pass (O(inner_loops^2)
+        row work instead of O(inner_loops), no memory). ``None`` (default): store it only when
+        ``d p < BLOCK_MIN_ELEMENTS``, i.e. for problems small enough that memory does not matter.
 
     Returns:
-      ``(W, psi)``. Cost O(inner_loops^2 d p (m + p) + inner_loops p^3) (pass k multiplies the
-      rows by a (p, k p) matrix); memory: the ``d x p`` input, ``inner_loops`` d-vectors and
-      O(d m) plus blocks.
+      ``(W, psi)``. Cost O(inner_loops d p (m + p) + inner_loops p^3), or O(inner_loops^2 ...)
+      for the d p terms when the iterate is recomputed; memory: the ``d x p`` input,
+      ``inner_loops`` d-vectors and O(d m) plus blocks (one more ``d x p`` with ``store_iterate``).
     """
     inner_loops = positive_int("inner_loops", inner_loops)
     W_prev = jnp.asarray(W_prev)
@@ -266,7 +286,9 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
     floor = _floor(diagS, psi_floor)
     nb = blocks.num_blocks(*W_prev.shape, block_rows)
-    return _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb)
+    if store_iterate is None:
+        store_iterate = W_prev.size < blocks.BLOCK_MIN_ELEMENTS
+    return _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb, bool(store_iterate))
 
 
 def batch_em_step(S, W, psi, *, psi_floor: float = PSI_FLOOR):

@@ -50,10 +50,11 @@ def test_check11_one_inner_loop_alpha0_equals_batch_em_step():
     assert rel(Wr, Wb) <= 1e-12 and rel(psir, psib) <= 1e-12
 
 
+@pytest.mark.parametrize("store", [True, False])
 @pytest.mark.parametrize("alpha,beta,m,loops", [(1.0, 1.0, 1, 1), (0.7, 0.3, 5, 3), (2.0, 0.5, 2, 10), (0.0, 1.0, 5, 4)])
-def test_inner_loops_equal_batch_em_on_dense_target(alpha, beta, m, loops):
+def test_inner_loops_equal_batch_em_on_dense_target(alpha, beta, m, loops, store):
     """Each inner loop of Algorithm 1 is one batch-EM step on S = alpha Lam_prev + beta X X^T (eq. 28),
-    although the iterates are not stored but recomputed from W_prev in every pass (alpha = 0 too)."""
+    whether the iterate is stored or its rows are recomputed from W_prev in every pass."""
     d, p = 30, 3
     W, psi = random_factors(d, p, seed=3)
     X = np.random.default_rng(4).normal(size=(d, m))
@@ -61,7 +62,7 @@ def test_inner_loops_equal_batch_em_on_dense_target(alpha, beta, m, loops):
     Wb, psib = W, psi
     for _ in range(loops):
         Wb, psib = fa.batch_em_step(S, Wb, psib)
-    Wr, psir = fa.recursive_em_step(W, psi, X[:, 0] if m == 1 else X, alpha, beta, loops)
+    Wr, psir = fa.recursive_em_step(W, psi, X[:, 0] if m == 1 else X, alpha, beta, loops, store_iterate=store)
     assert rel(Wr, Wb) <= 1e-11 and rel(psir, psib) <= 1e-11
 
 
@@ -195,9 +196,11 @@ def test_validation():
         fa.online_em(averaging=None).init(W, psi[:5])
 
 
+@pytest.mark.parametrize("store", [True, False])
 @pytest.mark.parametrize("loops,m", [(1, 1), (2, 1), (3, 2)])
-def test_blocked_inner_loops_equal_unblocked(loops, m):
-    """The streamed (row-blocked, rewritten in place) inner loops compute the same Algorithm 1 iterates."""
+def test_blocked_inner_loops_equal_unblocked(loops, m, store):
+    """The streamed (row-blocked, rewritten in place) inner loops compute the same Algorithm 1 iterates,
+    with the iterate stored or recomputed."""
     rng = np.random.default_rng(3)
     d, p = 240, 4
     W = jnp.asarray(rng.normal(size=(d, p)))
@@ -205,7 +208,7 @@ def test_blocked_inner_loops_equal_unblocked(loops, m):
     X = jnp.asarray(rng.normal(size=(d, m)))
     assert blocks.num_blocks(d, p, 60) == 4 and blocks.num_blocks(d, p, None) == 1
     ref = fa.recursive_em_step(W, psi, X, 0.7, 1.3, loops)
-    got = fa.recursive_em_step(W, psi, X, 0.7, 1.3, loops, block_rows=60)
+    got = fa.recursive_em_step(W, psi, X, 0.7, 1.3, loops, block_rows=60, store_iterate=store)
     for a, b in zip(got, ref):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * float(jnp.max(jnp.abs(b))))
     # the Gram of M streamed over the same blocks
@@ -237,16 +240,19 @@ def test_block_map_in_place_and_sums():
         np.testing.assert_allclose(sums["gram"], expected.T @ expected, rtol=1e-14)
 
 
-@pytest.mark.parametrize("loops", [1, 3])
-def test_recursive_em_step_memory(loops):
+@pytest.mark.parametrize("loops,store", [(1, None), (3, None), (3, True)])
+def test_recursive_em_step_memory(loops, store):
     """Algorithm 1 at a blocked size (d p >= BLOCK_MIN_ELEMENTS, compiled only): XLA's own account
     of the temporaries is under ``inner_loops + 1`` d-vectors (Diag(S), one psi per loop, blocks)
-    for any number of loops: W is rewritten in place and no iterate W_k is stored."""
+    for any number of loops by default: W is rewritten in place and no iterate W_k is stored.
+    Storing the iterate (``store_iterate=True``) costs one d x p array more."""
     d, p = 1 << 19, 8
     assert blocks.num_blocks(d, p) > 1
     S = jax.ShapeDtypeStruct
-    step = jax.jit(lambda W, psi, x: fa.recursive_em_step(W, psi, x, 1.0, 1.0, loops), donate_argnums=(0, 1))
+    step = jax.jit(lambda W, psi, x: fa.recursive_em_step(W, psi, x, 1.0, 1.0, loops, store_iterate=store),
+                   donate_argnums=(0, 1))
     mem = step.lower(S((d, p), jnp.float64), S((d,), jnp.float64), S((d,), jnp.float64)).compile().memory_analysis()
     W_bytes = d * p * 8
     assert mem.alias_size_in_bytes >= W_bytes  # (W, psi) are written into the donated inputs
-    assert mem.temp_size_in_bytes < (loops + 1) * d * 8
+    extra = W_bytes if store else 0
+    assert extra <= mem.temp_size_in_bytes < extra + (loops + 1) * d * 8
