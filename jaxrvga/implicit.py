@@ -24,8 +24,11 @@ It returns the residual and a convergence flag instead of failing silently.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .core import SolverInfo
@@ -322,24 +325,50 @@ def solve_logistic(alpha0, nu0, y, max_iter: int | None = None):
       :class:`~jaxrvga.core.SolverInfo` holding the dimensionless residual
       (:func:`scaled_residual`), the number of Newton iterations (plus one if the
       fallback ran) and whether the tolerance ``max(1e-12, 64 eps)`` was met.
+
+    ``(alpha, nu)`` are differentiable in ``(alpha0, nu0, y)``, forward and reverse mode, by the
+    implicit function theorem at the root (the solver's iterations are not differentiated).
     """
     alpha0, nu0, y = jnp.broadcast_arrays(*(jnp.asarray(v) for v in (alpha0, nu0, y)))
     dtype = jnp.result_type(alpha0.dtype, nu0.dtype, float)
     alpha0, nu0, y = alpha0.astype(dtype), nu0.astype(dtype), y.astype(dtype)
-    tol = _tolerance(dtype)
+    max_iter = _NEWTON_ITERS if max_iter is None else int(max_iter)
+    alpha, nu, iters = _logistic_root(alpha0, nu0, y, max_iter)
+    res = scaled_residual(alpha, nu, alpha0, jnp.where(nu0 > 0, nu0, 0.0), y)
+    info = SolverInfo(res <= _tolerance(dtype), res, iters)
+    return alpha, nu, info
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _logistic_root(alpha0, nu0, y, max_iter):
+    """``(alpha, nu, iterations)`` of :func:`solve_logistic` (steps 1-3 of the module docstring)."""
+    tol = _tolerance(alpha0.dtype)
     degenerate = ~(nu0 > 0)  # x in the null space of P: nothing to update
     nu0_safe = jnp.where(degenerate, 1.0, nu0)
-    max_iter = _NEWTON_ITERS if max_iter is None else int(max_iter)
     start = _explicit_start(alpha0, nu0_safe, y)
     alpha, nu, iters, ok = _newton(alpha0, nu0_safe, y, coarse_box(alpha0, nu0_safe, y), tol, max_iter, start)
     alpha, nu, iters = _run_if(~ok, lambda a0, n0, yv, a, n, i: _robust_solve(a0, n0, yv, a, n, i, max_iter),
                                (alpha0, nu0_safe, y), (alpha, nu, iters))
     alpha = jnp.where(degenerate, alpha0, alpha)
     nu = jnp.where(degenerate, jnp.zeros_like(nu0), nu)
-    res = scaled_residual(alpha, nu, alpha0, jnp.where(degenerate, 0.0, nu0_safe), y)
-    converged = res <= tol
-    info = SolverInfo(converged, res, iters.astype(jnp.int32))
-    return alpha, nu, info
+    return alpha, nu, iters.astype(jnp.int32)
+
+
+@_logistic_root.defjvp
+def _logistic_root_jvp(max_iter, primals, tangents):
+    """Implicit function theorem at the root ``F(z; alpha0, nu0, y) = 0``, ``z = (alpha, log nu)``:
+    ``dz = -(dF/dz)^{-1} (dF/d(alpha0, nu0, y) . tangents)``. Where ``nu0 <= 0`` the update is
+    the identity ``(alpha0, 0)``, and so is its tangent."""
+    alpha0, nu0, y = primals
+    alpha, nu, iters = _logistic_root(alpha0, nu0, y, max_iter)
+    degenerate = ~(nu0 > 0)
+    nu_safe = jnp.where(degenerate, 1.0, nu)
+    _, J = residuals_and_jacobian(alpha, jnp.log(nu_safe), alpha0, nu0, y)
+    _, dF = jax.jvp(lambda a0, n0, yv: jnp.stack(residuals(alpha, nu_safe, a0, n0, yv)), primals, tangents)
+    dz = -_newton_step(dF, J)
+    dalpha = jnp.where(degenerate, tangents[0], dz[0])
+    dnu = jnp.where(degenerate, 0.0, nu * dz[1])
+    return (alpha, nu, iters), (dalpha, dnu, np.zeros(np.shape(iters), jax.dtypes.float0))
 
 
 def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
@@ -356,31 +385,54 @@ def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
     on ``J``, keeping ``L > 0``) converges from the explicit start ``(alpha0, sqrt(nu0))``.
 
     Returns ``(alpha, nu, info)`` like :func:`solve_logistic`; ``info.residual`` is the
-    dimensionless residual of the two implicit equations.
+    dimensionless residual of the two implicit equations. ``(alpha, nu)`` are differentiable in
+    ``(alpha0, nu0, y)`` and in the values ``expected_log_lik`` closes over, by the implicit
+    function theorem at the minimiser.
     """
     alpha0, nu0, y = jnp.broadcast_arrays(*(jnp.asarray(v) for v in (alpha0, nu0, y)))
     dtype = jnp.result_type(alpha0.dtype, nu0.dtype, float)
     alpha0, nu0, y = alpha0.astype(dtype), nu0.astype(dtype), y.astype(dtype)
-    tol = _tolerance(dtype)
     degenerate = ~(nu0 > 0)
     nu0s = jnp.where(degenerate, 1.0, nu0)
+    # Closed-over tracers (e.g. a dispersion being differentiated) become explicit arguments.
+    ell, consts = jax.closure_convert(expected_log_lik, alpha0, nu0s, y)
+    z, it = _glm_minimiser(ell, max_iter, alpha0, nu0s, y, tuple(consts))
+    res = _glm_residual(_glm_objective(ell, alpha0, nu0s, y, consts), z, alpha0, nu0s)
+    alpha = jnp.where(degenerate, alpha0, z[0])
+    nu = jnp.where(degenerate, jnp.zeros_like(nu0), z[1] ** 2)
+    res = jnp.where(degenerate, 0.0, res)
+    return alpha, nu, SolverInfo(res <= _tolerance(dtype), res, it)
+
+
+def _glm_objective(ell, alpha0, nu0, y, consts):
+    """``J(z)``, ``z = (alpha, L)``, of :func:`solve_glm` (``+inf`` where ``L <= 0``)."""
 
     def J(z):
         a, L = z[0], z[1]
-        kl = 0.5 * ((a - alpha0) ** 2 + L**2) / nu0s - jnp.log(L)
-        val = -expected_log_lik(a, L**2, y) + kl
-        return jnp.where(L > 0, val, jnp.inf)
+        kl = 0.5 * ((a - alpha0) ** 2 + L**2) / nu0 - jnp.log(L)
+        return jnp.where(L > 0, -ell(a, L**2, y, *consts) + kl, jnp.inf)
 
+    return J
+
+
+def _glm_residual(J, z, alpha0, nu0):
+    """Dimensionless residual of the implicit equations of :func:`solve_glm` at ``z = (alpha, L)``."""
+    g = jax.grad(J)(z)
+    L = z[1]
+    # nu0 dJ/dalpha = alpha - alpha0 - nu0 E[l'];  L nu0 dJ/dL = nu (1 + nu0 c) - nu0.
+    r_a = jnp.abs(nu0 * g[0]) / (1.0 + jnp.abs(alpha0) + nu0)
+    # |nu - nu0 / (1 + nu0 c)| / nu0 with 1 + nu0 c = nu0 (dJ/dL + 1/L) / L.
+    r_v = jnp.abs(L**2 * g[1]) / (nu0 * jnp.abs(g[1] + 1.0 / L))
+    return jnp.maximum(r_a, r_v)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _glm_minimiser(ell, max_iter, alpha0, nu0, y, consts):
+    """``(z, iterations)``: damped Newton on ``J`` of :func:`solve_glm` from ``(alpha0, sqrt(nu0))``."""
+    dtype = alpha0.dtype
+    tol = _tolerance(dtype)
+    J = _glm_objective(ell, alpha0, nu0, y, consts)
     grad, hess = jax.grad(J), jax.hessian(J)
-
-    def residual(z):
-        g = grad(z)
-        L = z[1]
-        # nu0 dJ/dalpha = alpha - alpha0 - nu0 E[l'];  L nu0 dJ/dL = nu (1 + nu0 c) - nu0.
-        r_a = jnp.abs(nu0s * g[0]) / (1.0 + jnp.abs(alpha0) + nu0s)
-        # |nu - nu0 / (1 + nu0 c)| / nu0 with 1 + nu0 c = nu0 (dJ/dL + 1/L) / L.
-        r_v = jnp.abs(L**2 * g[1]) / (nu0s * jnp.abs(g[1] + 1.0 / L))
-        return jnp.maximum(r_a, r_v)
 
     def cond(c):
         it, z, res = c
@@ -407,11 +459,18 @@ def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
 
         t, _ = lax.while_loop(too_long, shrink, (jnp.asarray(1.0, dtype), J(z + direction)))
         z = z + t * direction
-        return it + 1, z, residual(z)
+        return it + 1, z, _glm_residual(J, z, alpha0, nu0)
 
-    z0 = jnp.stack([alpha0, jnp.sqrt(nu0s)])
-    it, z, res = lax.while_loop(cond, body, (jnp.int32(0), z0, residual(z0)))
-    alpha = jnp.where(degenerate, alpha0, z[0])
-    nu = jnp.where(degenerate, jnp.zeros_like(nu0), z[1] ** 2)
-    res = jnp.where(degenerate, 0.0, res)
-    return alpha, nu, SolverInfo(res <= tol, res, it)
+    z0 = jnp.stack([alpha0, jnp.sqrt(nu0)])
+    it, z, _ = lax.while_loop(cond, body, (jnp.int32(0), z0, _glm_residual(J, z0, alpha0, nu0)))
+    return z, it
+
+
+@_glm_minimiser.defjvp
+def _glm_minimiser_jvp(ell, max_iter, primals, tangents):
+    """Implicit function theorem at ``grad_z J(z; alpha0, nu0, y, consts) = 0``:
+    ``dz = -H^{-1} (d grad_z J / d(alpha0, nu0, y, consts) . tangents)``."""
+    z, it = _glm_minimiser(ell, max_iter, *primals)
+    H = jax.hessian(_glm_objective(ell, *primals))(z)
+    _, dg = jax.jvp(lambda *p: jax.grad(_glm_objective(ell, *p))(z), primals, tangents)
+    return (z, it), (-_newton_step(dg, H), np.zeros(np.shape(it), jax.dtypes.float0))

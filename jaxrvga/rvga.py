@@ -246,7 +246,7 @@ def _nonlinear_mc(model, num_iters, num_samples, curvature, process_noise):
         z = _antithetic_normals(sub, num_samples, d, state.mean.dtype)
         mu0, P0 = state.mean, inflate(state.cov, process_noise)
         eye = jnp.eye(d, dtype=P0.dtype)
-        if curvature == "ggn" and num_samples * jnp.size(jnp.atleast_1d(jax.eval_shape(model.predict, mu0, x))) >= d:
+        if curvature == "ggn" and num_samples * jax.eval_shape(model.predict, mu0, x).size >= d:
             prec0 = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(P0), True), eye)
 
         def body(_, carry):
