@@ -381,8 +381,11 @@ def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
 
     whose stationarity conditions are the implicit equations ``alpha = alpha0 + nu0 E[l']``
     and ``1/nu = 1/nu0 - E[l'']`` ([RVGA] eqs. 28-29 projected on x). ``J`` is strictly
-    convex in ``(alpha, L)`` for log-concave likelihoods, so damped Newton (backtracking
-    on ``J``, keeping ``L > 0``) converges from the explicit start ``(alpha0, sqrt(nu0))``.
+    convex in ``(alpha, L)`` for log-concave likelihoods, so damped Newton converges from the
+    prior's marginal ``(alpha0, sqrt(nu0))`` (``L`` shrunk where ``J`` overflows there): Armijo
+    backtracking on ``J`` (``J = +inf`` for ``L <= 0``), and a full step that beats its
+    quadratic model is doubled while ``J`` falls (where ``exp(eta)`` dominates, plain Newton
+    advances about one unit of ``eta`` per iteration).
 
     Returns ``(alpha, nu, info)`` like :func:`solve_logistic`; ``info.residual`` is the
     dimensionless residual of the two implicit equations. ``(alpha, nu)`` are differentiable in
@@ -422,13 +425,13 @@ def _glm_residual(J, z, alpha0, nu0):
     # nu0 dJ/dalpha = alpha - alpha0 - nu0 E[l'];  L nu0 dJ/dL = nu (1 + nu0 c) - nu0.
     r_a = jnp.abs(nu0 * g[0]) / (1.0 + jnp.abs(alpha0) + nu0)
     # |nu - nu0 / (1 + nu0 c)| / nu0 with 1 + nu0 c = nu0 (dJ/dL + 1/L) / L.
-    r_v = jnp.abs(L**2 * g[1]) / (nu0 * jnp.abs(g[1] + 1.0 / L))
+    r_v = (L**2 / nu0) * (jnp.abs(g[1]) / jnp.abs(g[1] + 1.0 / L))  # in this order: no overflow
     return jnp.maximum(r_a, r_v)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def _glm_minimiser(ell, max_iter, alpha0, nu0, y, consts):
-    """``(z, iterations)``: damped Newton on ``J`` of :func:`solve_glm` from ``(alpha0, sqrt(nu0))``."""
+    """``(z, iterations)``: the damped Newton of :func:`solve_glm` on ``J``, ``z = (alpha, L)``."""
     dtype = alpha0.dtype
     tol = _tolerance(dtype)
     J = _glm_objective(ell, alpha0, nu0, y, consts)
@@ -436,32 +439,61 @@ def _glm_minimiser(ell, max_iter, alpha0, nu0, y, consts):
 
     def cond(c):
         it, z, res = c
-        return (it < max_iter) & (res > tol)
+        return (it < max_iter) & ~(res <= tol)
 
     def body(c):
         it, z, _ = c
         g, H = grad(z), hess(z)
-        det = H[0, 0] * H[1, 1] - H[0, 1] * H[1, 0]
-        newton = -jnp.stack([H[1, 1] * g[0] - H[0, 1] * g[1], -H[1, 0] * g[0] + H[0, 0] * g[1]]) / det
-        direction = jnp.where((det > 0) & (H[0, 0] > 0) & jnp.all(jnp.isfinite(newton)), newton, -g)
+        # Scaled by the largest entry, so that det does not overflow where exp(eta) is huge.
+        Hs = H / jnp.max(jnp.abs(H))
+        det = Hs[0, 0] * Hs[1, 1] - Hs[0, 1] * Hs[1, 0]
+        newton = -_newton_step(g, Hs) / jnp.max(jnp.abs(H))
+        newton_ok = (det > 0) & (H[0, 0] > 0) & jnp.all(jnp.isfinite(newton))
+        direction = jnp.where(newton_ok, newton, -g / jnp.linalg.norm(g))
         f0, slope = J(z), g @ direction
 
         def shrink(ct):
             t, _ = ct
             return 0.5 * t, J(z + 0.5 * t * direction)
 
-        # Armijo, with slack for rounding: near the optimum J changes by less than its ulp.
-        slack = 16 * jnp.finfo(dtype).eps * jnp.abs(f0)
+        # Armijo, with slack for rounding: near the optimum J changes by less than its ulp. Where
+        # the Newton decrement -slope = d^T H d is at rounding level, comparing values of J (a sum
+        # of terms that cancel) says nothing: the full Newton step is taken.
+        eps = jnp.finfo(dtype).eps
+        slack = 16 * eps * jnp.abs(f0)
+        rounding_level = newton_ok & (-slope <= 64 * eps * (1.0 + jnp.abs(f0)))
 
         def too_long(ct):
             t, f = ct
-            return ~(f <= f0 + 1e-4 * t * slope + slack) & (t > 1e-12)
+            return ~rounding_level & ~(f <= f0 + 1e-4 * t * slope + slack) & (t > 1e-12)
 
-        t, _ = lax.while_loop(too_long, shrink, (jnp.asarray(1.0, dtype), J(z + direction)))
+        t, f = lax.while_loop(too_long, shrink, (jnp.asarray(1.0, dtype), J(z + direction)))
+        # A full step that beat its quadratic model (f < f0 + slope / 2: the curvature falls along
+        # the direction, as where exp(eta) dominates) stops short of the line's minimum: double
+        # t while J keeps falling. Newton alone would advance about one unit of eta per iteration.
+        expand = ~rounding_level & (t == 1.0) & (f < f0 + 0.5 * slope - slack)
+
+        def keeps_falling(ct):
+            t, _, falling = ct
+            return expand & falling & (t < 2.0**20)
+
+        def double(ct):
+            t, f, _ = ct
+            f2 = J(z + 2.0 * t * direction)
+            return jnp.where(f2 < f, 2.0 * t, t), jnp.minimum(f, f2), f2 < f
+
+        t, _, _ = lax.while_loop(keeps_falling, double, (t, f, jnp.asarray(True)))
         z = z + t * direction
         return it + 1, z, _glm_residual(J, z, alpha0, nu0)
 
-    z0 = jnp.stack([alpha0, jnp.sqrt(nu0)])
+    # Start from the prior's marginal; where J's curvature overflows or comes near it there (a
+    # broad prior under exp(eta + nu / 2)), shrink L: J is convex for any L > 0.
+    def overflows(L):
+        z = jnp.stack([alpha0, L])
+        big = jnp.sqrt(jnp.finfo(dtype).max)
+        return ~(jnp.isfinite(J(z)) & jnp.all(jnp.abs(hess(z)) <= big)) & (L > 1e-8 * jnp.sqrt(nu0))
+
+    z0 = jnp.stack([alpha0, lax.while_loop(overflows, lambda L: 0.25 * L, jnp.sqrt(nu0))])
     it, z, _ = lax.while_loop(cond, body, (jnp.int32(0), z0, _glm_residual(J, z0, alpha0, nu0)))
     return z, it
 
