@@ -382,7 +382,7 @@ def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
     whose stationarity conditions are the implicit equations ``alpha = alpha0 + nu0 E[l']``
     and ``1/nu = 1/nu0 - E[l'']`` ([RVGA] eqs. 28-29 projected on x). ``J`` is strictly
     convex in ``(alpha, L)`` for log-concave likelihoods, so damped Newton converges from the
-    prior's marginal ``(alpha0, sqrt(nu0))`` (``L`` shrunk where ``J`` overflows there): Armijo
+    prior's marginal ``(alpha0, sqrt(nu0))`` (``L`` shrunk where the curvature overflows): Armijo
     backtracking on ``J`` (``J = +inf`` for ``L <= 0``), and a full step that beats its
     quadratic model is doubled while ``J`` falls (where ``exp(eta)`` dominates, plain Newton
     advances about one unit of ``eta`` per iteration).
