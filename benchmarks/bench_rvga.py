@@ -1,4 +1,5 @@
-"""Full-covariance filters: per-observation time against NumPy baselines, vmapped fleets, compile times.
+"""Full-covariance filters: per-observation time against NumPy baselines, vmapped fleets, batched
+implicit solves, compile times.
 
     python -m benchmarks.bench_rvga [--quick] [--dtype float64|float32]
 
@@ -139,6 +140,20 @@ def compile_table(dtype):
         print(f"{name:<28} {first - warm:>7.2f} s")
 
 
+def solver_table(quick, dtype):
+    """Batched implicit solves alone: fixed cost per Newton iteration against cost per element."""
+    print("\n## Batched implicit solves (vmap of implicit.solve_logistic): cost per element and iteration")
+    print(f"{'n':>7} {'time us':>10} {'max iters':>10} {'ns / (element x iter)':>23}")
+    rng = np.random.default_rng(0)
+    solve = jax.jit(jax.vmap(jr.implicit.solve_logistic))
+    for n in ([100, 1000] if quick else [100, 1000, 10000]):
+        args = (rng.normal(0.0, 3.0, n).astype(dtype), (10.0 ** rng.uniform(-1, 1.5, n)).astype(dtype),
+                rng.integers(0, 2, n).astype(dtype))
+        iters = int(block(solve(*args))[2].iterations.max())
+        t = best_of(lambda: block(solve(*args)), repeat=20)
+        print(f"{n:>7} {t * 1e6:>10.1f} {iters:>10} {t * 1e9 / (n * iters):>23.1f}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -148,6 +163,7 @@ def main(argv=None):
     print(describe())
     per_step_table([10, 100] if args.quick else [10, 100, 1000], args.quick, dtype)
     fleet_table(args.quick, dtype)
+    solver_table(args.quick, dtype)
     compile_table(dtype)
     print(f"\npeak resident memory: {peak_rss_mb():.0f} MB")
 
