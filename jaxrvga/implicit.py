@@ -400,7 +400,7 @@ def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
     # Closed-over tracers (e.g. a dispersion being differentiated) become explicit arguments.
     ell, consts = jax.closure_convert(expected_log_lik, alpha0, nu0s, y)
     z, it = _glm_minimiser(ell, max_iter, alpha0, nu0s, y, tuple(consts))
-    res = _glm_residual(_glm_objective(ell, alpha0, nu0s, y, consts), z, alpha0, nu0s)
+    res = _glm_residual(jax.grad(_glm_objective(ell, alpha0, nu0s, y, consts))(z), z, alpha0, nu0s)
     alpha = jnp.where(degenerate, alpha0, z[0])
     nu = jnp.where(degenerate, jnp.zeros_like(nu0), z[1] ** 2)
     res = jnp.where(degenerate, 0.0, res)
@@ -418,9 +418,9 @@ def _glm_objective(ell, alpha0, nu0, y, consts):
     return J
 
 
-def _glm_residual(J, z, alpha0, nu0):
-    """Dimensionless residual of the implicit equations of :func:`solve_glm` at ``z = (alpha, L)``."""
-    g = jax.grad(J)(z)
+def _glm_residual(g, z, alpha0, nu0):
+    """Dimensionless residual of the implicit equations of :func:`solve_glm` at ``z = (alpha, L)``,
+    from the gradient ``g`` of ``J`` there."""
     L = z[1]
     # nu0 dJ/dalpha = alpha - alpha0 - nu0 E[l'];  L nu0 dJ/dL = nu (1 + nu0 c) - nu0.
     r_a = jnp.abs(nu0 * g[0]) / (1.0 + jnp.abs(alpha0) + nu0)
@@ -438,19 +438,20 @@ def _glm_minimiser(ell, max_iter, alpha0, nu0, y, consts):
     grad, hess = jax.grad(J), jax.hessian(J)
 
     def cond(c):
-        it, z, res = c
+        it, _, _, _, res = c
         return (it < max_iter) & ~(res <= tol)
 
     def body(c):
-        it, z, _ = c
-        g, H = grad(z), hess(z)
+        it, z, f0, g, _ = c  # f0 = J(z), g = grad J(z), carried from the step that reached z
+        H = hess(z)
         # Scaled by the largest entry, so that det does not overflow where exp(eta) is huge.
-        Hs = H / jnp.max(jnp.abs(H))
+        H_max = jnp.max(jnp.abs(H))
+        Hs = H / H_max
         det = Hs[0, 0] * Hs[1, 1] - Hs[0, 1] * Hs[1, 0]
-        newton = -_newton_step(g, Hs) / jnp.max(jnp.abs(H))
+        newton = -_newton_step(g, Hs) / H_max
         newton_ok = (det > 0) & (H[0, 0] > 0) & jnp.all(jnp.isfinite(newton))
         direction = jnp.where(newton_ok, newton, -g / jnp.linalg.norm(g))
-        f0, slope = J(z), g @ direction
+        slope = g @ direction
 
         def shrink(ct):
             t, _ = ct
@@ -482,9 +483,11 @@ def _glm_minimiser(ell, max_iter, alpha0, nu0, y, consts):
             f2 = J(z + 2.0 * t * direction)
             return jnp.where(f2 < f, 2.0 * t, t), jnp.minimum(f, f2), f2 < f
 
-        t, _, _ = lax.while_loop(keeps_falling, double, (t, f, jnp.asarray(True)))
+        # Both loops leave f = J(z + t direction), the objective at the new iterate.
+        t, f, _ = lax.while_loop(keeps_falling, double, (t, f, jnp.asarray(True)))
         z = z + t * direction
-        return it + 1, z, _glm_residual(J, z, alpha0, nu0)
+        g = grad(z)
+        return it + 1, z, f, g, _glm_residual(g, z, alpha0, nu0)
 
     # Start from the prior's marginal; where J's curvature overflows or comes near it there (a
     # broad prior under exp(eta + nu / 2)), shrink L: J is convex for any L > 0.
@@ -494,7 +497,8 @@ def _glm_minimiser(ell, max_iter, alpha0, nu0, y, consts):
         return ~(jnp.isfinite(J(z)) & jnp.all(jnp.abs(hess(z)) <= big)) & (L > 1e-8 * jnp.sqrt(nu0))
 
     z0 = jnp.stack([alpha0, lax.while_loop(overflows, lambda L: 0.25 * L, jnp.sqrt(nu0))])
-    it, z, _ = lax.while_loop(cond, body, (jnp.int32(0), z0, _glm_residual(J, z0, alpha0, nu0)))
+    g0 = grad(z0)
+    it, z, *_ = lax.while_loop(cond, body, (jnp.int32(0), z0, J(z0), g0, _glm_residual(g0, z0, alpha0, nu0)))
     return z, it
 
 
