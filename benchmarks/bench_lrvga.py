@@ -35,12 +35,12 @@ import jaxrvga as jr  # noqa: E402
 from benchmarks import numpy_baselines as nb  # noqa: E402
 from benchmarks.bench_rvga import best_of, block  # noqa: E402
 from benchmarks.machine import describe, peak_rss_mb  # noqa: E402
-from jaxrvga.lrvga import lrvga  # noqa: E402
+from jaxrvga import lrvga  # noqa: E402
 
 MODELS = {
-    "linear": (lambda p, n: lrvga(jr.models.linear_gaussian(1.0), rank=p, inner_loops=n, scheme="exact"),
+    "linear": (lambda p, n: lrvga(jr.models.linear_gaussian(1.0), rank=p, inner_loops=n, scheme="exact", published=True),
                nb.lrvga_linear_step),
-    "logistic": (lambda p, n: lrvga(jr.models.logistic(), rank=p, inner_loops=n, scheme="explicit"),
+    "logistic": (lambda p, n: lrvga(jr.models.logistic(), rank=p, inner_loops=n, scheme="explicit", published=True),
                  nb.lrvga_logistic_explicit_step),
 }
 

@@ -89,11 +89,11 @@ def measure(model_name: str, d: int, p: int, steps: int, dtype_name: str, inner_
 
     import jaxrvga as jr
     from jaxrvga import blocks, core, models
-    from jaxrvga.lrvga import lrvga
+    from jaxrvga import lrvga
 
     dtype = jnp.dtype(dtype_name)
     model = models.linear_gaussian(1.0) if model_name == "linear" else models.logistic()
-    base = lrvga(model, rank=p, inner_loops=inner_loops)
+    base = lrvga(model, rank=p, inner_loops=inner_loops, published=True)
 
     def update(state, key, y_unused):
         """Draw (x_t, y_t) inside the step, then the L-RVGA update."""

@@ -3,7 +3,7 @@
 Model (48)-(49): ``x_t ~ N(0, C)``, ``C = M^T diag(1/i^c) M`` (c = 1, rotated, "normalised on
 average", :func:`jaxrvga.data.linear_data`, seed 1), ``y_t = x_t^T theta* + N(0, 1)``; prior
 ``N(0, sigma0^2 I)`` with sigma0 = 1. Algorithms: the full Kalman filter (:func:`jaxrvga.kalman`) and
-the linear L-RVGA (D1, :func:`jaxrvga.lrvga.lrvga` with the exact scheme, 3 inner loops). Metric: the
+the linear L-RVGA (D1, :func:`jaxrvga.lrvga` with the exact scheme, 3 inner loops). Metric: the
 exact KL from the belief at time t to the *final* full-data posterior (the authors' protocol):
 
     KL(N(mu, (W W^T + Psi)^{-1}) || N(m*, Lam*^{-1})) = fa_kl(Lam*, W, psi) + 1/2 (mu - m*)^T Lam* (mu - m*)
@@ -35,7 +35,7 @@ from experiments.lrvga_fig01_covariance import run_snapshots
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga import data, metrics, models  # noqa: E402
-from jaxrvga.lrvga import lrvga  # noqa: E402
+from jaxrvga import lrvga  # noqa: E402
 
 SIGMA0, SEED, C = 1.0, 1, 1.0
 EPS = 1e-8
@@ -103,7 +103,7 @@ def run_panel(d, N, ps, init, loops_list=(3,), quick=True, desc=""):
     configs = [(p, n) for p in ps for n in loops_list]
     for p, n_in in progress(configs, desc, quick):
         W0, psi0 = map(jnp.asarray, init_factors(d, p, init))
-        flt = lrvga(_MODEL, rank=p, inner_loops=n_in)
+        flt = lrvga(_MODEL, rank=p, inner_loops=n_in, published=True)
         state0 = flt.init(jnp.zeros(d), W0, psi0)
         final, kl, _ = run_snapshots(flt, state0, X, y, stride, _kl_fa, lam_j, logdet_lam, m_j)
         kl0 = float(_kl_fa(state0, lam_j, logdet_lam, m_j))

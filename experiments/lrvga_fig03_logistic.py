@@ -3,7 +3,7 @@
 Authors' code (``XP_LRVGA_LogisticRegression.py``, ``Test=["LogHD"]``): two Gaussian classes
 (:func:`jaxrvga.data.logistic_data`) at separation ``s = 1/d^coef_s``, c = 1, seed 1; prior
 ``N(0, sigma0^2 I)`` with sigma0 = 4 (the caption's "P_0 = sigma0 I" is sigma0^2 I in the code);
-implicit L-RVGA (D2, :func:`jaxrvga.lrvga.lrvga` with ``scheme="implicit"``) with 1 inner loop,
+implicit L-RVGA (D2, :func:`jaxrvga.lrvga` with ``scheme="implicit"``) with 1 inner loop,
 ``psi_0 = 1/sigma0^2`` and ``W_0 = 1e-3 mvn(0, I_p, d)`` (seed 1) for p in {100, 10, 2, 1}; batch
 Laplace (Newton, :func:`jaxrvga.laplace`) as a horizontal line. Metric: the MC-KL of [RVGA] eqs.
 92-94 to the unnormalised final posterior (``Z_p = 1``) with M = 5 base normals drawn once with
@@ -32,7 +32,7 @@ from experiments.lrvga_fig01_covariance import run_snapshots
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga import data, metrics, models  # noqa: E402
-from jaxrvga.lrvga import lrvga  # noqa: E402
+from jaxrvga import lrvga  # noqa: E402
 
 MODEL = models.logistic()
 M_KL, SEED_KL = 5, 1  # the authors' nbSamplesKL and seed
@@ -135,7 +135,7 @@ def run_config(d, N, coef_s, ps, quick, sigma0=4.0):
     psi0 = jnp.full(d, 1.0 / sigma0**2)
     curves, finals = {}, {}
     for p in progress(ps, f"Fig 3 d={d}", quick):
-        flt = lrvga(MODEL, rank=p, inner_loops=1, scheme="implicit")
+        flt = lrvga(MODEL, rank=p, inner_loops=1, scheme="implicit", published=True)
         state0 = flt.init(prob.m0, jnp.asarray(authors_w0(d, p, 1e-3)), psi0)
         t, kl, final, terms = lrvga_kl_curve(prob, flt, state0)
         curves[p] = (t, kl)

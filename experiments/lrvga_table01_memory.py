@@ -49,7 +49,7 @@ import jax, jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
 import jaxrvga as jr
 from jaxrvga import factor_analysis as fa, models
-from jaxrvga.lrvga import lrvga
+from jaxrvga import lrvga
 
 cfg = json.loads(sys.argv[1])
 algo, d, p, T, loops = cfg["algo"], cfg["d"], cfg["p"], cfg["T"], cfg.get("loops", 1)
@@ -94,7 +94,7 @@ def make(d):
         return flt, lambda W, psi: flt.init(W, psi)._replace(W_avg=jnp.array(W, copy=True),
                                                              psi_avg=jnp.array(psi, copy=True))
     if algo == "lrvga":
-        flt = lrvga(models.linear_gaussian(1.0), rank=p, inner_loops=loops)
+        flt = lrvga(models.linear_gaussian(1.0), rank=p, inner_loops=loops, published=True)
         return flt, lambda W, psi: flt.init(jnp.zeros(d), W, psi)
     if algo == "kalman":
         flt = jr.kalman(1.0)

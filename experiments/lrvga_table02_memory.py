@@ -6,7 +6,7 @@ the model ``8 d (p + 2)`` bytes (W plus the two d-vectors mu and psi).
 
 Measured exactly as Table 1 (:func:`experiments.lrvga_table01_memory.measure`: a fresh
 interpreter per configuration, peak RSS of the timed run minus the baseline), for the linear L-RVGA
-(:func:`jaxrvga.lrvga.lrvga`, exact scheme, 3 inner loops) over T steps of random data. The full
+(:func:`jaxrvga.lrvga`, exact scheme, 3 inner loops) over T steps of random data. The full
 Kalman filter (:func:`jaxrvga.kalman`) is measured at a small d (its d x d covariance) next to its
 model ``8 d^2`` to show the quadratic scaling; at d = 1e6 it is the model only.
 

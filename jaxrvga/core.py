@@ -28,18 +28,23 @@ class Filter(NamedTuple):
 
 
 class SolverInfo(NamedTuple):
-    """Diagnostics of an inner solve: ``converged`` (bool), ``residual`` (float), ``iterations`` (int)."""
+    """Diagnostics of an update: ``converged`` (bool), ``residual`` (float), ``iterations`` (int).
+
+    ``dropped`` (float): for low-rank beliefs, the fraction of the step's whitened curvature that
+    the rank-p projection could not keep (0 for dense beliefs; near 1: the rank is too small).
+    """
 
     converged: jax.Array
     residual: jax.Array
     iterations: jax.Array
+    dropped: Optional[jax.Array] = None
 
 
-def solver_info(dtype=None, converged=True, residual=0.0, iterations=0) -> SolverInfo:
+def solver_info(dtype=None, converged=True, residual=0.0, iterations=0, dropped=0.0) -> SolverInfo:
     """A :class:`SolverInfo` of scalars (the default marks an update with no inner solve)."""
     dtype = jnp.result_type(float) if dtype is None else dtype
     return SolverInfo(jnp.asarray(converged, dtype=bool), jnp.asarray(residual, dtype=dtype),
-                      jnp.asarray(iterations, dtype=jnp.int32))
+                      jnp.asarray(iterations, dtype=jnp.int32), jnp.asarray(dropped, dtype=dtype))
 
 
 class GaussianState(NamedTuple):

@@ -167,9 +167,41 @@ def _iterate_rows(Wp_b, pp_b, X_b, psi_bs, terms):
     return W
 
 
+def _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb: int):
+    """The spectral warm start of the projection ([LRVGA] Algorithm 1 started from the target's own factor).
+
+    The target is ``S = D + L L^T`` with ``D = alpha Psi_prev`` and ``L = [sqrt(alpha) W_prev, sqrt(beta) X]``
+    (d x q, q = p + m). With the eigen-decomposition ``L^T D^{-1} L = V diag(lam) V^T`` (a q x q Gram,
+    summed over row blocks), the best rank-p part of ``D^{-1/2} S D^{-1/2} - I`` is spanned by the p
+    leading eigenvectors ``V_p``: the start is ``W_0 = L V_p`` and ``psi_0 = Diag(D + L V_r V_r^T L^T)``
+    (``V_r`` the other eigenvectors), so that ``W_0 W_0^T + Psi_0`` has the diagonal of ``S`` and equals
+    ``S`` exactly when ``rank(L) <= p``. Returns ``(start, rest, dropped)``: ``W_0 = W_prev KP + X KX``
+    as ``start = (KX, KP, None)`` (the form of :func:`_iterate_terms`), ``rest = (Mr, Nr)`` with
+    ``L V_r = W_prev Mr + X Nr``, and ``dropped``, the fraction of the whitened trace
+    ``tr(beta X^T D^{-1} X)`` of the increment that the rank-p start leaves to the diagonal.
+    """
+    p = W_prev.shape[1]
+
+    def gram(W_b, psi_b, X_b):
+        root = jnp.sqrt(alpha * psi_b)[:, None]
+        B = jnp.concatenate([jnp.sqrt(alpha) * W_b, jnp.sqrt(beta) * X_b], axis=1) / root
+        return B.T @ B
+
+    G = blocks.block_sum(gram, (W_prev, psi_prev, X), nb)
+    lam, V = jnp.linalg.eigh(_sym(G))  # ascending
+    q = G.shape[0]
+    Vp, Vr = V[:, q - p:], V[:, :q - p]
+    top, bottom = jnp.sqrt(alpha), jnp.sqrt(beta)
+    start = (bottom * Vp[p:], top * Vp[:p], None)
+    rest = (top * Vr[:p], bottom * Vr[p:])
+    increment = jnp.trace(G[p:, p:])
+    dropped = jnp.sum(jnp.maximum(lam[:q - p], 0.0)) / jnp.where(increment > 0, increment, 1.0)
+    return start, rest, jnp.minimum(dropped, 1.0)
+
+
 def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, nb: int,
-              store_iterate: bool):
-    """The inner loops of Algorithm 1 as ``inner_loops + 1`` passes over the row blocks.
+              store_iterate: bool, spectral: bool = False):
+    """The inner loops of Algorithm 1 as passes over the row blocks.
 
     Pass 0 sums the Grams of ``W_prev``. Pass k computes the rows of the iterate ``W_k``, writes
     ``psi_k = Diag(S) - rowdot(W_k, W_k C_k)`` and, unless it is the last, sums the Grams of
@@ -184,13 +216,36 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
       needs ``W_prev`` plus ``inner_loops`` d-vectors and blocks, and pass k multiplies the rows
       by a (p, k p) matrix, not (p, p). With 3 loops this costs no more time than storing
       (the rows are read as often), but the work of K loops grows like K^2.
+
+    ``spectral``: the EM starts from :func:`_spectral_gains` instead of ``W_prev`` (one more pass,
+    which writes ``W_0`` and ``psi_0``), and ``inner_loops`` EM loops follow (0 allowed). Returns
+    ``(W, psi, dropped)`` (``dropped = 0`` without the spectral start).
     """
-    grams = blocks.block_sum(lambda W_b, psi_b, X_b: _block_grams(W_b, psi_b, X_b, W_b, psi_b, True),
-                             (W_prev, psi_prev, X), nb)
+    dropped = jnp.zeros((), W_prev.dtype)
     gains, psis = [], []
     W, psi = W_prev, psi_prev
-    for k in range(inner_loops):
-        last = k == inner_loops - 1
+    if spectral:
+        start, (Mr, Nr), dropped = _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb)
+        gains.append(start)
+        last = inner_loops == 0
+
+        def warm(rows, terms=_iterate_terms(gains), last=last):
+            Wp_b, pp_b, X_b = rows
+            W_b = _iterate_rows(Wp_b, pp_b, X_b, (), terms)
+            R_b = Wp_b @ Mr + X_b @ Nr
+            psi_b = jnp.maximum(alpha * pp_b + jnp.sum(R_b * R_b, axis=1), floor)
+            new = (W_b, psi_b) if last or store_iterate else (psi_b,)
+            return new, ({} if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
+
+        new, grams = blocks.block_map(warm, (W_prev, psi_prev, X), nb, in_place=2 if last else 0)
+        W, psi = new if len(new) == 2 else (None, new[0])
+        psis.append(psi)
+    else:
+        grams = blocks.block_sum(lambda W_b, psi_b, X_b: _block_grams(W_b, psi_b, X_b, W_b, psi_b, True),
+                                 (W_prev, psi_prev, X), nb)
+    offset = len(gains)
+    for k in range(offset, offset + inner_loops):
+        last = k == offset + inner_loops - 1
         C, KX, KP, KW = _em_gains(grams, alpha, beta, k == 0)
         gains.append((KX, KP, KW))
 
@@ -217,7 +272,7 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
                                           in_place=2 if last else 0)
             W, psi = new if len(new) == 2 else (None, new[0])
             psis.append(psi)
-    return W, psi
+    return W, psi, dropped
 
 
 def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
@@ -269,6 +324,47 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
       ``inner_loops`` d-vectors and O(d m) plus blocks (one more ``d x p`` with ``store_iterate``).
     """
     inner_loops = positive_int("inner_loops", inner_loops)
+    W_prev, psi_prev, X = _check_em_inputs(W_prev, psi_prev, X)
+    check_nonnegative("alpha", alpha)
+    check_nonnegative("beta", beta)
+    diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
+    floor = _floor(diagS, psi_floor)
+    nb = blocks.num_blocks(*W_prev.shape, block_rows)
+    if store_iterate is None:
+        store_iterate = W_prev.size < blocks.BLOCK_MIN_ELEMENTS
+    return _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb, bool(store_iterate))[:2]
+
+
+def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int = 1, *,
+                     psi_floor: float = PSI_FLOOR, block_rows=None, store_iterate=None):
+    """Algorithm 1 started from the spectral warm start: FA of ``alpha (W_prev W_prev^T + Psi_prev) + beta X X^T``.
+
+    Same target and EM loops as :func:`recursive_em_step`, but the EM starts from the rank-p
+    truncation of the target in the metric whitened by ``alpha Psi_prev`` (:func:`_spectral_gains`)
+    instead of from ``W_prev``, which holds almost nothing of the new directions ``X``. When
+    ``[W_prev, X]`` has rank <= p the start equals the target and EM stays there, so the
+    projection is exact at full rank (experiments/REPORT.md, "L-RVGA accurate by default").
+    ``inner_loops`` EM loops follow the start (0 allowed). ``alpha`` must be > 0.
+
+    Returns ``(W, psi, dropped)``: ``dropped`` is the fraction of the increment's whitened
+    trace ``tr(beta X^T (alpha Psi_prev)^{-1} X)`` that the rank-p start left to the diagonal
+    (0 when nothing is lost; near 1 when p is far too small).
+    """
+    if not isinstance(inner_loops, int) or isinstance(inner_loops, bool) or inner_loops < 0:
+        raise ValueError(f"inner_loops must be an integer >= 0, got {inner_loops!r}")
+    W_prev, psi_prev, X = _check_em_inputs(W_prev, psi_prev, X)
+    check_positive("alpha", alpha)
+    check_nonnegative("beta", beta)
+    diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
+    nb = blocks.num_blocks(*W_prev.shape, block_rows)
+    if store_iterate is None:
+        store_iterate = W_prev.size < blocks.BLOCK_MIN_ELEMENTS
+    return _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, _floor(diagS, psi_floor), inner_loops, nb,
+                     bool(store_iterate), spectral=True)
+
+
+def _check_em_inputs(W_prev, psi_prev, X):
+    """Shapes of Algorithm 1's inputs; ``X`` (d,) becomes (d, 1). Returns the arrays."""
     W_prev = jnp.asarray(W_prev)
     psi_prev = jnp.asarray(psi_prev)
     X = jnp.asarray(X, dtype=W_prev.dtype)
@@ -281,14 +377,7 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     if not 1 <= W_prev.shape[1] <= W_prev.shape[0]:
         raise ValueError(f"the rank p = W_prev.shape[1] must satisfy 1 <= p <= d, got {W_prev.shape}")
     check_positive("psi_prev", psi_prev)
-    check_nonnegative("alpha", alpha)
-    check_nonnegative("beta", beta)
-    diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
-    floor = _floor(diagS, psi_floor)
-    nb = blocks.num_blocks(*W_prev.shape, block_rows)
-    if store_iterate is None:
-        store_iterate = W_prev.size < blocks.BLOCK_MIN_ELEMENTS
-    return _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb, bool(store_iterate))
+    return W_prev, psi_prev, X
 
 
 def batch_em_step(S, W, psi, *, psi_floor: float = PSI_FLOOR):
@@ -512,5 +601,5 @@ def online_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper
     return Filter(init, update)
 
 
-__all__ = ["PSI_FLOOR", "recursive_em_step", "batch_em_step", "batch_em", "ml_residuals", "fa_kl",
+__all__ = ["PSI_FLOOR", "recursive_em_step", "spectral_em_step", "batch_em_step", "batch_em", "ml_residuals", "fa_kl",
            "fa_neg_log_lik", "FAState", "recursive_em", "OnlineEMState", "online_em"]

@@ -1,4 +1,5 @@
 """The Filter contract and the scan driver."""
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -53,10 +54,12 @@ def test_validate_mode_names_the_first_bad_step():
 def test_skipped_update_is_flagged_and_keeps_the_belief():
     """An update that would make the covariance indefinite (a non-log-concave likelihood
     with strongly negative curvature) is skipped and flagged, never applied."""
-    from jaxrvga.rvga import rank_one_update
-    s0 = jr.rvga(jr.models.logistic()).init(np.zeros(2), np.eye(2))
-    v = np.array([1.0, 0.0])
-    bad = rank_one_update(s0, s0.cov, v, 1.0, 0.3, 2.0, s0.info)  # s nu0 = 2 > 1
+    from jaxrvga.filters import _guarded
+    from jaxrvga.schemes import Increment, absorb
+    belief = jr.beliefs.Dense()
+    s0 = belief.init(np.zeros(2), np.eye(2))
+    inc = Increment(jnp.array([[1.0], [0.0]]), jnp.array([-2.0]), jnp.array([0.3]))  # 1 + c nu0 = -1
+    bad = _guarded(s0, *absorb(belief, s0, inc), s0.info, jnp.zeros(()))
     assert not bool(bad.info.converged)
     np.testing.assert_array_equal(bad.cov, s0.cov)
     np.testing.assert_array_equal(bad.mean, s0.mean)

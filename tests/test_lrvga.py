@@ -19,7 +19,7 @@ from jaxrvga import factor_analysis as fa
 from jaxrvga import lowrank, models
 from jaxrvga.core import run
 from jaxrvga.implicit import solve_logistic
-from jaxrvga.lrvga import lrvga
+from jaxrvga import lrvga
 from jaxrvga.special import probit_k, sig1, sigmoid
 
 

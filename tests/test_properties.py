@@ -28,7 +28,7 @@ from jaxrvga.implicit import solve_logistic
 
 lrvga = getattr(jr, "lrvga", None)
 if not callable(lrvga):  # not exported yet (jr.lrvga may be the submodule)
-    from jaxrvga.lrvga import lrvga
+    from jaxrvga import lrvga
 
 
 def prop_settings(n):

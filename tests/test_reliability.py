@@ -6,7 +6,7 @@ updates, implicit-solver diagnostics, determinism, and checkpoint / resume with 
   covariances stay finite, exactly symmetric and positive definite; for L-RVGA psi > 0 and W
   finite.
 * Full filters skip an update that would destroy positive definiteness (or is not finite) and
-  flag it with ``info.converged = False`` (:func:`jaxrvga.rvga.rank_one_update`).
+  flag it with ``info.converged = False`` (:func:`jaxrvga.filters._guarded`).
 * L-RVGA keeps ``psi`` above the relative floor of Algorithm 1 (:mod:`jaxrvga.factor_analysis`).
 * Same inputs and key give bit-identical results; ``jr.io.save`` / ``load`` round-trip every
   library state exactly, and a stream processed in two halves with a save / load between gives
@@ -26,11 +26,10 @@ from jaxrvga import lowrank
 from jaxrvga import online_em as oem
 from jaxrvga.implicit import coarse_box, solve_logistic
 from jaxrvga.models import Family
-from jaxrvga.rvga import rank_one_update
+from jaxrvga.filters import _guarded
+from jaxrvga.schemes import Increment, absorb
 
-lrvga = getattr(jr, "lrvga", None)
-if not callable(lrvga):  # not exported yet (jr.lrvga may be the submodule)
-    from jaxrvga.lrvga import lrvga
+lrvga = jr.lrvga
 
 LOGISTIC = jr.models.logistic()
 EPS32 = float(np.finfo(np.float32).eps)
@@ -145,23 +144,29 @@ def test_kalman_1e5_float32_steps_stay_symmetric_pd():
 # ============================================================================ degenerate updates
 
 
-def test_rank_one_update_skips_and_flags_an_update_that_breaks_pd():
-    """P - s v v^T is PD iff s nu0 < 1; otherwise (or when r, s are not finite) the belief is kept."""
-    st = jr.rvga(LOGISTIC).init(jnp.arange(1.0, 4.0), jnp.diag(jnp.array([1.0, 2.0, 3.0])))
+def test_dense_step_skips_and_flags_an_update_that_breaks_pd():
+    """P^{-1} + c x x^T is PD iff 1 + c nu0 > 0; otherwise (or when the step is not finite) the belief is kept."""
+    belief = jr.beliefs.Dense()
+    st = belief.init(jnp.arange(1.0, 4.0), jnp.diag(jnp.array([1.0, 2.0, 3.0])))
     x = jnp.array([1.0, -1.0, 0.5])
     v = st.cov @ x
     nu0 = x @ v
-    info = st.info
-    for r, s in ((0.3, 1.5 / nu0), (jnp.nan, 0.1), (0.3, jnp.inf), (jnp.inf, 0.1)):
-        out = rank_one_update(st, st.cov, v, nu0, r, s, info)
+
+    def step(c, coef):
+        new, ok = absorb(belief, st, Increment(x[:, None], jnp.array([c]), jnp.array([coef])))
+        return _guarded(st, new, ok, st.info, jnp.zeros(()))
+
+    for c, coef in ((-1.5 / nu0, 0.3), (0.1, jnp.nan), (jnp.inf, 0.3), (0.1, jnp.inf)):
+        out = step(c, coef)
         np.testing.assert_array_equal(out.mean, st.mean)
         np.testing.assert_array_equal(out.cov, st.cov)
         assert int(out.step) == 1 and not bool(out.info.converged)
-    r, s = 0.3, 0.9 / nu0
-    out = rank_one_update(st, st.cov, v, nu0, r, s, info)
-    np.testing.assert_allclose(out.mean, st.mean + r * v, rtol=1e-15)
+    c, coef = 0.9 / nu0, 0.3
+    out = step(c, coef)
+    s = c / (1 + c * nu0)
     np.testing.assert_allclose(out.cov, st.cov - s * jnp.outer(v, v), rtol=1e-15)
-    np.testing.assert_allclose(x @ out.cov @ x, nu0 * (1 - s * nu0), rtol=1e-13)
+    np.testing.assert_allclose(out.mean, st.mean + coef * v / (1 + c * nu0), rtol=1e-14)
+    np.testing.assert_allclose(x @ out.cov @ x, nu0 / (1 + c * nu0), rtol=1e-13)
     assert bool(out.info.converged) and int(out.step) == 1
     assert_gaussian_healthy(out.mean, out.cov)
 

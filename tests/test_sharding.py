@@ -16,7 +16,7 @@ import pytest
 
 import jaxrvga as jr
 from jaxrvga import sharding
-from jaxrvga.lrvga import lrvga
+from jaxrvga import lrvga
 
 D, P_RANK, T, LOOPS = 64, 3, 12, 3
 CASES = {"linear": "exact", "logistic": "explicit", "logistic_implicit": "implicit"}

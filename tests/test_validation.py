@@ -19,7 +19,7 @@ from jaxrvga import online_em as oem
 
 lrvga = getattr(jr, "lrvga", None)
 if not callable(lrvga):  # not exported yet (jr.lrvga may be the submodule)
-    from jaxrvga.lrvga import lrvga
+    from jaxrvga import lrvga
 
 D, P = 3, 2
 LOGISTIC = jr.models.logistic()

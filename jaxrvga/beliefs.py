@@ -1,0 +1,200 @@
+"""Gaussian beliefs ``N(mean, P)``: what every update scheme of :mod:`jaxrvga.schemes` needs.
+
+A belief is a small configuration object whose methods act on a state (a NamedTuple pytree):
+
+* :class:`Dense` - full covariance, :class:`~jaxrvga.core.GaussianState` ``(mean, cov)``, O(d^2);
+* :class:`LowRank` - precision ``W W^T + diag(psi)``, :class:`~jaxrvga.core.LowRankState`, O(d p).
+
+Both offer the same operations:
+
+* ``predict(state, process_noise)``: the prediction step of a fading-memory filter,
+  ``P_{t|t-1} = (1 + eta) P_{t-1}`` ([LRVGA] Remark 1);
+* ``marginal(state, X)``: means and variances of ``x_i^T theta`` for the rows of ``X`` (m, d);
+* ``solve(state, g)``: ``P g``; ``sample(state, key, num)``: draws of ``theta`` (antithetic pairs);
+* ``add(state, X, c)``: the precision step ``P^{-1} + X diag(c) X^T`` ([RVGA] eq. 29, [LRVGA] eq. 7),
+  the mean unchanged; ``finish(state)``: the belief's own projection of the result.
+
+For the low-rank belief, ``add`` keeps the sum exactly, as the factors ``[W, X diag(sqrt c)]`` of a
+higher rank, so that the mean step that follows uses the unprojected precision (by Woodbury, still
+no d x d array); ``finish`` projects back to rank p by factor analysis ([LRVGA] eq. 8, Algorithm 1,
+from the spectral warm start of :func:`jaxrvga.factor_analysis.spectral_em_step`). With
+``published=True`` it is the published scheme instead: ``add`` projects at once (Algorithm 1 from
+``W_{t-1}``), so the mean step uses the projected precision, and ``finish`` does nothing.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import lowrank
+from .core import GaussianState, LowRankState, solver_info
+from .factor_analysis import PSI_FLOOR, recursive_em_step, spectral_em_step
+from .validation import check_cov, check_positive, check_vector, is_concrete
+
+
+def antithetic_normals(key, num: int, dim: int, dtype):
+    """``num`` standard normal rows of length ``dim`` in antithetic pairs ``(z, -z)``."""
+    half = jax.random.normal(key, ((num + 1) // 2, dim), dtype)
+    return jnp.concatenate([half, -half])[:num]
+
+
+def _inflation(process_noise, dtype):
+    """``1 + eta`` of the prediction step, or ``None`` when there is no process noise."""
+    if process_noise is None or (isinstance(process_noise, (int, float)) and process_noise == 0):
+        return None
+    return 1.0 + jnp.asarray(process_noise, dtype)
+
+
+class Dense(NamedTuple):
+    """Full-covariance belief ``N(mean, cov)`` ([RVGA] Alg. 1); state :class:`~jaxrvga.core.GaussianState`."""
+
+    def init(self, mean, cov, key=None) -> GaussianState:
+        """Initial state ``N(mean, cov)``; ``cov`` must be symmetric positive definite (checked where concrete)."""
+        mean = check_vector("mean", mean)
+        cov = check_cov("cov", cov, mean.shape[0]).astype(mean.dtype)
+        return GaussianState(mean, cov, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key)
+
+    def predict(self, state, process_noise):
+        """``P_{t|t-1} = (1 + eta) P_{t-1}`` ([LRVGA] Remark 1)."""
+        grow = _inflation(process_noise, state.cov.dtype)
+        return state if grow is None else state._replace(cov=state.cov * grow)
+
+    def marginal(self, state, X):
+        """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d)."""
+        return X @ state.mean, jnp.sum(X * (X @ state.cov), axis=1)
+
+    def solve(self, state, g):
+        """``P g``."""
+        return state.cov @ g
+
+    def sample(self, state, key, num: int):
+        """``num`` draws ``mean + L z`` (``P = L L^T``) with antithetic base noise, shape (num, d)."""
+        z = antithetic_normals(key, num, state.mean.shape[0], state.mean.dtype)
+        return state.mean + z @ jnp.linalg.cholesky(state.cov).T
+
+    def add(self, state, X, c):
+        """``P_new^{-1} = P^{-1} + X diag(c) X^T`` by Woodbury; ``c`` may be negative (a non-log-concave site).
+
+        Returns ``(state, ok)``; ``ok`` is False where the result would not be positive definite
+        (rank one: ``1 + c x^T P x <= 0`` up to rounding) or not finite.
+        """
+        c = jnp.ones(X.shape[1], X.dtype) if c is None else c
+        V = state.cov @ X  # (d, m)
+        if X.shape[1] == 1:  # every GLM site: the rank-one form of [RVGA] eqs. (64)-(65)
+            nu0 = X[:, 0] @ V[:, 0]
+            s = c[0] / (1.0 + c[0] * nu0)
+            ok = jnp.isfinite(s) & jnp.isfinite(nu0) & (s * nu0 <= 1.0)  # == 1 only by rounding
+            s, v = jax.lax.cond(ok, lambda s, v: (s, v), lambda s, v: (0.0 * s, 0.0 * v), s, V[:, 0])
+            cov = state.cov - s * jnp.outer(v, v)
+        else:
+            A = X.T @ V
+            K = jnp.linalg.solve(jnp.eye(X.shape[1], dtype=A.dtype) + c[:, None] * A, jnp.diag(c))
+            cov = state.cov - V @ (0.5 * (K + K.T)) @ V.T
+            cov = 0.5 * (cov + cov.T)
+            ok = jnp.all(jnp.isfinite(cov)) & jnp.all(jnp.diagonal(cov) > 0)
+        return state._replace(cov=cov), ok
+
+    def finish(self, state):
+        """Nothing to project: returns ``(state, dropped = 0)``."""
+        return state, jnp.zeros((), state.mean.dtype)
+
+
+class LowRank(NamedTuple):
+    """Limited-memory belief ``N(mean, (W W^T + diag(psi))^{-1})`` of [LRVGA]; state :class:`~jaxrvga.core.LowRankState`.
+
+    ``rank``: p. ``inner_loops``: EM iterations of each projection (after the spectral start; or
+    Algorithm 1's ``n_in`` with ``published=True``). ``published``: the published two-stage scheme
+    (module docstring). ``fa_step(W, psi, X) -> (W, psi)``: replaces the projection (for oracle
+    tests). ``psi_floor``: relative floor of ``psi``. ``block_rows``: row blocks of Algorithm 1
+    (:func:`jaxrvga.blocks.num_blocks`; 0 or None as there).
+    """
+
+    rank: int
+    inner_loops: int = 1
+    published: bool = False
+    fa_step: Optional[Callable] = None
+    psi_floor: float = PSI_FLOOR
+    block_rows: Optional[int] = None
+
+    def init(self, mean, W, psi, key=None) -> LowRankState:
+        """Initial state ``N(mean, (W W^T + diag(psi))^{-1})`` (shapes and values checked where concrete)."""
+        mean = check_vector("mean", mean)
+        d = mean.shape[0]
+        W = jnp.asarray(W)
+        if jnp.iscomplexobj(W):
+            raise ValueError("W must be real")
+        W, psi = W.astype(mean.dtype), jnp.asarray(psi, dtype=mean.dtype)
+        if self.rank > d:
+            raise ValueError(f"rank must satisfy rank <= d = {d}, got rank={self.rank}")
+        if W.shape != (d, self.rank):
+            raise ValueError(f"W must have shape (d, rank) = {(d, self.rank)}, got {W.shape}")
+        if is_concrete(W) and not np.all(np.isfinite(np.asarray(W))):
+            raise ValueError("W must be finite")
+        if psi.shape != (d,):
+            raise ValueError(f"psi must have shape (d,) = {(d,)}, got {psi.shape}")
+        check_positive("psi", psi)
+        return LowRankState(mean, W, psi, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key)
+
+    def predict(self, state, process_noise):
+        """``(W W^T + Psi) / (1 + eta)`` as ``(W / sqrt(1 + eta), psi / (1 + eta))`` ([LRVGA] Remark 1)."""
+        grow = _inflation(process_noise, state.W.dtype)
+        return state if grow is None else state._replace(W=state.W / jnp.sqrt(grow), psi=state.psi / grow)
+
+    def marginal(self, state, X):
+        """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d), by Woodbury ([LRVGA] eq. 27)."""
+        return X @ state.mean, lowrank.factorize(state.W, state.psi).quad_form(X.T)
+
+    def solve(self, state, g):
+        """``P g`` by Woodbury ([LRVGA] eq. 27), O(d p^2)."""
+        return lowrank.solve(state.W, state.psi, g)
+
+    def sample(self, state, key, num: int):
+        """``num`` draws by the corrected Proposition 1 of [LRVGA] with antithetic base noise, shape (num, d)."""
+        kz, ke = jax.random.split(key)
+        d, q = state.W.shape
+        z = antithetic_normals(kz, num, d, state.W.dtype)
+        e = antithetic_normals(ke, num, q, state.W.dtype)
+        return lowrank.sample_from_noise(state.mean, state.W, state.psi, z, e)
+
+    def add(self, state, X, c):
+        """The precision step with ``X diag(c) X^T`` (``c`` clipped at 0: a factor needs a PSD increment).
+
+        Default: the exact sum as factors ``[W, X sqrt(c)]`` of rank ``p + m``. ``published``: projected
+        at once by Algorithm 1 from ``W``. Returns ``(state, ok)``.
+        """
+        root = X if c is None else X * jnp.sqrt(jnp.maximum(c, 0.0))
+        if self.published:
+            W, psi = self._project_published(state.W, state.psi, root)
+        else:
+            W, psi = jnp.concatenate([state.W, root], axis=1), state.psi
+        return state._replace(W=W, psi=psi), jnp.asarray(True)
+
+    def _project_published(self, W, psi, X):
+        if self.fa_step is not None:
+            return self.fa_step(W, psi, X)
+        return recursive_em_step(W, psi, X, 1.0, 1.0, self.inner_loops, psi_floor=self.psi_floor,
+                                 block_rows=self.block_rows)
+
+    def finish(self, state):
+        """Projection of the factors ``[W, X]`` of :meth:`add` back to rank p; returns ``(state, dropped)``.
+
+        ``dropped`` is the fraction of the step's whitened curvature that rank p could not keep
+        (:func:`jaxrvga.factor_analysis.spectral_em_step`); 0 with ``published`` or ``fa_step``.
+        """
+        p = self.rank
+        dropped = jnp.zeros((), state.W.dtype)
+        if self.published or state.W.shape[1] == p:
+            return state, dropped
+        W, X = state.W[:, :p], state.W[:, p:]
+        if self.fa_step is not None:
+            W, psi = self.fa_step(W, state.psi, X)
+        else:
+            W, psi, dropped = spectral_em_step(W, state.psi, X, 1.0, 1.0, self.inner_loops,
+                                               psi_floor=self.psi_floor, block_rows=self.block_rows)
+        return state._replace(W=W, psi=psi), dropped
+
+
+__all__ = ["Dense", "LowRank", "antithetic_normals"]

@@ -1,0 +1,428 @@
+"""The R-VGA filters: a belief of :mod:`jaxrvga.beliefs` times a scheme of :mod:`jaxrvga.schemes`.
+
+``rvga(model, scheme=...)`` is the dense belief ([RVGA] Alg. 1) and ``lrvga(model, rank=p, ...)``
+the low-rank one ([LRVGA]); both take the same schemes, options, defaults and checks:
+
+=============  =======================================  ==========================================
+scheme         models                                   options
+=============  =======================================  ==========================================
+``exact``      linear-Gaussian (the default there)      -
+``implicit``   GLMs (the default); nonlinear: Monte     ``max_iter`` (root solver); nonlinear:
+               Carlo implicit iteration                 as ``sampled`` with ``num_iters=3``
+``explicit``   GLMs; nonlinear: one Monte-Carlo pass    -
+``extragrad``  GLMs                                     ``correction``, ``update_cov_twice``
+``ekf``        any                                      -
+``qkf``        logistic                                 -
+``sampled``    any (the nonlinear default)              ``num_samples``, ``num_iters``, ``tol``,
+                                                        ``curvature`` (dense only: ``"hessian"``)
+=============  =======================================  ==========================================
+
+Every update is guarded in one place (:func:`_guarded`): a step whose result is not finite or not
+positive definite is **skipped and flagged** (the predicted belief is kept, the step counter
+advances, ``info.converged`` is False). ``info.dropped`` reports, for low-rank beliefs, the
+fraction of the step's whitened curvature that rank p could not keep.
+
+``x`` is (d,) with a scalar ``y``, or a minibatch (m, d) with ``y`` (m,) (GLMs; the implicit
+scheme takes one observation); nonlinear models take any ``x`` pytree their ``h`` accepts.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import schemes
+from .beliefs import Dense, LowRank
+from .core import Filter, solver_info
+from .factor_analysis import PSI_FLOOR
+from .models import Model
+from .schemes import Config, Increment
+from .validation import check_choice, check_positive, is_concrete, positive_int
+
+SCHEMES = ("exact", "implicit", "explicit", "extragrad", "ekf", "qkf", "sampled")
+CURVATURES = ("ggn", "hessian")
+
+
+class Spec(NamedTuple):
+    """What an update needs: the model, the belief, the scheme's name and options, the process noise."""
+
+    model: Model
+    belief: object
+    scheme: str
+    cfg: Config
+    process_noise: object = None
+
+
+# --------------------------------------------------------------------------- steps
+
+def _step_exact(spec, prior, X, y):
+    new, ok = schemes.absorb(spec.belief, prior, schemes.exact_site(spec.model, prior, X, y))
+    return new, ok, solver_info(prior.mean.dtype)
+
+
+def _step_implicit(spec, prior, X, y):
+    if X.shape[0] != 1:
+        raise ValueError(f"x: the implicit scheme takes one observation per update (x of shape (d,)), "
+                         f"got a minibatch of {X.shape[0]}; use scheme='explicit', 'extragrad' or 'ekf'")
+    inc, info = schemes.implicit_site(spec.model, spec.belief, prior, X, y, spec.cfg.max_iter)
+    new, ok = schemes.absorb(spec.belief, prior, inc)
+    return new, ok, _full_info(info)
+
+
+def _full_info(info):
+    """A full :class:`~jaxrvga.core.SolverInfo` from a solver's ``(converged, residual, iterations)``."""
+    return solver_info(info.residual.dtype, info.converged, info.residual, info.iterations)
+
+
+def _step_moments(spec, prior, X, y):
+    def evaluate(q, i):
+        return schemes.moment_site(spec.model, spec.belief, q, X, y)
+
+    new, ok, _ = schemes.iterate(spec.belief, prior, evaluate, spec.cfg)
+    return new, ok, solver_info(prior.mean.dtype, iterations=spec.cfg.num_iters)
+
+
+def _step_qkf(spec, prior, X, y):
+    new, ok = schemes.absorb(spec.belief, prior, schemes.qkf_site(spec.belief, prior, X, y))
+    return new, ok, solver_info(prior.mean.dtype)
+
+
+def _step_ekf(spec, prior, x, y):
+    if spec.model.is_glm:
+        inc = schemes.ekf_glm_site(spec.model, prior, x, y)
+    else:
+        inc = schemes.ekf_site(spec.model, prior, x, y)
+    new, ok = schemes.absorb(spec.belief, prior, inc)
+    return new, ok, solver_info(prior.mean.dtype)
+
+
+def _step_sampled(spec, prior, x, y):
+    cfg, belief = spec.cfg, spec.belief
+    if getattr(belief, "published", False):
+        return _step_sampled_published(spec, prior, x, y)
+    key, sub = jax.random.split(prior.key)
+
+    def evaluate(q, i):
+        return schemes.sampled_site(spec.model, belief.sample(q, sub, cfg.num_samples), x, y, cfg.curvature)
+
+    new, ok, change = schemes.iterate(belief, prior, evaluate, cfg)
+    return new._replace(key=key), ok, schemes.info_from(change, cfg, cfg.num_iters)
+
+
+def _step_sampled_published(spec, prior, x, y):
+    """[LRVGA] eqs. 41-47 and 143-145 as published: samples of the projected ``q_hat``, no correction."""
+    cfg = spec.cfg
+    if cfg.frozen_noise is False:
+        key, *keys = jax.random.split(prior.key, 3)
+    else:
+        key, keys = prior.key, (prior.key, prior.key)
+
+    def evaluate(q, i):
+        thetas = schemes.published_draws(prior, keys, i, cfg, q)
+        return schemes.sampled_site(spec.model, thetas, x, y, "ggn")
+
+    new, ok, _ = schemes.iterate(spec.belief, prior, evaluate, cfg)
+    return new._replace(key=key), ok, solver_info(prior.mean.dtype)
+
+
+_STEPS = {"exact": _step_exact, "implicit": _step_implicit, "explicit": _step_moments,
+          "extragrad": _step_moments, "ekf": _step_ekf, "qkf": _step_qkf, "sampled": _step_sampled}
+
+
+# --------------------------------------------------------------------------- the update
+
+def _all_finite(*arrays):
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in arrays]))
+
+
+def _belief_fields(state):
+    return tuple(getattr(state, f) for f in ("mean", "cov", "W", "psi") if hasattr(state, f))
+
+
+def _guarded(prior, new, ok, info, dropped):
+    """Skip and flag: keep ``prior`` unless ``new`` is finite and valid; advance the step either way."""
+    ok = ok & _all_finite(*_belief_fields(new))
+    fields = jax.lax.cond(ok, lambda a, b: a, lambda a, b: b, _belief_fields(new), _belief_fields(prior))
+    names = [f for f in ("mean", "cov", "W", "psi") if hasattr(prior, f)]
+    info = info._replace(converged=info.converged & ok, dropped=jnp.where(ok, dropped, 0.0).astype(dropped.dtype))
+    return prior._replace(**dict(zip(names, fields)), step=prior.step + 1, info=info, key=new.key)
+
+
+def _update(spec: Spec, state, x, y):
+    """One R-VGA step of ``spec`` (module docstring)."""
+    if spec.model.is_glm:
+        x, y = _glm_inputs(state, x, y, spec.model)
+    else:
+        spec.model.family.check_y("y", y)
+        y = jnp.asarray(y, state.mean.dtype)
+    if spec.scheme == "sampled" and state.key is None and spec.cfg.frozen_noise in (False, True):
+        raise ValueError("key: the sampled scheme needs a PRNG key; call init(..., key=...)")
+    prior = spec.belief.predict(state, spec.process_noise)
+    new, ok, info = _STEPS[spec.scheme](spec, prior, x, y)
+    new, dropped = spec.belief.finish(new)
+    return _guarded(prior, new, ok, info, dropped)
+
+
+def _glm_inputs(state, x, y, model):
+    """``x`` (d,) with scalar ``y``, or (m, d) with ``y`` (m,); returns ``(X (m, d), y (m,))`` in the state's dtype."""
+    d = state.mean.shape[0]
+    x = jnp.asarray(x)
+    if jnp.iscomplexobj(x) or jnp.iscomplexobj(jnp.asarray(y)):
+        raise ValueError("x and y must be real")
+    if x.ndim not in (1, 2) or x.shape[-1] != d:
+        raise ValueError(f"x must have shape ({d},) or (m, {d}) to match the state, got {x.shape}")
+    want = () if x.ndim == 1 else x.shape[:1]
+    if jnp.shape(y) != want:
+        raise ValueError(f"y must have shape {want} to match x of shape {x.shape} for the {model.kind} "
+                         f"model, got {jnp.shape(y)}")
+    model.family.check_y("y", y)
+    dtype = state.mean.dtype
+    return jnp.atleast_2d(x.astype(dtype)), jnp.reshape(jnp.asarray(y, dtype), (-1,))
+
+
+def _make_check(model: Model):
+    """Data-set check run by :func:`jaxrvga.run` before it scans (never under jit)."""
+
+    def check(state, xs, ys):
+        if model.is_glm:
+            d = state.mean.shape[0]
+            shape = jnp.shape(xs)
+            if len(shape) not in (2, 3) or shape[-1] != d:
+                raise ValueError(f"xs must have shape (T, {d}) or (T, m, {d}) to match the state, got {shape}")
+            if jnp.shape(ys) != shape[:-1]:
+                raise ValueError(f"ys must have shape {shape[:-1]} to match xs, got {jnp.shape(ys)}")
+        model.family.check_y("ys", ys)
+
+    return check
+
+
+# --------------------------------------------------------------------------- configuration
+
+def _default_scheme(model: Model) -> str:
+    if model.kind == "linear_gaussian":
+        return "exact"
+    return "implicit" if model.is_glm else "sampled"
+
+
+def _check_model_scheme(model, scheme, dense: bool):
+    if not isinstance(model, Model):
+        raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
+    check_choice("scheme", scheme, SCHEMES)
+    needs = {"exact": model.kind == "linear_gaussian", "extragrad": model.is_glm,
+             "qkf": model.kind == "logistic"}
+    if not needs.get(scheme, True):
+        raise ValueError(f"scheme {scheme!r} does not apply to the {model.kind} model")
+
+
+def _unused(scheme, **given):
+    """Raise for options given that ``scheme`` does not use."""
+    for name, value in given.items():
+        if value is not None:
+            raise ValueError(f"{name} is not used by scheme {scheme!r}")
+
+
+def _check_process_noise(process_noise):
+    if process_noise is not None and is_concrete(process_noise) and not float(process_noise) >= 0:
+        raise ValueError(f"process_noise must be >= 0, got {process_noise!r}")
+
+
+def _configure(model, scheme, dense, published, *, num_iters, num_samples, curvature, max_iter,
+               correction, update_cov_twice, tol, frozen_noise, process_noise):
+    """Validate the options once for both beliefs; returns ``(scheme, Config)``."""
+    scheme = _default_scheme(model) if scheme is None else scheme
+    _check_model_scheme(model, scheme, dense)
+    _check_process_noise(process_noise)
+    check_choice("curvature", curvature, CURVATURES)
+    if not model.is_glm and scheme in ("implicit", "explicit"):  # the Monte-Carlo implicit iteration
+        if scheme == "explicit" and num_iters not in (None, 1):
+            raise ValueError("num_iters: the explicit scheme is one pass; use scheme='sampled'")
+        num_iters, scheme = (1 if scheme == "explicit" else num_iters), "sampled"
+    if scheme != "sampled":
+        _unused(scheme, num_iters=num_iters, num_samples=num_samples, tol=tol)
+        if curvature != "ggn":
+            raise ValueError(f"curvature is only used by scheme 'sampled', not {scheme!r}")
+    if scheme != "implicit":
+        _unused(scheme, max_iter=max_iter)
+    if scheme not in ("extragrad", "sampled") or (scheme == "sampled" and not published):
+        _unused(scheme, correction=correction, update_cov_twice=update_cov_twice)
+    if frozen_noise is not False and not (scheme == "sampled" and published):
+        raise ValueError("frozen_noise is only used by scheme='sampled' with published=True")
+    if curvature == "hessian" and not dense:
+        raise ValueError("curvature='hessian' needs the dense belief (jr.rvga): the low-rank one needs a PSD "
+                         "curvature factor")
+    max_iter = None if max_iter is None else positive_int("max_iter", max_iter)
+    if scheme == "sampled":
+        if published:
+            cfg = Config(2, positive_int("num_samples", 10 if num_samples is None else num_samples), "ggn",
+                         None, False, bool(update_cov_twice), 0.0, _frozen(frozen_noise))
+            if num_iters is not None:
+                raise ValueError("num_iters: the published sampled scheme makes two passes")
+            return scheme, cfg
+        num_samples = positive_int("num_samples", (100 if dense else 10) if num_samples is None else num_samples)
+        if num_samples < 2:
+            raise ValueError(f"num_samples must be >= 2, got {num_samples}")
+        tol = 1e-2 if tol is None else float(tol)
+        if not tol >= 0:
+            raise ValueError(f"tol must be >= 0, got {tol!r}")
+        iters = positive_int("num_iters", 3 if num_iters is None else num_iters)
+        return scheme, Config(iters, num_samples, curvature, None, True, True, tol)
+    if scheme == "extragrad":
+        default = not published
+        return scheme, Config(2, correction=default if correction is None else bool(correction),
+                              update_cov_twice=default if update_cov_twice is None else bool(update_cov_twice))
+    return scheme, Config(1, max_iter=max_iter)
+
+
+def _frozen(frozen_noise):
+    if isinstance(frozen_noise, bool):
+        return frozen_noise
+    z, e = map(jnp.asarray, frozen_noise)
+    if z.ndim != 2 or e.ndim != 2 or e.shape[0] != z.shape[0]:
+        raise ValueError(f"frozen_noise must be a pair (z, e) of shapes (K, d) and (K, p), got {z.shape} and {e.shape}")
+    return (z, e)
+
+
+def _filter(belief, model, scheme, cfg, process_noise, init) -> Filter:
+    spec = Spec(model, belief, scheme, cfg, process_noise)
+    return Filter(init, functools.partial(_update, spec), _make_check(model))
+
+
+# --------------------------------------------------------------------------- public factories
+
+def rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int] = None,
+         num_samples: Optional[int] = None, curvature: str = "ggn", process_noise=None,
+         max_iter: Optional[int] = None, correction: Optional[bool] = None,
+         update_cov_twice: Optional[bool] = None, tol: Optional[float] = None) -> Filter:
+    """R-VGA with a full covariance ([RVGA] Alg. 1): the dense belief times ``scheme`` (module docstring).
+
+    Args:
+      model: an observation model of :mod:`jaxrvga.models`.
+      scheme: see the module table; default ``"exact"`` (linear-Gaussian), ``"implicit"`` (other
+        GLMs), ``"sampled"`` (nonlinear).
+      num_iters: passes of the Monte-Carlo implicit iteration (``sampled``; default 3; 1 = explicit).
+      num_samples: Monte-Carlo draws per pass (``sampled``; antithetic pairs; default 100).
+      curvature: ``"ggn"`` (``E[J^T F J]``, [LRVGA] eq. 41) or ``"hessian"`` (``sampled`` only).
+      process_noise: ``eta >= 0``: ``P_{t|t-1} = (1 + eta) P_{t-1}`` ([LRVGA] Remark 1); may be traced.
+      max_iter: iteration cap of the implicit root solve (default: the solver's).
+      correction, update_cov_twice: ``extragrad`` only (default True, True).
+      tol: ``sampled``: ``info.converged`` is False when the last pass moved the mean by more
+        than ``tol (1 + |mu_{t-1}|)`` (default 1e-2).
+
+    ``init(mean, cov, key=None)``; ``key`` is required by ``sampled``.
+    """
+    scheme, cfg = _configure(model, scheme, True, False, num_iters=num_iters, num_samples=num_samples,
+                             curvature=curvature, max_iter=max_iter, correction=correction,
+                             update_cov_twice=update_cov_twice, tol=tol, frozen_noise=False,
+                             process_noise=process_noise)
+    belief = Dense()
+
+    def init(mean, cov, key=None):
+        return belief.init(mean, cov, key if scheme == "sampled" else None)
+
+    return _filter(belief, model, scheme, cfg, process_noise, init)
+
+
+def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Optional[str] = None,
+          num_samples: Optional[int] = None, process_noise=None, frozen_noise=False, *,
+          published: bool = False, num_iters: Optional[int] = None, max_iter: Optional[int] = None,
+          correction: Optional[bool] = None, update_cov_twice: Optional[bool] = None,
+          tol: Optional[float] = None, fa_step: Optional[Callable] = None,
+          psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None) -> Filter:
+    """L-RVGA ([LRVGA]): the low-rank belief ``(W W^T + diag(psi))^{-1}`` times ``scheme``.
+
+    Same schemes and options as :func:`rvga` (``curvature`` is GGN only), plus:
+
+    Args:
+      rank: ``p``, the columns of ``W`` (1 <= p <= d).
+      inner_loops: EM iterations of each factor-analysis projection: after the spectral warm
+        start (default 2; 0 keeps the start), or Algorithm 1's ``n_in`` with ``published``
+        (default 1).
+      published: the published L-RVGA (EM from ``W_{t-1}``, mean step with the projected
+        precision, the sampled scheme's two passes without correction): reproduces the paper and
+        the authors' code. The default projects the exact precision step from a spectral warm
+        start and takes the mean step before projecting, which is exact at full rank
+        (experiments/REPORT.md).
+      frozen_noise: ``sampled`` with ``published``: ``True`` reuses the state's key at every
+        step (the authors' code); a pair ``(z, e)`` (K, d), (K, p) gives the base noise itself.
+      fa_step: ``fa_step(W, psi, X) -> (W, psi)`` replaces the projection (oracle tests).
+      psi_floor: relative floor of ``psi`` (:mod:`jaxrvga.factor_analysis`).
+      block_rows: row blocks of the projection (:func:`jaxrvga.blocks.num_blocks`).
+
+    ``init(mean, W, psi, key=None)``; ``key`` is required by ``sampled`` (unless the noise is given).
+    """
+    rank = positive_int("rank", rank)
+    if published:
+        inner_loops = positive_int("inner_loops", 1 if inner_loops is None else inner_loops)
+    else:
+        inner_loops = 2 if inner_loops is None else inner_loops
+        if isinstance(inner_loops, bool) or not isinstance(inner_loops, (int, np.integer)) or inner_loops < 0:
+            raise ValueError(f"inner_loops must be an integer >= 0, got {inner_loops!r}")
+        inner_loops = int(inner_loops)
+    if not (isinstance(psi_floor, (int, float)) and 0.0 <= psi_floor < 1.0):
+        raise ValueError(f"psi_floor must be a number in [0, 1), got {psi_floor!r}")
+    if fa_step is not None and not callable(fa_step):
+        raise ValueError("fa_step must be callable: fa_step(W, psi, X) -> (W, psi)")
+    scheme, cfg = _configure(model, scheme, False, published, num_iters=num_iters, num_samples=num_samples,
+                             curvature="ggn", max_iter=max_iter, correction=correction,
+                             update_cov_twice=update_cov_twice, tol=tol, frozen_noise=frozen_noise,
+                             process_noise=process_noise)
+    belief = LowRank(rank, inner_loops, bool(published), fa_step, float(psi_floor), block_rows)
+    given_noise = not isinstance(cfg.frozen_noise, bool)
+
+    def init(mean, W, psi, key=None):
+        if scheme == "sampled" and key is None and not given_noise:
+            raise ValueError("key is required by scheme='sampled' (init(mean, W, psi, key))")
+        state = belief.init(mean, W, psi, key if scheme == "sampled" else None)
+        if given_noise:
+            z, e = cfg.frozen_noise
+            if z.shape[1] != state.mean.shape[0] or e.shape[1] != rank:
+                raise ValueError(f"frozen_noise must have shapes (K, {state.mean.shape[0]}) and (K, {rank}), "
+                                 f"got {z.shape} and {e.shape}")
+        return state
+
+    return _filter(belief, model, scheme, cfg, process_noise, init)
+
+
+def kalman(noise_var=1.0, process_noise=None) -> Filter:
+    """The Kalman filter for a static parameter: ``rvga(linear_gaussian(noise_var))`` ([RVGA] Thm 2).
+
+    ``x`` is a row (d,) with scalar ``y`` or a matrix ``H`` (m, d) with ``y`` (m,).
+    """
+    from .models import linear_gaussian
+    return rvga(linear_gaussian(noise_var), "exact", process_noise=process_noise)
+
+
+def ekf(model: Model, process_noise=None) -> Filter:
+    """Extended Kalman filter = online natural gradient: ``rvga(model, "ekf")`` ([RVGA] Thm 3, eqs. 54-55, 81)."""
+    return rvga(model, "ekf", process_noise=process_noise)
+
+
+def qkf(process_noise=None) -> Filter:
+    """Quadratic (Jaakkola-Jordan) Kalman filter: ``rvga(logistic(), "qkf")`` ([RVGA] eqs. 82-90)."""
+    from .models import logistic
+    return rvga(logistic(), "qkf", process_noise=process_noise)
+
+
+def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: bool = True,
+                process_noise=None) -> Filter:
+    """Mirror prox with a full covariance: ``rvga(model, "extragrad")`` with the paper's defaults.
+
+    ``correction=False, update_cov_twice=True`` is [LRVGA] eqs. (139)-(142) and the authors' code;
+    ``rvga(model, "extragrad")`` defaults to the corrected form, exact on linear-Gaussian models.
+    """
+    if not isinstance(model, Model) or not model.is_glm:
+        raise ValueError("model must be a GLM from jaxrvga.models (linear_gaussian, logistic, poisson, glm)")
+    return rvga(model, "extragrad", correction=correction, update_cov_twice=update_cov_twice,
+                process_noise=process_noise)
+
+
+def predictive(state, x):
+    """Predictive mean and variance of a logistic model at ``x`` ((d,) or (n, d)), [RVGA] eqs. (62)-(63)."""
+    from . import special
+    return special.logistic_predictive(state.mean, state.cov, x)
+
+
+__all__ = ["predictive", "rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "SCHEMES", "Spec", "Increment"]

@@ -1,0 +1,241 @@
+"""Update schemes of the R-VGA, each written once for every belief of :mod:`jaxrvga.beliefs`.
+
+An R-VGA step ([RVGA] eqs. 28-29, [LRVGA] eqs. 7-8) moves the belief to
+
+    P_t^{-1} = P_{t-1}^{-1} + X diag(c) X^T,        mu_t = mu_{t-1} + P_t g
+
+A scheme computes the curvature factor ``X`` (d x m, with weights ``c``) and the gradient ``g``
+from the observation, as an :class:`Increment`; the belief does the algebra (:func:`absorb`).
+
+* ``exact``: the Kalman filter of a linear-Gaussian model ([RVGA] Thm 2, eqs. 40-42).
+* ``implicit``: expectations under the new belief, exact for GLMs: the 2-D root of the logistic
+  model ([RVGA] eqs. 69-77) or the convex 1-D solve of any log-concave GLM; the mean step then
+  uses ``P_{t-1}`` ([RVGA] eq. 76).
+* ``explicit``: expectations under the previous belief ([RVGA] eqs. 30-31, 78-80).
+* ``extragrad``: mirror prox ([LRVGA] eqs. 139-145): a second evaluation under the explicit
+  step's belief. ``correction=True`` adds the natural-parameter term ``c x x^T (muhat - mu)``
+  that makes it exact on linear-Gaussian models (the paper's eq. 142 omits it).
+* ``ekf``: linearised at the previous mean, curvature ``J^T F J`` ([RVGA] Thm 3, eqs. 54-55, 81).
+* ``qkf``: the Jaakkola-Jordan quadratic bound ([RVGA] eqs. 82-90), logistic model.
+* ``sampled``: Monte-Carlo expectations for any model ``eta = h(theta, x)``: GGN curvature
+  ``E[J^T F J]`` ([LRVGA] eq. 41) or the Hessian, ``num_iters`` passes of the implicit
+  iteration, each restarting from the previous belief so the observation is counted once.
+
+Every pass of :func:`iterate` restarts from ``q_{t-1}``: pass i evaluates the site under the
+belief of pass i - 1, so one pass is the explicit scheme, two the extragradient, and the fixed
+point the implicit one.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from . import implicit, special
+from .core import SolverInfo, solver_info
+
+
+class Increment(NamedTuple):
+    """A site's contribution: precision ``+ X diag(c) X^T``, gradient ``X coef + g``.
+
+    ``X`` (d, m); ``c`` (m,) or None (ones); ``coef`` (m,) or None; ``g`` (d,) or None.
+    ``prior_gain``: the mean step uses the previous precision (the implicit schemes, [RVGA] eq. 76).
+    """
+
+    X: jax.Array
+    c: Optional[jax.Array] = None
+    coef: Optional[jax.Array] = None
+    g: Optional[jax.Array] = None
+    prior_gain: bool = False
+
+    def gradient(self):
+        """``X coef + g``."""
+        parts = ([] if self.coef is None else [self.X @ self.coef]) + ([] if self.g is None else [self.g])
+        return sum(parts[1:], parts[0])
+
+    def curvature_times(self, v):
+        """``X diag(c) X^T v``."""
+        u = v @ self.X
+        return self.X @ (u if self.c is None else self.c * u)
+
+
+class Config(NamedTuple):
+    """Options of a scheme (validated by :mod:`jaxrvga.filters`)."""
+
+    num_iters: int = 1
+    num_samples: int = 100
+    curvature: str = "ggn"
+    max_iter: Optional[int] = None
+    correction: bool = True
+    update_cov_twice: bool = True
+    tol: float = 1e-2
+    frozen_noise: object = False
+
+
+def absorb(belief, prior, inc: Increment):
+    """``belief`` after the precision step of ``inc`` and the mean step ``mu + P g`` (unprojected).
+
+    Returns ``(state, ok)``; ``ok`` is False where the step is not positive definite.
+    """
+    pre, ok = belief.add(prior, inc.X, inc.c)
+    source = prior if inc.prior_gain else pre
+    return pre._replace(mean=prior.mean + belief.solve(source, inc.gradient())), ok
+
+
+def iterate(belief, prior, evaluate: Callable, cfg: Config):
+    """``cfg.num_iters`` passes of the implicit iteration from ``q_0 = q_{t-1}`` (module docstring).
+
+    ``evaluate(q, i) -> Increment`` gives the site under the belief ``q`` of pass ``i - 1``. With
+    ``correction``, the gradient of pass i > 0 gains ``X diag(c) X^T (mu_q - mu_{t-1})`` (the mirror
+    step in natural parameters); without ``update_cov_twice`` the curvature of the first pass is
+    kept. Returns ``(state, ok, change)``, ``change`` the relative move of the mean in the last pass.
+    """
+    q, first, ok = prior, None, jnp.asarray(True)
+    change = jnp.zeros((), prior.mean.dtype)
+    for i in range(cfg.num_iters):
+        inc = evaluate(q, i)
+        if cfg.correction and i > 0:
+            extra = inc.curvature_times(q.mean - prior.mean)
+            inc = inc._replace(g=extra if inc.g is None else inc.g + extra)
+        if i == 0:
+            first = inc
+        elif not cfg.update_cov_twice:
+            inc = first._replace(coef=inc.coef, g=inc.g)
+        new, ok = absorb(belief, prior, inc)
+        change = jnp.linalg.norm(new.mean - q.mean) / (1.0 + jnp.linalg.norm(prior.mean))
+        q = new
+    return q, ok, change
+
+
+# --------------------------------------------------------------------------- GLM sites
+
+def exact_site(model, q, X, y):
+    """Linear-Gaussian site: ``X^T X / sigma^2`` and ``X^T (y - X mu) / sigma^2`` ([RVGA] eqs. 40-42)."""
+    nv = jnp.asarray(model.noise_var, X.dtype)
+    return Increment(X.T, jnp.full(X.shape[:1], 1.0, X.dtype) / nv, (y - X @ q.mean) / nv)
+
+
+def moment_site(model, belief, q, X, y):
+    """GLM site with Gaussian expectations under ``q`` on ``eta_i = x_i^T theta`` ([RVGA] eqs. 30-31)."""
+    alpha, nu = belief.marginal(q, X)
+    g, h = model.glm_moments(alpha, nu, y)
+    return Increment(X.T, -h, g)
+
+
+def ekf_glm_site(model, q, X, y):
+    """GLM linearised at the mean: Fisher ``F(eta)`` and score ``d log p / d eta`` ([RVGA] eq. 81)."""
+    eta = X @ q.mean
+    score = jax.vmap(jax.grad(lambda e, t: model.family.log_prob(t, e)))(eta, y)
+    return Increment(X.T, model.family.fisher(eta), score)
+
+
+def _jj_precision(xi):
+    """``2 lambda(xi) = (sig(xi) - 1/2) / xi = tanh(xi/2) / (2 xi)``, series ``1/4 - xi^2/48`` near 0 ([RVGA] eq. 83)."""
+    small = xi < 1e-4
+    safe = jnp.where(small, 1.0, xi)
+    return jnp.where(small, 0.25 - xi**2 / 48.0, 0.5 * jnp.tanh(0.5 * safe) / safe)
+
+
+def qkf_site(belief, q, X, y):
+    """Jaakkola-Jordan bound: curvature ``2 lambda(xi)``, ``xi^2 = x^T (P + mu mu^T) x`` ([RVGA] eqs. 82-90)."""
+    alpha, nu = belief.marginal(q, X)
+    lam = _jj_precision(jnp.sqrt(nu + alpha**2))
+    return Increment(X.T, lam, (y - 0.5) - lam * alpha)
+
+
+def implicit_site(model, belief, q, X, y, max_iter):
+    """Exact implicit site of a GLM from the marginal ``(alpha, nu)`` of ``q_t`` along ``x`` (m = 1).
+
+    Logistic: the 2-D root of [RVGA] eqs. (69)-(70), curvature ``k sig'(k alpha)`` and gradient
+    ``y - sig(k alpha)`` (eqs. 76-77). Other GLMs: :func:`jaxrvga.implicit.solve_glm`, curvature
+    ``1/nu - 1/nu0`` and gradient ``(alpha - alpha0) / nu0``. Both with the previous precision.
+    """
+    alpha0, nu0 = belief.marginal(q, X)
+    if model.kind == "logistic":
+        alpha, nu, info = implicit.solve_logistic(alpha0[0], nu0[0], y[0], max_iter)
+        k = special.probit_k(nu)
+        c, coef = k * special.sig1(k * alpha), y[0] - special.sigmoid(k * alpha)
+    else:
+        alpha, nu, info = implicit.solve_glm(alpha0[0], nu0[0], y[0], model.expected_log_lik,
+                                             50 if max_iter is None else max_iter)
+        pos = nu0[0] > 0
+        safe = jnp.where(pos, nu0[0], 1.0)
+        c = jnp.where(pos, (safe - nu) / (safe * jnp.where(pos, nu, 1.0)), 0.0)
+        coef = jnp.where(pos, (alpha - alpha0[0]) / safe, 0.0)
+    return Increment(X.T, c[None], coef[None], prior_gain=True), info
+
+
+# --------------------------------------------------------------------------- nonlinear sites
+
+def _fisher_root(family, eta):
+    """``R`` with ``R^T R = F(eta)``: the family's own factor, else ``diag(sqrt F)`` (elementwise families)."""
+    root = getattr(family, "fisher_root", None)
+    if root is not None:
+        return root(eta)
+    return jnp.diag(jnp.sqrt(jnp.maximum(family.fisher(eta), 0.0)))
+
+
+def linearise(model, theta, x, y):
+    """``(C, grad)`` at ``theta``: ``C = R J`` (r, d) with ``R^T R = F`` (GGN, [LRVGA] eq. 41), ``grad log p``.
+
+    Reverse mode (one pullback per output) when ``eta`` has fewer outputs than parameters.
+    """
+    def eta_of(th):
+        return jnp.ravel(model.predict(th, x))
+
+    eta = eta_of(theta)
+    yv = jnp.asarray(y, theta.dtype)
+    if yv.size == eta.size or yv.ndim == 0:  # elementwise families; else the family reads y as a whole
+        yv = jnp.broadcast_to(jnp.ravel(yv), eta.shape)
+    dlogp = jax.grad(lambda e: jnp.sum(model.family.log_prob(yv, e)))(eta)
+    R = _fisher_root(model.family, eta)
+    if eta.shape[0] <= theta.shape[0]:
+        _, pullback = jax.vjp(eta_of, theta)
+        C = jax.vmap(lambda u: pullback(u)[0])(R)
+        return C, pullback(dlogp)[0]
+    J = jax.jacfwd(eta_of)(theta)
+    return R @ J, dlogp @ J
+
+
+def ekf_site(model, q, x, y):
+    """Any model linearised at the mean: ``X = J^T R^T``, ``g = J^T d log p / d eta`` ([RVGA] eqs. 54-55)."""
+    C, grad = linearise(model, q.mean, x, y)
+    return Increment(C.T, g=grad)
+
+
+def sampled_site(model, thetas, x, y, curvature: str):
+    """Monte-Carlo site from draws ``thetas`` (K, d) of a belief ([LRVGA] eqs. 41-46).
+
+    GGN: ``X = K^{-1/2} [J_k^T R_k^T]`` and ``g = mean_k grad log p``. Hessian (dense beliefs):
+    ``-E[hess]`` by its eigen-decomposition ``Q diag(lam) Q^T`` (``lam`` may be negative).
+    """
+    K = thetas.shape[0]
+    if curvature == "hessian":
+        log_lik = model.log_lik
+        grads = jax.vmap(jax.grad(log_lik), in_axes=(0, None, None))(thetas, x, y)
+        hess = jnp.mean(jax.vmap(jax.hessian(log_lik), in_axes=(0, None, None))(thetas, x, y), axis=0)
+        lam, Q = jnp.linalg.eigh(-0.5 * (hess + hess.T))
+        return Increment(Q, lam, g=jnp.mean(grads, axis=0))
+    C, grads = jax.vmap(linearise, in_axes=(None, 0, None, None))(model, thetas, x, y)
+    X = C.reshape(-1, C.shape[-1]).T / jnp.sqrt(jnp.asarray(K, thetas.dtype))
+    return Increment(X, g=jnp.mean(grads, axis=0))
+
+
+def published_draws(prior, key, i, cfg: Config, q):
+    """Draws of the published low-rank sampled scheme: fresh (non-antithetic) or frozen noise ([LRVGA] §4.2.2)."""
+    from . import lowrank
+    if not isinstance(cfg.frozen_noise, bool):
+        return lowrank.sample_from_noise(q.mean, q.W, q.psi, *cfg.frozen_noise)
+    return lowrank.sample(key[i], q.mean, q.W, q.psi, cfg.num_samples)
+
+
+def info_from(change, cfg: Config, iterations) -> SolverInfo:
+    """Diagnostics of an iterated scheme: converged when the last pass moved the mean by <= ``tol``."""
+    return solver_info(change.dtype, converged=jnp.isfinite(change) & (change <= cfg.tol),
+                       residual=change, iterations=iterations)
+
+
+__all__ = ["Increment", "Config", "absorb", "iterate", "exact_site", "moment_site", "ekf_glm_site",
+           "qkf_site", "implicit_site", "linearise", "ekf_site", "sampled_site", "published_draws",
+           "info_from"]
