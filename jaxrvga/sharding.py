@@ -21,13 +21,20 @@ importing jax)::
     final, _ = jaxrvga.sharding.run(flt, state, xs, ys, mesh)
 
 ``d`` must be divisible by the number of devices.
+
+Several processes (one per host, after ``jax.distributed.initialize``): ``make_mesh()`` spans
+the devices of every process, each process passes the same host arrays (or arrays built with
+``jax.make_array_from_callback`` from its own columns of ``xs``), and :func:`gather` returns
+the full final state in every process.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import blocks, core
@@ -106,11 +113,18 @@ def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
     """``flt`` whose ``update`` constrains the d-length leaves of the new state to stay sharded.
 
     The update is traced inside :func:`jaxrvga.blocks.unblocked`: no row blocks across devices.
+    The same ``(flt, mesh, d)`` give the same filter object (a bounded cache), so
+    :func:`jaxrvga.run` compiles it once rather than on every call.
     """
     if not isinstance(flt, Filter):
         raise ValueError(f"flt must be a jaxrvga Filter, got {type(flt).__name__}")
+    _axis(mesh)
     _check_divisible(d, mesh)
+    return _sharded_filter(flt, mesh, int(d))
 
+
+@functools.lru_cache(maxsize=64)
+def _sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
     def update(state, x, y):
         with blocks.unblocked():  # each device's rows form one block (no cross-device row blocks)
             new = flt.update(state, x, y)
@@ -142,4 +156,24 @@ def run(flt: Filter, state, xs, ys, mesh: Optional[Mesh] = None, trace_fn=None, 
     return core.run(sharded_filter(flt, mesh, d), state, xs, ys, trace_fn, donate=donate)
 
 
-__all__ = ["make_mesh", "state_specs", "shard_state", "shard_inputs", "sharded_filter", "run"]
+def gather(tree):
+    """Every leaf of ``tree`` as a host NumPy array holding its full value, in every process.
+
+    Leaves split over the devices of several processes (the final state of :func:`run` on a
+    mesh spanning several hosts) are gathered with
+    ``jax.experimental.multihost_utils.process_allgather``; the others are copied to the host.
+    PRNG key leaves stay keys (on the default device). In a multi-process run this is a
+    collective: every process must call it with the same tree.
+    """
+    def leaf(x):
+        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(leaf(jax.random.key_data(x)), impl=jax.random.key_impl(x))
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return np.asarray(x)
+
+    return jax.tree_util.tree_map(leaf, tree)
+
+
+__all__ = ["make_mesh", "state_specs", "shard_state", "shard_inputs", "sharded_filter", "run",
+           "gather"]
