@@ -55,8 +55,8 @@ nitpicky = False
 # The summary tables end a summary at its first ". "; papers' abbreviations are not such an end
 # ("The R-VGA filter ([RVGA] Alg. 1)" would otherwise be cut after "Alg.").
 _ABBREVIATIONS = (" Alg.", " eq.", " eqs.", " Eq.", " Eqs.", " App.", " Fig.", " Figs.", " Thm.", " Prop.",
-                  " Sec.", " cf.", " vs.")
-autosummary.WELL_KNOWN_ABBREVIATIONS = tuple(autosummary.WELL_KNOWN_ABBREVIATIONS) + _ABBREVIATIONS
+                  " Sec.", " cf.")
+autosummary.WELL_KNOWN_ABBREVIATIONS = tuple(getattr(autosummary, "WELL_KNOWN_ABBREVIATIONS", ())) + _ABBREVIATIONS
 
 
 # --- the API pages -------------------------------------------------------------------------
