@@ -4,12 +4,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo experiments experiments-quick benchmarks clean
+.PHONY: test demo experiments experiments-quick benchmarks docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,experiments]"
+	$(PY) -m pip install --quiet -e ".[test,experiments,docs]"
 	touch $(STAMP)
 
 # One BLAS thread for tests and experiments (small factorisations; a loaded machine); the
@@ -31,5 +31,11 @@ experiments: $(STAMP)
 benchmarks: $(STAMP)
 	$(PY) -m benchmarks.run_all
 
+# HTML site in docs/_build/html (index.html); -W: a warning fails the build. The Sphinx
+# packages are in the docs extra and, for tests/test_docs.py, in the test extra too.
+docs: $(STAMP)
+	$(ONE_BLAS) $(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+	@echo "Documentation: docs/_build/html/index.html"
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build docs/api
