@@ -36,6 +36,7 @@ from jax import lax
 from . import implicit, special
 from .core import Filter, GaussianState, solver_info, SolverInfo
 from .models import Model
+from .predictive import predictive  # noqa: F401  (re-exported: jr.predictive)
 from .validation import check_choice, check_cov, check_positive, check_vector, is_concrete
 
 SCHEMES = ("implicit", "explicit")
@@ -319,8 +320,3 @@ def rvga(model: Model, scheme: str = "implicit", *, num_iters: int | None = None
     iters = 1 if scheme == "explicit" else (3 if num_iters is None else int(num_iters))
     return Filter(init_gaussian, _nonlinear_mc(model, iters, int(num_samples), curvature, process_noise),
                   make_check(model))
-
-
-def predictive(state: GaussianState, x):
-    """Predictive mean and variance of a logistic model at ``x`` ((d,) or (n, d)), [RVGA] eqs. (62)-(63)."""
-    return special.logistic_predictive(state.mean, state.cov, x)

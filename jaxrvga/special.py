@@ -83,3 +83,41 @@ def gaussian_expectation_1d(f, m, v, num_points: int = 32):
     w = jnp.asarray(w, dtype=m.dtype)
     a = m[..., None] + jnp.sqrt(v)[..., None] * z
     return jnp.sum(w * f(a), axis=-1)
+
+
+def probit_predictive(m, v):
+    """Mean and variance of ``sig(a)`` for ``a ~ N(m, v)`` by the inverse probit ([RVGA] eqs. 62-63).
+
+    ``E[sig(a)] ~= p = sig(k m)`` and ``Var[sig(a)] ~= p (1 - p) (1 - k)`` with ``k = k(v)``; the
+    variance is that of the probability ``sig(a)``, not the Bernoulli variance ``p (1 - p)``.
+    """
+    k = probit_k(v)
+    p = sigmoid(k * m)
+    return p, p * (1.0 - p) * (1.0 - k)
+
+
+def softmax_probit(m, V):
+    """Mean and variance of ``softmax(a)`` for logits ``a ~ N(m, V)`` (m (..., K), V (..., K, K)).
+
+    Mean, by the pairwise inverse probit: class k beats class j with probability
+    ``sig(a_k - a_j)``; writing ``softmax(a)_k = 1 / sum_j exp(-(a_k - a_j))`` and applying eq. 58
+    of [RVGA] to each difference ``a_k - a_j ~ N(m_k - m_j, V_kk + V_jj - 2 V_kj)`` gives
+    ``p_k ~= 1 / sum_j exp(-k_kj (m_k - m_j))``, ``k_kj = k(V_kk + V_jj - 2 V_kj)``, renormalised
+    to sum to one. Exact for ``V = 0`` (softmax(m)); invariant to a common shift of the logits.
+
+    Variance, as [RVGA] eq. 63 is derived: ``s_k^2 = s_k - ds_k/da_k`` and, by Bonnet's theorem,
+    ``E[ds_k/da_k] = dE[s_k]/dm_k ~= dp_k/dm_k``, so ``Var[s_k] ~= p_k - p_k^2 - dp_k/dm_k``
+    (clipped at 0). For K = 2 both equal :func:`probit_predictive` of the logit difference.
+    """
+    def mean(m, V):
+        d = m[:, None] - m[None, :]
+        s = jnp.diagonal(V)[:, None] + jnp.diagonal(V)[None, :] - 2.0 * V
+        log_p = -jax.scipy.special.logsumexp(-probit_k(jnp.maximum(s, 0.0)) * d, axis=-1)
+        return jax.nn.softmax(log_p)
+
+    def moments(m, V):
+        p = mean(m, V)
+        slope = jnp.diagonal(jax.jacfwd(mean)(m, V))  # dp_k / dm_k
+        return p, jnp.maximum(p - p**2 - slope, 0.0)
+
+    return jnp.vectorize(moments, signature="(k),(k,k)->(k),(k)")(m, V)
