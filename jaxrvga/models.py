@@ -158,7 +158,9 @@ def categorical(num_classes: int) -> Family:
     stable for any logits. ``mean`` is ``p = softmax(eta)``; ``variance`` and ``fisher`` are the full
     (..., K, K) matrix ``diag(p) - p p^T`` (the Fisher of the logits; the link is canonical) and
     ``fisher_root`` is ``R = diag(sqrt p) - sqrt(p) p^T`` (K, K), of rank K - 1, with
-    ``R^T R = diag(p) - 2 p p^T + p (sum p) p^T = diag(p) - p p^T``. The logits are identified
+    ``R^T R = diag(p) - 2 p p^T + p (sum p) p^T = diag(p) - p p^T``. Diagonal entries use
+    ``1 - p_k = sum_{j != k} p_j`` (as :func:`jaxrvga.special.sig1` does), so they keep full
+    relative precision when one class is nearly certain. The logits are identified
     only up to a common shift (``F 1 = 0``).
     """
     K = positive_int("num_classes", num_classes)
@@ -166,16 +168,23 @@ def categorical(num_classes: int) -> Family:
         raise ValueError(f"num_classes must be at least 2, got {num_classes!r}")
 
     def log_prob(y, eta):
-        return jnp.sum(_one_hot(y, eta) * jax.nn.log_softmax(eta, axis=-1), axis=-1)
+        return jnp.sum(_one_hot(y, eta) * special.log_softmax(eta), axis=-1)
 
-    def fisher(eta):
-        p = jax.nn.softmax(eta, axis=-1)
-        return jnp.vectorize(jnp.diag, signature="(k)->(k,k)")(p) - p[..., :, None] * p[..., None, :]
+    def parts(eta):
+        """``p``, ``q = 1 - p`` summed over the other classes (no cancellation), ``sqrt(p)``, off-diagonal mask."""
+        log_p = special.log_softmax(eta)
+        p = jnp.exp(log_p)
+        off = ~jnp.eye(K, dtype=bool)
+        q = jnp.sum(jnp.where(off, p[..., None, :], 0.0), axis=-1)
+        return p, q, jnp.exp(0.5 * log_p), off  # sqrt(p) without sqrt's infinite slope at 0
 
-    def fisher_root(eta):
-        log_p = jax.nn.log_softmax(eta, axis=-1)
-        s, p = jnp.exp(0.5 * log_p), jnp.exp(log_p)  # sqrt(p) without sqrt's infinite slope at 0
-        return jnp.vectorize(jnp.diag, signature="(k)->(k,k)")(s) - s[..., :, None] * p[..., None, :]
+    def fisher(eta):  # diag(p q) - p p^T off the diagonal
+        p, q, _, off = parts(eta)
+        return jnp.where(off, -p[..., :, None] * p[..., None, :], (p * q)[..., None, :])
+
+    def fisher_root(eta):  # R_ik = sqrt(p_i) (delta_ik - p_k)
+        p, q, r, off = parts(eta)
+        return jnp.where(off, -r[..., :, None] * p[..., None, :], (r * q)[..., None, :])
 
     return Family(
         name="categorical",

@@ -121,3 +121,18 @@ def softmax_probit(m, V):
         return p, jnp.maximum(p - p**2 - slope, 0.0)
 
     return jnp.vectorize(moments, signature="(k),(k,k)->(k),(k)")(m, V)
+
+
+def log_softmax(eta):
+    """``log softmax(eta)`` over the last axis, to full relative precision for every class.
+
+    ``logsumexp(eta) = eta_a + log1p(sum_{j != a} exp(eta_j - eta_a))`` holds for any index a (so
+    its gradient is exact); taking ``a = argmax`` avoids overflow and, through ``log1p``, keeps
+    ``log p_a = -log1p(...)`` exact where ``1 - p_a`` is below the machine epsilon.
+    """
+    eta = jnp.asarray(eta)
+    a = jnp.argmax(eta, axis=-1)[..., None]
+    top = jnp.take_along_axis(eta, a, axis=-1)
+    others = jnp.arange(eta.shape[-1]) != a
+    rest = jnp.sum(jnp.where(others, jnp.exp(eta - top), 0.0), axis=-1, keepdims=True)
+    return eta - top - jnp.log1p(rest)
