@@ -96,6 +96,7 @@ def probit_predictive(m, v):
     return p, p * (1.0 - p) * (1.0 - k)
 
 
+@jax.jit
 def softmax_probit(m, V):
     """Mean and variance of ``softmax(a)`` for logits ``a ~ N(m, V)`` (m (..., K), V (..., K, K)).
 

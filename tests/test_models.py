@@ -206,3 +206,15 @@ def test_elementwise_families_get_a_diagonal_fisher_root():
     fam = models.Family("id", lambda y, e: -(y - e) ** 2, lambda e: e, jnp.ones_like, jnp.ones_like,
                         lambda n, y: y)
     assert np.allclose(fam.fisher_root(eta), jnp.eye(3))
+
+
+@pytest.mark.parametrize("eta", [[1.0, 1.0, 1.0], [0.3, -2.0, 1.0], [-800.0, 0.0, 800.0], [2.0, 2.0, -1.0]])
+def test_log_softmax_value_and_gradient(eta):
+    """The score of the categorical likelihood is ``onehot(y) - softmax(eta)``, ties included."""
+    eta = jnp.asarray(eta)
+    p = jax.nn.softmax(eta)
+    assert np.allclose(special.log_softmax(eta), jax.nn.log_softmax(eta), rtol=1e-15, atol=1e-300)
+    fam = models.categorical(3)
+    for y in range(3):
+        assert np.allclose(jax.grad(lambda e: fam.log_prob(y, e))(eta), jnp.eye(3)[y] - p, rtol=1e-14, atol=1e-300)
+        assert bool(jnp.all(jnp.isfinite(jax.jacrev(fam.fisher_root)(eta))))
