@@ -75,7 +75,10 @@ def _belief(state) -> _Belief:
     if hasattr(state, "W") and hasattr(state, "psi"):
         return _Belief(mean, None, lowrank.factorize(state.W, state.psi))
     if hasattr(state, "cov"):
-        return _Belief(mean, jnp.asarray(state.cov), None)
+        cov = check_float_array("state.cov", state.cov)
+        if cov.shape != (mean.shape[0],) * 2:
+            raise ValueError(f"state.cov must have shape {(mean.shape[0],) * 2} to match the mean, got {cov.shape}")
+        return _Belief(mean, cov, None)
     raise ValueError("state must have fields (mean, cov) (dense state, LaplaceResult) or "
                      f"(mean, W, psi) (low-rank state), got {type(state).__name__}")
 
@@ -150,8 +153,9 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
       model: the observation model; ``None`` is the logistic model.
       key: ``None`` for the closed forms (exact for the Gaussian and Poisson GLMs; [RVGA] eqs. 62-63
         for a binary output; pairwise inverse probit for a categorical one; Gauss-Hermite for
-        other families; a nonlinear predictor is linearised at the mean). A PRNG key selects
-        Monte Carlo over ``num_samples`` exact samples of the belief instead.
+        other families; a nonlinear predictor, scalar or vector valued, is linearised at the mean).
+        A PRNG key selects Monte Carlo over ``num_samples`` exact samples of the belief instead
+        (the same samples for every input; ``var`` is the 1/S sample variance).
       observation_noise: add ``E_q[Var(y | theta, x)]`` to ``var`` (see :class:`Predictive`).
 
     Returns:

@@ -314,6 +314,8 @@ def test_bad_arguments():
         jr.predictive(dense, X[:, :4])
     with pytest.raises(ValueError, match="state must have fields"):
         jr.predictive(type("MeanOnly", (), {"mean": dense.mean})(), X)
+    with pytest.raises(ValueError, match=r"state.cov must have shape \(6, 6\)"):
+        jr.predictive(dense._replace(cov=dense.cov[:5]), X)
     with pytest.raises(ValueError, match="state must be a Gaussian belief"):
         jr.predictive((1, 2), X)
     with pytest.raises(ValueError, match="model must be a jaxrvga.models.Model"):
