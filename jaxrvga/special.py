@@ -109,6 +109,9 @@ def softmax_probit(m, V):
     Variance, as [RVGA] eq. 63 is derived: ``s_k^2 = s_k - ds_k/da_k`` and, by Bonnet's theorem,
     ``E[ds_k/da_k] = dE[s_k]/dm_k ~= dp_k/dm_k``, so ``Var[s_k] ~= p_k - p_k^2 - dp_k/dm_k``
     (clipped at 0). For K = 2 both equal :func:`probit_predictive` of the logit difference.
+    For K >= 3 the pairwise comparisons are treated as if independent: against Monte Carlo the
+    probabilities were off by up to about 0.01 / 0.05 / 0.15 at logit standard deviations
+    0.3 / 1 / 3 (K = 3 to 10); where the logits are that uncertain, prefer Monte Carlo.
     """
     def mean(m, V):
         d = m[:, None] - m[None, :]
