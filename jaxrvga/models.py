@@ -38,7 +38,9 @@ class Family(_FamilyFields):
 
     The callables see traced values (they run inside ``jit``, ``grad`` and ``vmap``):
 
-    * ``log_prob(y, eta) -> log p(y | eta)``, elementwise over the components of ``y``.
+    * ``log_prob(y, eta) -> log p(y | eta)``, one value per component of ``y`` (per observation,
+      i.e. per row of K logits, for :func:`categorical`, which reads a ``y`` of the shape of ``eta``
+      as one-hot rows: pass its labels as given, never broadcast to the shape of ``eta``).
     * ``mean(eta) -> E[y | eta]``; ``variance(eta) -> Var(y | eta)``.
     * ``fisher(eta) = -E_y[d^2 log p(y|eta) / d eta^2]``, the curvature of the EKF and of the
       generalised Gauss-Newton (GGN) approximation ([LRVGA] eq. 41); it equals ``variance``
