@@ -11,11 +11,12 @@ from . import (beliefs, blocks, data, dual, factor_analysis, filters, implicit, 
 from .baselines import LaplaceResult, laplace
 from .core import (Filter, GaussianState, LowRankState, SolverInfo, run, trace_info,
                    trace_mean)
-from .filters import ekf, kalman, lrvga, mirror_prox, predictive, qkf, rvga
+from .filters import ekf, kalman, lrvga, mirror_prox, qkf, rvga
+from .predictive import Predictive, predictive
 
 __version__ = "0.1.0"
 
 __all__ = ["Filter", "GaussianState", "LowRankState", "SolverInfo", "run", "trace_info", "trace_mean",
-           "rvga", "lrvga", "kalman", "predictive", "ekf", "qkf", "laplace", "LaplaceResult", "mirror_prox",
+           "rvga", "lrvga", "kalman", "predictive", "Predictive", "ekf", "qkf", "laplace", "LaplaceResult", "mirror_prox",
            "beliefs", "blocks", "data", "dual", "factor_analysis", "filters", "implicit", "io", "klprox", "lowrank", "metrics", "models",
            "online_em", "schemes", "sharding", "special", "validation"]

@@ -419,10 +419,4 @@ def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: boo
                 process_noise=process_noise)
 
 
-def predictive(state, x):
-    """Predictive mean and variance of a logistic model at ``x`` ((d,) or (n, d)), [RVGA] eqs. (62)-(63)."""
-    from . import special
-    return special.logistic_predictive(state.mean, state.cov, x)
-
-
-__all__ = ["predictive", "rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "SCHEMES", "Spec", "Increment"]
+__all__ = ["rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "SCHEMES", "Spec", "Increment"]

@@ -7,6 +7,9 @@ expectation the filters need reduces to a 1-D expectation over
 returns ``(E[d log p / d eta], E[d^2 log p / d eta^2])``, in closed form for the
 Gaussian and Poisson families, by the inverse-probit approximation ([RVGA] eq. 58)
 for the logistic model, and by Gauss-Hermite quadrature otherwise.
+
+Multi-class outputs use :func:`categorical` (K logits, softmax link, full Fisher
+``diag(p) - p p^T`` with a square-root factor), e.g. :func:`softmax_regression`.
 """
 from __future__ import annotations
 
@@ -14,25 +17,63 @@ from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import special
-from .validation import check_counts, check_labels01, check_positive
+from .validation import check_counts, check_labels01, check_positive, is_concrete, positive_int
 
 
-class Family(NamedTuple):
+class _FamilyFields(NamedTuple):
+    name: str
+    log_prob: Callable
+    mean: Callable
+    variance: Callable
+    fisher: Callable
+    check_y: Callable
+    fisher_root: Optional[Callable] = None
+
+
+class Family(_FamilyFields):
     """Law of an observation given its natural parameter / linear predictor ``eta``.
 
-    All callables act elementwise. ``fisher(eta) = -E_y[d^2 log p(y|eta) / d eta^2]``
-    is the curvature used by the EKF and the generalised Gauss-Newton (GGN)
-    approximation ([LRVGA] eq. 41); it equals ``variance`` for canonical links.
+    The callables see traced values (they run inside ``jit``, ``grad`` and ``vmap``):
+
+    * ``log_prob(y, eta) -> log p(y | eta)``, one value per component of ``y`` (per observation,
+      i.e. per row of K logits, for :func:`categorical`, which reads a ``y`` of the shape of ``eta``
+      as one-hot rows: pass its labels as given, never broadcast to the shape of ``eta``).
+    * ``mean(eta) -> E[y | eta]``; ``variance(eta) -> Var(y | eta)``.
+    * ``fisher(eta) = -E_y[d^2 log p(y|eta) / d eta^2]``, the curvature of the EKF and of the
+      generalised Gauss-Newton (GGN) approximation ([LRVGA] eq. 41); it equals ``variance``
+      for canonical links.
+    * ``fisher_root(eta) -> R``: for ``eta`` of shape (n,) (a scalar counts as (1,)), a matrix
+      ``R`` of shape (r, n) with ``R^T R = Fisher(eta)``, the full (n, n) Fisher matrix. The GGN
+      curvature of a predictor with Jacobian ``J`` (n, d) is then ``J^T R^T R J`` (a rank-r
+      increment with factor ``X = J^T R^T``, (d, r)). Left out (``None``), it is built from
+      ``fisher``: ``diag(sqrt(max(fisher(eta), 0)))``, r = n.
+    * ``check_y(name, y) -> y`` raises ``ValueError`` naming ``name`` on impossible values. It sees
+      concrete or traced ``y`` and checks values only where they are concrete.
+
+    Elementwise families (every family here except :func:`categorical`) treat the components of
+    ``eta`` and ``y`` independently: ``mean``, ``variance`` and ``fisher`` return arrays of the shape
+    of ``eta``. :func:`categorical` couples the components of ``eta`` (the logits); its ``variance``
+    and ``fisher`` return full (..., K, K) matrices and ``fisher_root`` its rank-(K-1) factor.
     """
 
-    name: str
-    log_prob: Callable  # (y, eta) -> log p(y | eta)
-    mean: Callable  # eta -> E[y | eta]
-    variance: Callable  # eta -> Var(y | eta)
-    fisher: Callable  # eta -> -E_y[d2 log p / d eta2]
-    check_y: Callable  # (name, y) -> y, raises ValueError on impossible concrete values
+    __slots__ = ()
+
+    def __new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root=None):
+        if fisher_root is None:
+            fisher_root = _diagonal_root(fisher)
+        return super().__new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root)
+
+
+def _diagonal_root(fisher):
+    """``eta (n,) -> diag(sqrt(max(fisher(eta), 0)))`` (n, n): the root of an elementwise Fisher."""
+
+    def root(eta):
+        return jnp.diag(jnp.sqrt(jnp.maximum(jnp.atleast_1d(fisher(eta)), 0.0)))
+
+    return root
 
 
 def gaussian(noise_var=1.0) -> Family:
@@ -74,6 +115,87 @@ def poisson_family() -> Family:
         variance=jnp.exp,
         fisher=jnp.exp,
         check_y=check_counts,
+    )
+
+
+def _one_hot(y, eta):
+    """``y`` as one-hot rows matching ``eta`` (..., K): labels when ``y.ndim == eta.ndim - 1``,
+    already one-hot when ``y.ndim == eta.ndim``."""
+    y = jnp.asarray(y)
+    eta = jnp.asarray(eta)
+    if y.ndim == eta.ndim:
+        return y.astype(eta.dtype)
+    if y.ndim == eta.ndim - 1:
+        return (y[..., None] == jnp.arange(eta.shape[-1])).astype(eta.dtype)
+    raise ValueError(f"y must be labels of shape {eta.shape[:-1]} or one-hot of shape {eta.shape}, "
+                     f"got shape {y.shape}")
+
+
+def _class_label_check(num_classes: int):
+    def check(name, y):
+        """Integer labels in {0..K-1}, or one-hot rows (checked where concrete)."""
+        a = jnp.asarray(y)
+        if a.ndim >= 2 and a.shape[-1] != num_classes:
+            raise ValueError(f"{name} must hold labels in {{0..{num_classes - 1}}} or one-hot rows of "
+                             f"length {num_classes}, got shape {a.shape}")
+        if not is_concrete(y):
+            return y
+        a = np.asarray(y, dtype=np.float64)
+        ok = np.isfinite(a) & (np.floor(a) == a) & (a >= 0) & (a <= num_classes - 1)
+        if not np.all(ok):
+            raise ValueError(f"{name} must contain integer labels in {{0..{num_classes - 1}}} for the "
+                             f"categorical model, got values such as {a[~ok].ravel()[:3].tolist()}")
+        if a.ndim >= 2 and not np.all(np.sum(a, axis=-1) == 1):
+            raise ValueError(f"{name}: one-hot rows must contain exactly one 1")
+        return y
+
+    return check
+
+
+def categorical(num_classes: int) -> Family:
+    """Categorical output over ``K = num_classes`` classes with softmax link: ``p(y = k | eta) = softmax(eta)_k``.
+
+    ``eta`` holds the K logits on its last axis. ``y`` is an integer label in {0..K-1} (a scalar
+    for ``eta`` (K,)) or a one-hot row of the shape of ``eta``. ``log_prob`` is the log-softmax,
+    stable for any logits. ``mean`` is ``p = softmax(eta)``; ``variance`` and ``fisher`` are the full
+    (..., K, K) matrix ``diag(p) - p p^T`` (the Fisher of the logits; the link is canonical) and
+    ``fisher_root`` is ``R = diag(sqrt p) - sqrt(p) p^T`` (K, K), of rank K - 1, with
+    ``R^T R = diag(p) - 2 p p^T + p (sum p) p^T = diag(p) - p p^T``. Diagonal entries use
+    ``1 - p_k = sum_{j != k} p_j`` (as :func:`jaxrvga.special.sig1` does), so they keep full
+    relative precision when one class is nearly certain. The logits are identified
+    only up to a common shift (``F 1 = 0``).
+    """
+    K = positive_int("num_classes", num_classes)
+    if K < 2:
+        raise ValueError(f"num_classes must be at least 2, got {num_classes!r}")
+
+    def log_prob(y, eta):
+        return jnp.sum(_one_hot(y, eta) * special.log_softmax(eta), axis=-1)
+
+    def parts(eta):
+        """``p``, ``q = 1 - p`` summed over the other classes (no cancellation), ``sqrt(p)``, off-diagonal mask."""
+        log_p = special.log_softmax(eta)
+        p = jnp.exp(log_p)
+        off = ~jnp.eye(K, dtype=bool)
+        q = jnp.sum(jnp.where(off, p[..., None, :], 0.0), axis=-1)
+        return p, q, jnp.exp(0.5 * log_p), off  # sqrt(p) without sqrt's infinite slope at 0
+
+    def fisher(eta):  # diag(p q) - p p^T off the diagonal
+        p, q, _, off = parts(eta)
+        return jnp.where(off, -p[..., :, None] * p[..., None, :], (p * q)[..., None, :])
+
+    def fisher_root(eta):  # R_ik = sqrt(p_i) (delta_ik - p_k)
+        p, q, r, off = parts(eta)
+        return jnp.where(off, -r[..., :, None] * p[..., None, :], (r * q)[..., None, :])
+
+    return Family(
+        name="categorical",
+        log_prob=log_prob,
+        mean=lambda eta: jax.nn.softmax(eta, axis=-1),
+        variance=fisher,
+        fisher=fisher,
+        check_y=_class_label_check(K),
+        fisher_root=fisher_root,
     )
 
 
@@ -183,6 +305,9 @@ def poisson() -> Model:
 
 def glm(family: Family, num_points: int = 32) -> Model:
     """A generalised linear model ``eta = x^T theta`` with any family; expectations by Gauss-Hermite."""
+    if family.name == "categorical":
+        raise ValueError("family: a categorical output needs K logits, not one linear predictor; "
+                         "use softmax_regression(dim, num_classes) or nonlinear(h, categorical(K))")
     expected = _gauss_hermite_expected_log_lik(family, num_points)
     return Model("glm", family, _linear_predict, _moments_from_expectation(expected), None, expected)
 
@@ -199,3 +324,22 @@ def nonlinear(h: Callable, family: Family | None = None, unravel: Callable | Non
     family = gaussian(1.0) if family is None else family
     predict = h if unravel is None else (lambda theta, x: h(unravel(theta), x))
     return Model("nonlinear", family, predict, None)
+
+
+def softmax_regression(dim: int, num_classes: int) -> Model:
+    """Multi-class linear model: logits ``eta = Theta^T x`` (K,), ``y ~ categorical(softmax(eta))``.
+
+    ``theta`` is the (dim * K,) vector ``Theta.ravel()`` of a (dim, K) weight matrix ``Theta``
+    (row-major: ``theta[i * K + k] = Theta[i, k]``); ``x`` is (dim,); ``y`` a label in {0..K-1}
+    or a one-hot (K,). Built with :func:`nonlinear`, so filters linearise it by autodiff (exactly:
+    the predictor is linear). A common shift of the K columns leaves the likelihood unchanged;
+    the prior identifies it.
+    """
+    dim = positive_int("dim", dim)
+    family = categorical(num_classes)
+    K = int(num_classes)
+
+    def logits(theta, x):
+        return jnp.asarray(x) @ jnp.reshape(theta, (dim, K))
+
+    return nonlinear(logits, family)

@@ -83,3 +83,60 @@ def gaussian_expectation_1d(f, m, v, num_points: int = 32):
     w = jnp.asarray(w, dtype=m.dtype)
     a = m[..., None] + jnp.sqrt(v)[..., None] * z
     return jnp.sum(w * f(a), axis=-1)
+
+
+def probit_predictive(m, v):
+    """Mean and variance of ``sig(a)`` for ``a ~ N(m, v)`` by the inverse probit ([RVGA] eqs. 62-63).
+
+    ``E[sig(a)] ~= p = sig(k m)`` and ``Var[sig(a)] ~= p (1 - p) (1 - k)`` with ``k = k(v)``; the
+    variance is that of the probability ``sig(a)``, not the Bernoulli variance ``p (1 - p)``.
+    """
+    k = probit_k(v)
+    p = sigmoid(k * m)
+    return p, p * (1.0 - p) * (1.0 - k)
+
+
+@jax.jit
+def softmax_probit(m, V):
+    """Mean and variance of ``softmax(a)`` for logits ``a ~ N(m, V)`` (m (..., K), V (..., K, K)).
+
+    Mean, by the pairwise inverse probit: class k beats class j with probability
+    ``sig(a_k - a_j)``; writing ``softmax(a)_k = 1 / sum_j exp(-(a_k - a_j))`` and applying eq. 58
+    of [RVGA] to each difference ``a_k - a_j ~ N(m_k - m_j, V_kk + V_jj - 2 V_kj)`` gives
+    ``p_k ~= 1 / sum_j exp(-k_kj (m_k - m_j))``, ``k_kj = k(V_kk + V_jj - 2 V_kj)``, renormalised
+    to sum to one. Exact for ``V = 0`` (softmax(m)); invariant to a common shift of the logits.
+
+    Variance, as [RVGA] eq. 63 is derived: ``s_k^2 = s_k - ds_k/da_k`` and, by Bonnet's theorem,
+    ``E[ds_k/da_k] = dE[s_k]/dm_k ~= dp_k/dm_k``, so ``Var[s_k] ~= p_k - p_k^2 - dp_k/dm_k``
+    (clipped at 0). For K = 2 both equal :func:`probit_predictive` of the logit difference.
+    For K >= 3 the pairwise comparisons are treated as if independent: against Monte Carlo the
+    probabilities were off by up to about 0.01 / 0.05 / 0.15 at logit standard deviations
+    0.3 / 1 / 3 (K = 3 to 10); where the logits are that uncertain, prefer Monte Carlo.
+    """
+    def mean(m, V):
+        d = m[:, None] - m[None, :]
+        s = jnp.diagonal(V)[:, None] + jnp.diagonal(V)[None, :] - 2.0 * V
+        log_p = -jax.scipy.special.logsumexp(-probit_k(jnp.maximum(s, 0.0)) * d, axis=-1)
+        return jax.nn.softmax(log_p)
+
+    def moments(m, V):
+        p = mean(m, V)
+        slope = jnp.diagonal(jax.jacfwd(mean)(m, V))  # dp_k / dm_k
+        return p, jnp.maximum(p - p**2 - slope, 0.0)
+
+    return jnp.vectorize(moments, signature="(k),(k,k)->(k),(k)")(m, V)
+
+
+def log_softmax(eta):
+    """``log softmax(eta)`` over the last axis, to full relative precision for every class.
+
+    ``logsumexp(eta) = eta_a + log1p(sum_{j != a} exp(eta_j - eta_a))`` holds for any index a (so
+    its gradient is exact); taking ``a = argmax`` avoids overflow and, through ``log1p``, keeps
+    ``log p_a = -log1p(...)`` exact where ``1 - p_a`` is below the machine epsilon.
+    """
+    eta = jnp.asarray(eta)
+    a = jnp.argmax(eta, axis=-1)[..., None]
+    top = jnp.take_along_axis(eta, a, axis=-1)
+    others = jnp.arange(eta.shape[-1]) != a
+    rest = jnp.sum(jnp.where(others, jnp.exp(eta - top), 0.0), axis=-1, keepdims=True)
+    return eta - top - jnp.log1p(rest)

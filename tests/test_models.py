@@ -78,3 +78,143 @@ def test_bad_family_arguments():
         models.gaussian(0.0)
     with pytest.raises(ValueError, match="non-negative integer counts"):
         models.poisson_family().check_y("y", np.array([1.5]))
+
+
+# ----------------------------------------------------------------------------- categorical family
+
+LOGITS = [np.array([0.3, -1.0, 2.0]), np.array([-30.0, 0.0, 30.0, 1.0]), np.array([5.0, 5.0])]
+
+
+@pytest.mark.parametrize("eta", LOGITS, ids=["K3", "K4-extreme", "K2-tied"])
+def test_categorical_fisher_is_negative_expected_hessian_and_root_reproduces_it(eta):
+    K = eta.shape[0]
+    fam = models.categorical(K)
+    p = np.exp(eta - eta.max()) / np.exp(eta - eta.max()).sum()
+    hessians = np.stack([jax.hessian(lambda e: fam.log_prob(k, e))(jnp.asarray(eta)) for k in range(K)])
+    neg_expected = -np.einsum("k,kij->ij", p, hessians)
+    scores = np.stack([jax.grad(lambda e: fam.log_prob(k, e))(jnp.asarray(eta)) for k in range(K)])
+    F = np.asarray(fam.fisher(eta))
+    assert np.allclose(F, neg_expected, rtol=0, atol=1e-15)
+    assert np.allclose(F, np.einsum("k,ki,kj->ij", p, scores, scores), rtol=0, atol=1e-15)  # E[s s^T]
+    assert np.allclose(F, np.diag(p) - np.outer(p, p), rtol=0, atol=1e-16)
+    R = np.asarray(fam.fisher_root(eta))
+    assert R.shape == (K, K) and np.allclose(R.T @ R, F, rtol=0, atol=1e-15)
+    assert np.allclose(fam.variance(eta), F) and np.allclose(fam.mean(eta), p, rtol=1e-14)
+
+
+def test_categorical_fisher_batches_over_leading_axes():
+    fam = models.categorical(3)
+    eta = jnp.asarray(np.random.default_rng(0).normal(size=(5, 3)))
+    R, F = fam.fisher_root(eta), fam.fisher(eta)
+    assert R.shape == F.shape == (5, 3, 3)
+    assert np.allclose(jnp.einsum("nri,nrj->nij", R, R), F, atol=1e-15)
+    assert np.allclose(F, jnp.stack([fam.fisher(e) for e in eta]), atol=1e-16)
+
+
+@pytest.mark.parametrize("a", [-40.0, -2.5, 0.0, 0.7, 40.0])
+def test_categorical_with_logits_0_a_is_the_logistic_likelihood(a):
+    """K = 2 with logits (0, a): log p, Fisher (along (0, 1)) and GGN equal the Bernoulli ones."""
+    cat, ber = models.categorical(2), models.bernoulli()
+    eta = jnp.array([0.0, a])
+    for y in (0, 1):
+        exact = -np.logaddexp(0.0, -(2 * y - 1) * a)  # log sig(+-a), to full relative precision
+        assert np.allclose(cat.log_prob(y, eta), exact, rtol=1e-14, atol=0)
+        assert np.allclose(cat.log_prob(jnp.eye(2)[y], eta), exact, rtol=1e-14, atol=0)
+        assert np.allclose(cat.log_prob(y, eta), ber.log_prob(float(y), a), rtol=1e-14, atol=1e-14)
+    e = jnp.array([0.0, 1.0])  # d eta / d a
+    assert np.allclose(e @ cat.fisher(eta) @ e, special.sig1(a), rtol=1e-13, atol=0)
+    Re = cat.fisher_root(eta) @ e
+    assert np.allclose(Re @ Re, special.sig1(a), rtol=1e-13, atol=0)
+    # The same through models: softmax-type model with logits (0, x^T theta) vs logistic regression.
+    x, theta = jnp.array([0.5, -1.0, 2.0]), jnp.array([0.3, 0.1, -0.4]) * a / 10
+    two = models.nonlinear(lambda th, x: jnp.stack([0.0 * (x @ th), x @ th]), cat)
+    for y in (0, 1):
+        assert np.allclose(two.log_lik(theta, x, y), models.logistic().log_lik(theta, x, float(y)), rtol=1e-14)
+    J = jax.jacfwd(two.predict)(theta, x)
+    X = J.T @ cat.fisher_root(two.predict(theta, x)).T  # the GGN increment factor
+    assert np.allclose(X @ X.T, special.sig1(x @ theta) * jnp.outer(x, x), rtol=1e-13, atol=1e-300)
+
+
+def test_categorical_log_prob_is_stable_and_accepts_one_hot():
+    fam = models.categorical(3)
+    eta = jnp.array([-800.0, 0.0, 800.0])
+    lp = jnp.stack([fam.log_prob(k, eta) for k in range(3)])
+    assert np.allclose(lp, [-1600.0, -800.0, 0.0], rtol=1e-14) and bool(jnp.all(jnp.isfinite(lp)))
+    assert float(fam.log_prob(2.0, eta)) == 0.0  # float-valued labels as filters pass them
+    eta = jnp.array([[0.1, 0.2, -0.3], [1.0, -1.0, 0.0]])
+    labels = jnp.array([2, 0])
+    assert np.allclose(fam.log_prob(labels, eta), fam.log_prob(jax.nn.one_hot(labels, 3), eta), rtol=1e-15)
+    assert np.allclose(fam.log_prob(labels, eta), jax.nn.log_softmax(eta)[jnp.arange(2), labels], rtol=1e-15)
+    with pytest.raises(ValueError, match="labels of shape"):
+        fam.log_prob(jnp.zeros((2, 2, 3)), jnp.zeros(3))
+
+
+def test_categorical_float32():
+    fam = models.categorical(3)
+    eta = jnp.array([-60.0, 0.0, 60.0], dtype=jnp.float32)
+    R, F = fam.fisher_root(eta), fam.fisher(eta)
+    assert R.dtype == F.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(R)))
+    assert np.allclose(R.T @ R, F, atol=1e-7)
+    assert fam.log_prob(0, eta).dtype == jnp.float32 and np.isclose(float(fam.log_prob(0, eta)), -120.0)
+
+
+def test_categorical_labels_are_validated():
+    fam = models.categorical(3)
+    for bad in (3, -1, 1.5, [0, 1, 7], np.nan):
+        with pytest.raises(ValueError, match=r"ys must contain integer labels in \{0..2\}"):
+            fam.check_y("ys", np.array(bad))
+    with pytest.raises(ValueError, match="exactly one 1"):
+        fam.check_y("ys", np.array([[1, 1, 0], [0, 0, 1]]))
+    with pytest.raises(ValueError, match="one-hot rows of length 3"):
+        fam.check_y("ys", np.zeros((4, 2)))
+    for good in (0, 2.0, [0, 1, 2, 2], np.eye(3)[[2, 0]]):
+        assert fam.check_y("ys", np.array(good)) is not None
+    # Traced labels are not checked (no guessing inside a trace).
+    assert float(jax.jit(lambda y: fam.check_y("y", y) + 0.0)(7.0)) == 7.0
+    with pytest.raises(ValueError, match="num_classes must be at least 2"):
+        models.categorical(1)
+    with pytest.raises(ValueError, match="num_classes must be a positive integer"):
+        models.categorical(2.5)
+
+
+def test_softmax_regression_is_a_linear_multiclass_model():
+    dim, K = 3, 4
+    model = models.softmax_regression(dim, K)
+    rng = np.random.default_rng(1)
+    Theta, x = rng.normal(size=(dim, K)), rng.normal(size=dim)
+    theta = jnp.asarray(Theta.ravel())  # row-major: theta[i * K + k] = Theta[i, k]
+    logits = x @ Theta
+    assert model.kind == "nonlinear" and model.family.name == "categorical"
+    assert np.allclose(model.predict(theta, x), logits, rtol=1e-14)
+    lse = np.log(np.sum(np.exp(logits - logits.max()))) + logits.max()
+    for y in range(K):
+        assert np.allclose(model.log_lik(theta, x, y), logits[y] - lse, rtol=1e-13)
+    with pytest.raises(ValueError, match="dim must be a positive integer"):
+        models.softmax_regression(0, 3)
+    with pytest.raises(ValueError, match="family: a categorical output needs K logits"):
+        models.glm(models.categorical(3))
+
+
+def test_elementwise_families_get_a_diagonal_fisher_root():
+    from jaxrvga.klprox import laplace_family
+    eta = jnp.array([-2.0, 0.1, 3.0])
+    for fam in (models.gaussian(0.5), models.bernoulli(), models.poisson_family(), laplace_family(2.0)):
+        R = fam.fisher_root(eta)
+        assert R.shape == (3, 3) and np.allclose(R.T @ R, jnp.diag(fam.fisher(eta)), rtol=1e-14, atol=0)
+    assert models.bernoulli().fisher_root(0.3).shape == (1, 1)  # a scalar eta is (1,)
+    # positional construction with six fields, as older code does, still works
+    fam = models.Family("id", lambda y, e: -(y - e) ** 2, lambda e: e, jnp.ones_like, jnp.ones_like,
+                        lambda n, y: y)
+    assert np.allclose(fam.fisher_root(eta), jnp.eye(3))
+
+
+@pytest.mark.parametrize("eta", [[1.0, 1.0, 1.0], [0.3, -2.0, 1.0], [-800.0, 0.0, 800.0], [2.0, 2.0, -1.0]])
+def test_log_softmax_value_and_gradient(eta):
+    """The score of the categorical likelihood is ``onehot(y) - softmax(eta)``, ties included."""
+    eta = jnp.asarray(eta)
+    p = jax.nn.softmax(eta)
+    assert np.allclose(special.log_softmax(eta), jax.nn.log_softmax(eta), rtol=1e-15, atol=1e-300)
+    fam = models.categorical(3)
+    for y in range(3):
+        assert np.allclose(jax.grad(lambda e: fam.log_prob(y, e))(eta), jnp.eye(3)[y] - p, rtol=1e-14, atol=1e-300)
+        assert bool(jnp.all(jnp.isfinite(jax.jacrev(fam.fisher_root)(eta))))

@@ -1,0 +1,186 @@
+"""Predictive means and variances of any Gaussian belief under any observation model.
+
+A belief ``q(theta) = N(mean, P)`` is a dense state or :class:`jaxrvga.LaplaceResult` (fields
+``mean``, ``cov``) or a low-rank state (``mean``, ``W``, ``psi``; precision ``W W^T + diag(psi)``,
+handled through :func:`jaxrvga.lowrank.factorize` in O(d p^2): no d x d array is formed).
+
+For an input ``x`` the predictor ``eta = h(theta, x)`` is Gaussian under ``q``: exactly for a GLM
+(``eta = x^T theta ~ N(x^T mean, x^T P x)``) and to first order otherwise
+(``eta ~ N(h(mean, x), J P J^T)``, ``J = dh/dtheta`` by autodiff). The expectations of the output
+over that Gaussian are then taken in closed form where one exists (logistic [RVGA] eqs. 62-63,
+Poisson, Gaussian, categorical by the pairwise inverse probit of :func:`jaxrvga.special.softmax_probit`)
+and by Gauss-Hermite quadrature for other families. Given a PRNG ``key`` every expectation is
+instead a Monte Carlo average over exact samples of ``q`` (low-rank beliefs sample by
+Proposition 1, corrected, :func:`jaxrvga.lowrank.sample`), exact as ``num_samples`` grows.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from . import lowrank, models, special
+from .validation import check_float_array, positive_int
+
+
+class Predictive(NamedTuple):
+    """Predictive moments at each input; unpacks as ``mean, var = predictive(...)``.
+
+    ``mean = E_q[E[y | theta, x]]``, the predictive mean of ``y`` (for the logistic model the
+    probability of ``y = 1``; for a categorical model the K class probabilities).
+    ``var = Var_q[E[y | theta, x]]``, the posterior (epistemic) variance of the mean function
+    (for the logistic model the variance of ``sig(x^T theta)``, [RVGA] eq. 63, not ``p (1 - p)``);
+    with ``observation_noise=True`` it is the full predictive variance ``Var(y | x)``, which adds
+    ``E_q[Var(y | theta, x)]`` (law of total variance; ``p (1 - p)`` for a binary or one-hot output).
+    """
+
+    mean: jax.Array
+    var: jax.Array
+
+
+class _Belief(NamedTuple):
+    """``N(mean, P)`` with ``P = cov`` (dense) or ``P = (W W^T + diag psi)^{-1}`` through ``fac``."""
+
+    mean: jax.Array
+    cov: Optional[jax.Array]
+    fac: Optional[lowrank.Woodbury]
+
+    def quad(self, X):
+        """``x^T P x`` for each row of ``X`` ((d,) or (n, d)): the diagonal of ``X P X^T``."""
+        if self.fac is not None:
+            return self.fac.quad_form(X.T)
+        return jnp.einsum("...i,ij,...j->...", X, self.cov, X)
+
+    def sandwich(self, J):
+        """``J P J^T`` (k, k) for ``J`` (k, d), symmetrised."""
+        S = J @ (self.fac.solve(J.T) if self.fac is not None else self.cov @ J.T)
+        return 0.5 * (S + S.T)
+
+    def sample(self, key, num):
+        """``num`` exact samples of ``N(mean, P)``, (num, d)."""
+        if self.fac is not None:
+            return lowrank.sample(key, self.mean, self.fac.W, self.fac.psi, num)
+        w, U = jnp.linalg.eigh(0.5 * (self.cov + self.cov.T))  # P may be singular (e.g. 0)
+        z = jax.random.normal(key, (num, self.mean.shape[0]), dtype=self.mean.dtype)
+        return self.mean + (z * jnp.sqrt(jnp.maximum(w, 0.0))) @ U.T
+
+
+def _belief(state) -> _Belief:
+    if not hasattr(state, "mean"):
+        raise ValueError(f"state must be a Gaussian belief with a mean, got {type(state).__name__}")
+    mean = check_float_array("state.mean", state.mean)
+    if mean.ndim != 1:
+        raise ValueError(f"state.mean must be a vector, got shape {mean.shape}")
+    if hasattr(state, "W") and hasattr(state, "psi"):
+        return _Belief(mean, None, lowrank.factorize(state.W, state.psi))
+    if hasattr(state, "cov"):
+        cov = check_float_array("state.cov", state.cov)
+        if cov.shape != (mean.shape[0],) * 2:
+            raise ValueError(f"state.cov must have shape {(mean.shape[0],) * 2} to match the mean, got {cov.shape}")
+        return _Belief(mean, cov, None)
+    raise ValueError("state must have fields (mean, cov) (dense state, LaplaceResult) or "
+                     f"(mean, W, psi) (low-rank state), got {type(state).__name__}")
+
+
+def _component_variance(family, eta):
+    """``Var(y_i | eta)`` per component (the diagonal of a categorical covariance)."""
+    v = family.variance(eta)
+    return jnp.diagonal(v, axis1=-2, axis2=-1) if v.ndim == jnp.ndim(eta) + 1 else v
+
+
+def _gaussian_moments(family, m, v, noise: bool):
+    """Predictive moments of ``y`` for ``eta ~ N(m, v)`` (``v`` (..., K, K) for a categorical family)."""
+    name = family.name
+    if name == "bernoulli":  # [RVGA] eqs. 62-63
+        p, var = special.probit_predictive(m, v)
+        return Predictive(p, p * (1.0 - p) if noise else var)
+    if name == "poisson":  # E[e^a] = exp(m + v/2), Var[e^a] = (e^v - 1) exp(2m + v)
+        rate = jnp.exp(m + 0.5 * v)
+        var = jnp.expm1(v) * rate**2
+        return Predictive(rate, var + rate if noise else var)
+    if name == "gaussian":
+        return Predictive(m, v + family.variance(m) if noise else v)
+    if name == "categorical":
+        p, var = special.softmax_probit(m, v)
+        return Predictive(p, p * (1.0 - p) if noise else var)
+    e1 = special.gaussian_expectation_1d(family.mean, m, v)
+    var = jnp.maximum(special.gaussian_expectation_1d(lambda a: family.mean(a) ** 2, m, v) - e1**2, 0.0)
+    if noise:
+        var = var + special.gaussian_expectation_1d(lambda a: _component_variance(family, a), m, v)
+    return Predictive(e1, var)
+
+
+def _linearised(model, belief, X):
+    """``(m, v)`` of ``eta = h(theta, x) ~ N(h(mean, x), J P J^T)`` for each leading-axis entry of ``X``."""
+    full = model.family.name == "categorical"
+    d = belief.mean.shape[0]
+
+    def one(x):
+        def eta_fn(theta):
+            return jnp.atleast_1d(model.predict(theta, x))
+
+        m = eta_fn(belief.mean)
+        J = (jax.jacrev if m.shape[0] <= d else jax.jacfwd)(eta_fn)(belief.mean)
+        return m, (belief.sandwich(J) if full else belief.quad(J))
+
+    return jax.vmap(one)(X)
+
+
+def _monte_carlo(model, belief, X, key, num, noise: bool):
+    thetas = belief.sample(key, num)
+    if model.is_glm:
+        eta = thetas @ X.T
+    else:
+        eta = jax.vmap(lambda th: jax.vmap(lambda x: model.predict(th, x))(X))(thetas)
+    f = model.family.mean(eta)
+    mean = jnp.mean(f, axis=0)
+    var = jnp.mean((f - mean) ** 2, axis=0)
+    if noise:
+        var = var + jnp.mean(_component_variance(model.family, eta), axis=0)
+    return Predictive(mean, var)
+
+
+def predictive(state, X, model: models.Model | None = None, *, key=None, num_samples: int = 4096,
+               observation_noise: bool = False) -> Predictive:
+    """Predictive mean and variance of ``y`` at inputs ``X`` under the belief ``state``.
+
+    Args:
+      state: a dense state or :class:`jaxrvga.LaplaceResult` (``mean``, ``cov``) or a low-rank state
+        (``mean``, ``W``, ``psi``).
+      X: for a GLM (logistic, linear-Gaussian, Poisson, ``glm``) one input (d,) or a batch (n, d);
+        for a nonlinear model a batch: a pytree whose leaves share a leading axis n.
+      model: the observation model; ``None`` is the logistic model.
+      key: ``None`` for the closed forms (exact for the Gaussian and Poisson GLMs; [RVGA] eqs. 62-63
+        for a binary output; pairwise inverse probit for a categorical one; Gauss-Hermite for
+        other families; a nonlinear predictor, scalar or vector valued, is linearised at the mean).
+        A PRNG key selects Monte Carlo over ``num_samples`` exact samples of the belief instead
+        (the same samples for every input; ``var`` is the 1/S sample variance).
+      observation_noise: add ``E_q[Var(y | theta, x)]`` to ``var`` (see :class:`Predictive`).
+
+    Returns:
+      :class:`Predictive` ``(mean, var)`` of shape (n,) (or () for one GLM input), or
+      (n, k) for a nonlinear predictor with k outputs (the K class probabilities for a
+      categorical model). With ``model=None`` and no key it is ``(sig(k m), sig(k m)(1 - sig(k m))(1 - k))``,
+      ``m = x^T mean``, ``k = k(x^T P x)``, [RVGA] eqs. 62-63.
+    """
+    model = models.logistic() if model is None else model
+    if not isinstance(model, models.Model):
+        raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
+    belief = _belief(state)
+    d = belief.mean.shape[0]
+    if model.is_glm:
+        X = check_float_array("X", X)
+        if X.ndim not in (1, 2) or X.shape[-1] != d:
+            raise ValueError(f"X must have shape ({d},) or (n, {d}) to match the state, got {X.shape}")
+    if key is not None:
+        return _monte_carlo(model, belief, X, key, positive_int("num_samples", num_samples),
+                            observation_noise)
+    if model.is_glm:
+        return _gaussian_moments(model.family, X @ belief.mean, belief.quad(X), observation_noise)
+    m, v = _linearised(model, belief, X)
+    out = _gaussian_moments(model.family, m, v, observation_noise)
+    x0 = jax.tree_util.tree_map(lambda a: a[0], X)
+    if jax.eval_shape(model.predict, belief.mean, x0).shape == ():  # scalar predictor: (n,)
+        return Predictive(out.mean[:, 0], out.var[:, 0])
+    return out
