@@ -168,28 +168,22 @@ def implicit_site(model, belief, q, X, y, max_iter):
 
 # --------------------------------------------------------------------------- nonlinear sites
 
-def _fisher_root(family, eta):
-    """``R`` with ``R^T R = F(eta)``: the family's own factor, else ``diag(sqrt F)`` (elementwise families)."""
-    root = getattr(family, "fisher_root", None)
-    if root is not None:
-        return root(eta)
-    return jnp.diag(jnp.sqrt(jnp.maximum(family.fisher(eta), 0.0)))
-
-
 def linearise(model, theta, x, y):
     """``(C, grad)`` at ``theta``: ``C = R J`` (r, d) with ``R^T R = F`` (GGN, [LRVGA] eq. 41), ``grad log p``.
 
-    Reverse mode (one pullback per output) when ``eta`` has fewer outputs than parameters.
+    ``R`` is the family's ``fisher_root`` (the full Fisher of a categorical output). Reverse mode
+    (one pullback per output) when ``eta`` has fewer outputs than parameters.
     """
     def eta_of(th):
         return jnp.ravel(model.predict(th, x))
 
     eta = eta_of(theta)
-    yv = jnp.asarray(y, theta.dtype)
-    if yv.size == eta.size or yv.ndim == 0:  # elementwise families; else the family reads y as a whole
-        yv = jnp.broadcast_to(jnp.ravel(yv), eta.shape)
-    dlogp = jax.grad(lambda e: jnp.sum(model.family.log_prob(yv, e)))(eta)
-    R = _fisher_root(model.family, eta)
+    log_prob = model.family.log_prob
+    if jax.eval_shape(log_prob, y, eta).size > eta.size:
+        raise ValueError(f"y of shape {jnp.shape(y)} has more components than the model's output eta "
+                         f"of shape {eta.shape}: each observation would be counted more than once")
+    dlogp = jax.grad(lambda e: jnp.sum(log_prob(y, e)))(eta)
+    R = model.family.fisher_root(eta)
     if eta.shape[0] <= theta.shape[0]:
         _, pullback = jax.vjp(eta_of, theta)
         C = jax.vmap(lambda u: pullback(u)[0])(R)
