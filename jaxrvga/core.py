@@ -3,15 +3,20 @@
 Every online algorithm is a :class:`Filter`: a NamedTuple of pure functions
 ``init(...) -> state`` and ``update(state, x, y) -> state``. States are NamedTuple
 pytrees, so filters jit, vmap and scan. :func:`run` drives one over a data set
-with a single ``jax.lax.scan``.
+with a single jitted ``jax.lax.scan`` (:func:`scan` is the same scan, not jitted).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import checkify
+
+from .validation import is_concrete
 
 
 class Filter(NamedTuple):
@@ -76,13 +81,29 @@ def _all_finite(tree):
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-def _scan(flt: Filter, state, xs, ys, trace_fn, validate=False):
+def _keep(state, x, y):
+    del x, y
+    return state
+
+
+def _scan(flt: Filter, state, xs, ys, trace_fn, length=None, every=None, validate=False):
+    """The scan of :func:`run`. ``length`` (traced): steps ``i >= length`` are padding and leave the
+    state as it is; ``every`` (traced): report progress to the host after every ``every`` steps."""
     def body(carry, xy):
         i, x, y = xy
-        new = flt.update(carry, x, y)
+        if length is None:
+            new = flt.update(carry, x, y)
+        else:
+            new = jax.lax.cond(i < length, flt.update, _keep, carry, x, y)
         if validate:
-            checkify.check(_all_finite((x, y)), "jaxrvga.run: NaN or inf in the data at step {i}", i=i)
+            padded = False if length is None else i >= length
+            checkify.check(padded | _all_finite((x, y)), "jaxrvga.run: NaN or inf in the data at step {i}", i=i)
             checkify.check(_all_finite(new), "jaxrvga.run: the state became NaN or inf at step {i}", i=i)
+        if every is not None:
+            tick = (i + 1) % every == 0
+            tick = tick if length is None else tick & (i < length)
+            jax.lax.cond(tick, lambda: jax.debug.callback(_progress_tick, i + 1),
+                         lambda: None)
         out = None if trace_fn is None else trace_fn(new, x, y)
         return new, out
 
@@ -90,13 +111,64 @@ def _scan(flt: Filter, state, xs, ys, trace_fn, validate=False):
     return jax.lax.scan(body, state, (steps, xs, ys))
 
 
-_scan_jit = jax.jit(_scan, static_argnums=(0, 4))
-_scan_jit_donate = jax.jit(_scan, static_argnums=(0, 4), donate_argnums=(1,))
-_scan_checked = jax.jit(checkify.checkify(lambda *a: _scan(*a, validate=True)), static_argnums=(0, 4))
+def scan(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None):
+    """``jax.lax.scan`` of ``flt.update`` over ``(xs[t], ys[t])``, not jitted: what :func:`run` compiles.
+
+    Use it inside your own ``jax.jit`` / ``jax.vmap`` / ``jax.grad`` (e.g. a vmapped fleet of
+    filters). Returns ``(final_state, trace)`` as :func:`run` does; no input checks.
+    """
+    return _scan(flt, state, xs, ys, trace_fn)
+
+
+_STATIC = (0, 4)  # flt and trace_fn
+_scan_jit = jax.jit(_scan, static_argnums=_STATIC)
+_scan_jit_donate = jax.jit(_scan, static_argnums=_STATIC, donate_argnums=(1,))
+_scan_checked = jax.jit(checkify.checkify(functools.partial(_scan, validate=True)), static_argnums=_STATIC)
+
+_PROGRESS_BARS = []  # the bars of the runs in flight, innermost last
+
+
+def _progress_tick(n):
+    if _PROGRESS_BARS:
+        bar = _PROGRESS_BARS[-1]
+        bar.update(max(int(n) - bar.n, 0))
+
+
+def _bucket_length(T: int, bucket) -> int:
+    if bucket is True:
+        return 1 << max(T - 1, 0).bit_length()
+    return max(-(-T // bucket), 1) * bucket
+
+
+def _pad_time(tree, T: int, total: int):
+    """Pad the leading (time) axis of every leaf to ``total`` by repeating its last row (zeros when empty)."""
+    def pad(a):
+        xp = np if isinstance(a, np.ndarray) else jnp  # NumPy data: no XLA program per new length
+        a = xp.asarray(a)
+        fill = a[-1:] if T else xp.zeros((1,) + a.shape[1:], a.dtype)
+        return xp.concatenate([a, xp.repeat(fill, total - T, axis=0)])
+    return jax.tree_util.tree_map(pad, tree)
+
+
+def _check_run_args(state, xs, ys, bucket, progress, validate) -> int:
+    lengths = {jnp.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves((xs, ys))}
+    if len(lengths) != 1:
+        raise ValueError(f"xs and ys must share their leading (time) axis, got lengths {sorted(lengths)}")
+    if bucket is not None and bucket is not True and (
+            isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 1):
+        raise ValueError(f"bucket must be None, True or a positive int, got {bucket!r}")
+    if progress is not False and (not isinstance(progress, (bool, int)) or progress < 1):
+        raise ValueError(f"progress must be a bool or a positive int, got {progress!r}")
+    traced = not is_concrete((state, xs, ys))
+    for flag, name in ((validate, "validate=True"), (progress, "progress")):
+        if flag is not False and traced:
+            raise ValueError(f"{name} runs outside jit/vmap; call jaxrvga.run on concrete arrays, "
+                             "or use jaxrvga.scan inside your own jit/vmap")
+    return lengths.pop()
 
 
 def run(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None, *,
-        donate: bool = False, validate: bool = False):
+        donate: bool = False, validate: bool = False, bucket=None, progress=False):
     """Run ``flt`` over the observations ``(xs[t], ys[t])`` with one jitted ``lax.scan``.
 
     Args:
@@ -110,24 +182,64 @@ def run(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None, *,
         ``state`` must not be used afterwards). Saves one copy of the state in memory.
       validate: checked mode (``jax.experimental.checkify``): raise ``ValueError`` naming
         the first step whose data or resulting state holds a NaN or inf. Costs one
-        reduction over the state per step.
+        reduction over the state per step. Runs outside ``jit``/``vmap`` only.
+      bucket: for data arriving in chunks of varying lengths. ``True`` pads the time axis
+        to the next power of two, an int ``n`` to a multiple of ``n``; padded steps leave
+        the state (and its step counter) unchanged and their trace is dropped, so only a
+        few lengths are ever compiled. ``None`` (default) compiles for the exact length.
+      progress: ``True`` shows a ``tqdm`` progress bar updated from inside the scan about
+        100 times per run; an int ``k`` updates it every ``k`` steps. Needs ``tqdm``.
 
     Returns:
       ``(final_state, trace)`` with ``trace = None`` when no ``trace_fn`` is given.
     """
-    lengths = {jnp.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves((xs, ys))}
-    if len(lengths) != 1:
-        raise ValueError(f"xs and ys must share their leading (time) axis, got lengths {sorted(lengths)}")
+    T = _check_run_args(state, xs, ys, bucket, progress, validate)
     if flt.check is not None:
         flt.check(state, xs, ys)
+    extra = {}
+    if bucket is not None:
+        total = _bucket_length(T, bucket)
+        xs, ys = _pad_time((xs, ys), T, total)
+        extra["length"] = jnp.asarray(T, jnp.int32)
+    if progress is not False:
+        every = max(-(-T // 100), 1) if progress is True else int(progress)
+        extra["every"] = jnp.asarray(every, jnp.int32)
+        with _progress_bar(T) as bar:
+            out = _dispatch(flt, state, xs, ys, trace_fn, donate, validate, extra)
+            jax.block_until_ready(out)
+            if bar.n < T:  # the last steps after the last multiple of ``every``
+                bar.update(T - bar.n)
+    else:
+        out = _dispatch(flt, state, xs, ys, trace_fn, donate, validate, extra)
+    if bucket is not None and trace_fn is not None:
+        out = (out[0], jax.tree_util.tree_map(lambda a: a[:T], out[1]))
+    return out
+
+
+def _dispatch(flt, state, xs, ys, trace_fn, donate, validate, extra):
     if validate:
-        err, out = _scan_checked(flt, state, xs, ys, trace_fn)
+        err, out = _scan_checked(flt, state, xs, ys, trace_fn, **extra)
         msg = err.get()
         if msg is not None:
             raise ValueError(msg.splitlines()[0])
         return out
     fn = _scan_jit_donate if donate else _scan_jit
-    return fn(flt, state, xs, ys, trace_fn)
+    return fn(flt, state, xs, ys, trace_fn, **extra)
+
+
+@contextlib.contextmanager
+def _progress_bar(total: int):
+    try:
+        from tqdm.auto import tqdm
+    except ImportError as e:
+        raise ImportError("jaxrvga.run(progress=...) needs tqdm: pip install tqdm") from e
+    bar = tqdm(total=total, unit="step")
+    _PROGRESS_BARS.append(bar)
+    try:
+        yield bar
+    finally:
+        _PROGRESS_BARS.remove(bar)
+        bar.close()
 
 
 def trace_info(state, x=None, y=None) -> SolverInfo:
@@ -142,10 +254,5 @@ def trace_mean(state, x=None, y=None):
     return state.mean
 
 
-def tree_where(pred, a, b):
-    """``a`` where ``pred`` else ``b``, leaf by leaf (``pred`` a scalar bool)."""
-    return jax.tree_util.tree_map(lambda u, v: jnp.where(pred, u, v), a, b)
-
-
 __all__ = ["Filter", "SolverInfo", "GaussianState", "LowRankState", "run", "solver_info",
-           "trace_info", "trace_mean", "tree_where"]
+           "trace_info", "trace_mean", "scan"]
