@@ -171,8 +171,10 @@ def test_progress_bar_counts_every_step_and_leaves_the_result(monkeypatch):
     np.testing.assert_array_equal(out.mean, jr.run(flt, s0, X, y, progress=False)[0].mean)
     np.testing.assert_allclose(out.mean, ref.mean, rtol=1e-13)
     bar = RecordingBar.bars[-1]
-    assert (bar.total, bar.n, bar.updates, bar.closed) == (20, 20, 20, True)  # ceil(20 / 100) = 1 step
-    jr.run(flt, s0, X, y, progress=6, bucket=True)  # 32 padded steps: updates at 6, 12, 18, then 20 at the end
+    assert (bar.total, bar.n, bar.updates, bar.closed) == (20, 20, 1, True)  # cheap steps: one block
+    jr.run(flt, s0, X, y, progress=1)
+    assert (RecordingBar.bars[-1].n, RecordingBar.bars[-1].updates) == (20, 20)
+    jr.run(flt, s0, X, y, progress=6, bucket=True)  # 32 padded steps: 6, 12, 18, 20 (24 clamped)
     bar = RecordingBar.bars[-1]
     assert (bar.total, bar.n, bar.updates) == (20, 20, 4)
 
@@ -183,3 +185,11 @@ def test_progress_without_tqdm_says_so(monkeypatch):
     flt = jr.kalman(1.0)
     with pytest.raises(ImportError, match="needs tqdm"):
         jr.run(flt, flt.init(np.zeros(3), np.eye(3)), *kalman_problem(n=4), progress=True)
+
+
+def test_progress_updates_are_about_100_per_run_but_at_least_10ms_of_work_apart():
+    from jaxrvga.core import _progress_every
+    big = np.empty((2000, 2000))  # 32 MB: a step of >= 3.2 ms at 10 GB/s
+    assert _progress_every(1000, big) == 10
+    assert _progress_every(10**5, np.empty(110)) == 10**4  # a 1 us step: 10 ms = 1e4 steps
+    assert _progress_every(50, np.empty(110)) == 50  # never more than the run
