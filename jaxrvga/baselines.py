@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from jax import lax
 
 
+from .batch import LaplaceResult, laplace  # noqa: F401  (re-exported)
 from .core import Filter, solver_info
 from .models import Model
 from .rvga import (check_glm_input, check_process_noise, inflate, init_gaussian, make_check,
@@ -93,85 +94,5 @@ def qkf(process_noise=None) -> Filter:
 
     return Filter(init_gaussian, update, make_check(model))
 
-
-class LaplaceResult(NamedTuple):
-    """Batch Laplace approximation ``N(mean, cov)``; ``converged`` and ``iterations`` of Newton."""
-
-    mean: jax.Array
-    cov: jax.Array
-    converged: jax.Array
-    iterations: jax.Array
-
-
-def laplace(model: Model, X, y, prior_mean, prior_cov, *, max_iter: int = 100,
-            tol: float | None = None) -> LaplaceResult:
-    """Batch Laplace approximation of ``p(theta | X, y)`` under the prior ``N(prior_mean, prior_cov)``.
-
-    Newton's method with backtracking on the negative log-posterior
-    ``-sum_i log p(y_i | theta, x_i) + 1/2 (theta - mu_0)^T P_0^{-1} (theta - mu_0)``, exact
-    gradient and Hessian by autodiff; the covariance is the inverse Hessian at the MAP
-    ([RVGA] §6.2, reproduction spec B10).
-    """
-    if model.is_glm:
-        X, y, mu0, P0 = check_batch_problem(model.family, X, y, prior_mean, prior_cov)
-    else:
-        mu0 = check_vector("prior_mean", prior_mean)
-        P0 = check_cov("prior_cov", prior_cov, mu0.shape[0]).astype(mu0.dtype)
-        y = jnp.asarray(y, mu0.dtype)
-        model.family.check_y("y", y)
-    tol = (1e3 * jnp.finfo(mu0.dtype).eps) if tol is None else tol
-    try:  # reuse the compiled solver when the same model object comes back
-        hash((model, max_iter, tol))
-    except TypeError:  # a model holding arrays (e.g. a traced noise variance)
-        return jax.jit(lambda *a: _laplace_newton(model, max_iter, tol, *a))(X, y, mu0, P0)
-    return _laplace_jit(model, max_iter, float(tol), X, y, mu0, P0)
-
-
-def _laplace_newton(model, max_iter, tol, X, y, mu0, P0):
-    d = mu0.shape[0]
-    chol0 = jnp.linalg.cholesky(P0)
-
-    def objective(theta):
-        z = jax.scipy.linalg.solve_triangular(chol0, theta - mu0, lower=True)
-        return -jnp.sum(jax.vmap(model.log_lik, in_axes=(None, 0, 0))(theta, X, y)) + 0.5 * z @ z
-
-    grad, hess = jax.grad(objective), jax.hessian(objective)
-
-    def newton_step(carry):
-        it, theta, _ = carry
-        g, H = grad(theta), hess(theta)
-        L = jnp.linalg.cholesky(H)
-        step = -jax.scipy.linalg.cho_solve((L, True), g)
-        decrement = -g @ step  # Newton decrement squared
-        f0 = objective(theta)
-
-        def shrink(c):
-            t, _ = c
-            return t * 0.5, objective(theta + 0.5 * t * step)
-
-        slack = 16 * jnp.finfo(theta.dtype).eps * jnp.abs(f0)  # rounding near the optimum
-
-        def too_big(c):
-            t, f = c
-            return (f > f0 - 1e-4 * t * decrement + slack) & (t > 1e-10)
-
-        t, _ = lax.while_loop(too_big, shrink, (jnp.asarray(1.0, theta.dtype), objective(theta + step)))
-        return it + 1, theta + t * step, decrement
-
-    def not_done(carry):
-        it, _, decrement = carry
-        return (it < max_iter) & (decrement > tol * (1.0 + jnp.abs(objective(carry[1]))))
-
-    it, theta, decrement = lax.while_loop(
-        not_done, newton_step, (jnp.int32(0), mu0, jnp.asarray(jnp.inf, mu0.dtype)))
-    H = hess(theta)
-    L = jnp.linalg.cholesky(H)
-    cov = jax.scipy.linalg.cho_solve((L, True), jnp.eye(d, dtype=H.dtype))
-    cov = 0.5 * (cov + cov.T)
-    converged = decrement <= tol * (1.0 + jnp.abs(objective(theta)))
-    return LaplaceResult(theta, cov, converged, it)
-
-
-_laplace_jit = jax.jit(_laplace_newton, static_argnums=(0, 1, 2))
 
 __all__ = ["ekf", "qkf", "laplace", "LaplaceResult"]
