@@ -9,7 +9,7 @@ and memory linear in the dimension.
 from . import (blocks, data, dual, factor_analysis, implicit, io, klprox, lowrank, metrics, models,
                online_em, sharding, special, validation)
 from .baselines import LaplaceResult, ekf, laplace, qkf
-from .core import (Filter, GaussianState, LowRankState, SolverInfo, run, scan, trace_info,
+from .core import (Filter, GaussianState, LowRankState, SolverInfo, Step, run, scan, step_fn, trace_info,
                    trace_mean)
 from .mirror_prox import mirror_prox
 from .lrvga import lrvga
@@ -17,7 +17,7 @@ from .rvga import kalman, predictive, rvga
 
 __version__ = "0.1.0"
 
-__all__ = ["Filter", "GaussianState", "LowRankState", "SolverInfo", "run", "scan", "trace_info", "trace_mean",
+__all__ = ["Filter", "GaussianState", "LowRankState", "SolverInfo", "Step", "run", "scan", "step_fn", "trace_info", "trace_mean",
            "rvga", "lrvga", "kalman", "predictive", "ekf", "qkf", "laplace", "LaplaceResult", "mirror_prox",
            "blocks", "data", "dual", "factor_analysis", "implicit", "io", "klprox", "lowrank", "metrics", "models",
            "online_em", "sharding", "special", "validation"]

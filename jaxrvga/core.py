@@ -271,6 +271,72 @@ def _progress_bar(total: int):
         bar.close()
 
 
+class Step(NamedTuple):
+    """A compiled one-observation update on a packed state (see :func:`step_fn`).
+
+    ``update(packed, x, y) -> packed`` (the input buffers are donated), ``pack(state) -> packed``
+    and ``unpack(packed) -> state``; ``packed`` is a tuple of flat arrays, one per dtype.
+    """
+
+    update: Callable
+    pack: Callable
+    unpack: Callable
+
+
+def _stored(a):
+    """A leaf as it is packed: key data for a PRNG key, int32 for a bool, else itself."""
+    if jnp.issubdtype(jnp.result_type(a), jax.dtypes.prng_key):
+        return jax.random.key_data(a)
+    a = jnp.asarray(a)
+    return a.astype(jnp.int32) if a.dtype == jnp.bool_ else a
+
+
+def step_fn(flt: Filter, state, x, y) -> Step:
+    """Compile ``flt.update`` for data arriving one observation at a time.
+
+    A jitted call pays a fixed cost for every array it returns; a state has about six
+    (mean, covariance, step, solver info), so the step works on a packed state instead: one
+    flat buffer per dtype (usually two: the floats and the integers), donated to the next call
+    (no new allocation). ``state``, ``x``, ``y`` are examples fixing shapes and dtypes; the step
+    is compiled here. Usage::
+
+        step = jr.step_fn(flt, state, x0, y0)
+        packed = step.pack(state)
+        for x, y in stream:
+            packed = step.update(packed, x, y)
+        state = step.unpack(packed)
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(state)
+    stored = [_stored(a) for a in leaves]
+    groups = sorted({a.dtype.str for a in stored})
+    layout, used = [], dict.fromkeys(groups, 0)  # per leaf: group, start, stored shape, dtype, key impl
+    for a, orig in zip(stored, leaves):
+        is_key = jnp.issubdtype(jnp.result_type(orig), jax.dtypes.prng_key)
+        layout.append((groups.index(a.dtype.str), used[a.dtype.str], a.shape, jnp.result_type(orig),
+                       jax.random.key_impl(orig) if is_key else None))
+        used[a.dtype.str] += a.size
+    del leaves, stored  # keep no example arrays alive
+
+    def pack(s):
+        parts = [[] for _ in groups]
+        for a in jax.tree_util.tree_leaves(s):
+            a = _stored(a)
+            parts[groups.index(a.dtype.str)].append(a.reshape(-1))
+        return tuple(jnp.concatenate(p) for p in parts)
+
+    def unpack(bufs):
+        out = []
+        for g, start, shape, dtype, impl in layout:
+            a = bufs[g][start:start + int(np.prod(shape))].reshape(shape)
+            out.append(a.astype(dtype) if impl is None else jax.random.wrap_key_data(a, impl=impl))
+        return jax.tree_util.tree_unflatten(treedef, out)
+
+    update = jax.jit(lambda buf, x, y: pack(flt.update(unpack(buf), x, y)), donate_argnums=0)
+    pack, unpack = jax.jit(pack), jax.jit(unpack)
+    jax.block_until_ready(update(pack(state), x, y))  # compile now
+    return Step(update, pack, unpack)
+
+
 def trace_info(state, x=None, y=None) -> SolverInfo:
     """Trace function recording the solver diagnostics of each step."""
     del x, y
@@ -284,4 +350,4 @@ def trace_mean(state, x=None, y=None):
 
 
 __all__ = ["Filter", "SolverInfo", "GaussianState", "LowRankState", "run", "solver_info",
-           "trace_info", "trace_mean", "scan"]
+           "trace_info", "trace_mean", "scan", "Step", "step_fn"]

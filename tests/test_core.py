@@ -1,5 +1,6 @@
 """The Filter contract and the scan driver."""
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -193,3 +194,47 @@ def test_progress_updates_are_about_100_per_run_but_at_least_10ms_of_work_apart(
     assert _progress_every(1000, big) == 10
     assert _progress_every(10**5, np.empty(110)) == 10**4  # a 1 us step: 10 ms = 1e4 steps
     assert _progress_every(50, np.empty(110)) == 50  # never more than the run
+
+
+def step_problem(n=8, d=4, seed=2):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, d)), (rng.random(n) < 0.5).astype(float)
+
+
+@pytest.mark.parametrize("name", ["ekf", "rvga_nonlinear_typed_key", "lrvga", "rvga_float32"])
+def test_step_fn_follows_the_update_one_observation_at_a_time(name):
+    X, y = step_problem()
+    d = X.shape[1]
+    if name == "ekf":
+        flt = jr.ekf(jr.models.logistic())
+        s = flt.init(np.zeros(d), np.eye(d))
+    elif name == "rvga_nonlinear_typed_key":
+        flt = jr.rvga(jr.models.nonlinear(lambda th, x: x @ th, jr.models.gaussian(0.25)), num_samples=4)
+        s = flt.init(np.zeros(d), np.eye(d), key=jax.random.key(0))
+    elif name == "lrvga":
+        flt = jr.lrvga(jr.models.logistic(), 2)
+        s = flt.init(np.zeros(d), 0.1 * np.ones((d, 2)), np.ones(d))
+    else:
+        flt = jr.rvga(jr.models.logistic())
+        s = flt.init(np.zeros(d, np.float32), np.eye(d, dtype=np.float32))
+        X = X.astype(np.float32)
+    step = jr.step_fn(flt, s, X[0], y[0])
+    assert len(step.pack(s)) <= 3  # one buffer per dtype, not one per leaf
+    back = step.unpack(step.pack(s))
+    for u, v in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(s)):
+        assert u.dtype == v.dtype
+        if jnp.issubdtype(u.dtype, jax.dtypes.prng_key):
+            u, v = jax.random.key_data(u), jax.random.key_data(v)
+        np.testing.assert_array_equal(u, v)
+    update = jax.jit(flt.update)
+    packed, ref = step.pack(s), s
+    for t in range(len(y)):
+        packed = step.update(packed, X[t], y[t])
+        ref = update(ref, X[t], y[t])
+    out = step.unpack(packed)
+    tol = 1e-5 if name == "rvga_float32" else 1e-12
+    for u, v in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(ref)):
+        if jnp.issubdtype(u.dtype, jax.dtypes.prng_key):
+            u, v = jax.random.key_data(u), jax.random.key_data(v)
+        np.testing.assert_allclose(np.asarray(u, float), np.asarray(v, float), rtol=tol, atol=tol)
+    assert int(out.step) == len(y)
