@@ -15,10 +15,15 @@ in the same process and on the same data, interleaved round by round:
 * ``in-scan compute``: the per-step time inside one ``jr.run`` scan (no per-step call at all).
 
 Times are us per observation, the minimum and the median of the rounds (the machine may be shared).
+
+Then two costs of long runs: the overhead of ``jr.run(..., progress=True)`` against the same run
+without a bar (implicit R-VGA, d = 10, T = 1e5, interleaved rounds), and the time of each chunk of a
+run fed in chunks of 1000, 1000 and 700 observations, exact lengths against ``bucket=True``.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import jax
@@ -96,6 +101,42 @@ def table(name, flt, np_step, d, n, rounds, dtype):
         print(f"{k:<22} {min(v):>8.1f} {np.median(v):>8.1f} {t_np / min(v):>12.2f}x {diff:>19}")
 
 
+def progress_overhead(rounds, dtype, T=100_000, d=10):
+    import tqdm.auto
+
+    class Quiet(tqdm.auto.tqdm):  # the bar's drawing is not what is measured
+        def __init__(self, *a, **k):
+            super().__init__(*a, file=open(os.devnull, "w"), **k)
+
+    tqdm.auto.tqdm, plain_tqdm = Quiet, tqdm.auto.tqdm
+    X, y = problem(d, T, dtype)
+    flt = jr.rvga(jr.models.logistic())
+    s0 = flt.init(jnp.zeros(d, dtype), jnp.eye(d, dtype=dtype))
+    times = {False: [], True: []}
+    for _ in range(rounds + 1):  # the first round compiles
+        for progress in times:
+            t0 = time.perf_counter()
+            jax.block_until_ready(jr.run(flt, s0, X, y, progress=progress))
+            times[progress].append(time.perf_counter() - t0)
+    tqdm.auto.tqdm = plain_tqdm
+    a, b = min(times[False][1:]), min(times[True][1:])
+    print(f"\n## jr.run(progress=True), implicit R-VGA, d = {d}, T = {T}, {dtype}, best of {rounds}")
+    print(f"without {a * 1e3:.1f} ms, with {b * 1e3:.1f} ms: overhead {b / a - 1:+.1%}")
+
+
+def chunked_runs(dtype, d=20):
+    X, y = problem(d, 2700, dtype)
+    print(f"\n## A run fed in chunks of 1000, 1000, 700 observations (implicit R-VGA, d = {d}, {dtype}; s per call)")
+    for bucket in [None, True]:
+        flt = jr.rvga(jr.models.logistic())  # a fresh filter: nothing compiled yet
+        s, times = flt.init(jnp.zeros(d, dtype), jnp.eye(d, dtype=dtype)), []
+        for a, b in [(0, 1000), (1000, 2000), (2000, 2700)]:
+            t0 = time.perf_counter()
+            s = jax.block_until_ready(jr.run(flt, s, X[a:b], y[a:b], bucket=bucket)[0])
+            times.append(time.perf_counter() - t0)
+        print(f"bucket={bucket!s:<5} " + "  ".join(f"{t:7.3f}" for t in times))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--d", type=int, default=100)
@@ -108,6 +149,8 @@ def main(argv=None):
     for name, flt, np_step in [("EKF", jr.ekf(jr.models.logistic()), nb.ekf_step),
                                ("implicit R-VGA", jr.rvga(jr.models.logistic()), nb.implicit_step)]:
         table(name, flt, np_step, args.d, args.steps, args.rounds, dtype)
+    progress_overhead(args.rounds, dtype)
+    chunked_runs(dtype)
     print(f"\npeak RSS {peak_rss_mb():.0f} MB")
 
 
