@@ -4,6 +4,7 @@ Every online algorithm is a :class:`Filter`: a NamedTuple of pure functions
 ``init(...) -> state`` and ``update(state, x, y) -> state``. States are NamedTuple
 pytrees, so filters jit, vmap and scan. :func:`run` drives one over a data set
 with a single jitted ``jax.lax.scan`` (:func:`scan` is the same scan, not jitted).
+:func:`step_fn` compiles one update for data arriving one observation at a time.
 """
 from __future__ import annotations
 
