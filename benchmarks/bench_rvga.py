@@ -86,7 +86,7 @@ def fleet_table(quick, dtype, num_filters=1000, d=20):
     flt = jr.rvga(jr.models.logistic(), "implicit")
     init = flt.init(jnp.zeros(d, dtype), 10.0 * jnp.eye(d, dtype=dtype))
     inits = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (num_filters,) + a.shape), init)
-    fleet = jax.jit(jax.vmap(lambda s, xs, ys: jr.core._scan(flt, s, xs, ys, None)[0]))
+    fleet = jax.jit(jax.vmap(lambda s, xs, ys: jr.scan(flt, s, xs, ys)[0]))
     block(fleet(inits, X, y))
     t_fleet = best_of(lambda: block(fleet(inits, X, y)))
     rate_fleet = num_filters * n / t_fleet

@@ -1,6 +1,7 @@
 """Run the benchmark scripts one after the other: ``python -m benchmarks.run_all [--full]``.
 
 Default (about 10 minutes on 2 cores): the full-covariance table (:mod:`benchmarks.bench_rvga`),
+one observation per call (:mod:`benchmarks.bench_step`),
 the small L-RVGA grid (``bench_lrvga --quick``), the memory/scale run at d = 1e6, p = 10
 with 1 and 3 inner loops (:mod:`benchmarks.scale_lrvga`) and Algorithm 1 with the iterate stored
 or recomputed (:mod:`benchmarks.bench_iterate`). ``--full`` adds the whole L-RVGA grid
@@ -16,6 +17,7 @@ from pathlib import Path
 
 DEFAULT = [
     ["benchmarks.bench_rvga"],
+    ["benchmarks.bench_step"],
     ["benchmarks.bench_lrvga", "--quick"],
     ["benchmarks.scale_lrvga", "--d", "1000000", "--p", "10", "--steps", "5", "--inner-loops", "1"],
     ["benchmarks.scale_lrvga", "--d", "1000000", "--p", "10", "--steps", "5", "--inner-loops", "3"],

@@ -135,7 +135,8 @@ def measure(model_name: str, d: int, p: int, steps: int, dtype_name: str, inner_
 
     t0 = time.perf_counter()
     init_exe = jax.jit(make_state).lower(jax.random.PRNGKey(1)).compile()
-    exe = core._scan_jit_donate.lower(flt, abstract_state(), keys, ys, None).compile()
+    scan = jax.jit(jr.scan, static_argnums=(0, 4), donate_argnums=(1,))
+    exe = scan.lower(flt, abstract_state(), keys, ys, None).compile()
     xla_temp = exe.memory_analysis().temp_size_in_bytes  # XLA's own account of the step's temporaries
     compile_s = time.perf_counter() - t0
     jax.block_until_ready((keys, ys))

@@ -6,17 +6,18 @@ observation. L-RVGA (Lambert, Bonnabel & Bach 2023) keeps the precision as
 ``W W^T + diag(psi)`` and maintains it by a recursive EM for factor analysis, in time
 and memory linear in the dimension.
 """
-from . import (beliefs, blocks, data, dual, factor_analysis, filters, implicit, io, klprox, lowrank, metrics,
-               models, online_em, schemes, sharding, special, validation)
-from .baselines import LaplaceResult, laplace
-from .core import (Filter, GaussianState, LowRankState, SolverInfo, run, trace_info,
+from . import (batch, beliefs, blocks, data, dual, factor_analysis, filters, implicit, io, klprox, lowrank,
+               metrics, models, online_em, schemes, sharding, special, validation)
+from .batch import LaplaceResult, laplace
+from .core import (Filter, GaussianState, LowRankState, SolverInfo, Step, run, scan, step_fn, trace_info,
                    trace_mean)
 from .filters import ekf, kalman, lrvga, mirror_prox, qkf, rvga
 from .predictive import Predictive, predictive
 
 __version__ = "0.1.0"
 
-__all__ = ["Filter", "GaussianState", "LowRankState", "SolverInfo", "run", "trace_info", "trace_mean",
-           "rvga", "lrvga", "kalman", "predictive", "Predictive", "ekf", "qkf", "laplace", "LaplaceResult", "mirror_prox",
-           "beliefs", "blocks", "data", "dual", "factor_analysis", "filters", "implicit", "io", "klprox", "lowrank", "metrics", "models",
-           "online_em", "schemes", "sharding", "special", "validation"]
+__all__ = ["Filter", "GaussianState", "LowRankState", "SolverInfo", "Step", "run", "scan", "step_fn",
+           "trace_info", "trace_mean", "rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "predictive",
+           "Predictive", "laplace", "LaplaceResult",
+           "batch", "beliefs", "blocks", "data", "dual", "factor_analysis", "filters", "implicit", "io", "klprox",
+           "lowrank", "metrics", "models", "online_em", "schemes", "sharding", "special", "validation"]
