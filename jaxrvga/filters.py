@@ -329,11 +329,12 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
           num_samples: Optional[int] = None, process_noise=None, frozen_noise=False, *,
           published: bool = False, num_iters: Optional[int] = None, max_iter: Optional[int] = None,
           correction: Optional[bool] = None, update_cov_twice: Optional[bool] = None,
-          tol: Optional[float] = None, fa_step: Optional[Callable] = None,
+          tol: Optional[float] = None, curvature: str = "ggn", fa_step: Optional[Callable] = None,
           psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None) -> Filter:
     """L-RVGA ([LRVGA]): the low-rank belief ``(W W^T + diag(psi))^{-1}`` times ``scheme``.
 
-    Same schemes and options as :func:`rvga` (``curvature`` is GGN only), plus:
+    Same schemes and options as :func:`rvga` (``curvature="hessian"`` is refused: the low-rank
+    precision needs a PSD curvature factor), plus:
 
     Args:
       rank: ``p``, the columns of ``W`` (1 <= p <= d).
@@ -366,7 +367,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
     if fa_step is not None and not callable(fa_step):
         raise ValueError("fa_step must be callable: fa_step(W, psi, X) -> (W, psi)")
     scheme, cfg = _configure(model, scheme, False, published, num_iters=num_iters, num_samples=num_samples,
-                             curvature="ggn", max_iter=max_iter, correction=correction,
+                             curvature=curvature, max_iter=max_iter, correction=correction,
                              update_cov_twice=update_cov_twice, tol=tol, frozen_noise=frozen_noise,
                              process_noise=process_noise)
     belief = LowRank(rank, inner_loops, bool(published), fa_step, float(psi_floor), block_rows)

@@ -1,0 +1,209 @@
+"""The one filter layer: beliefs x schemes.
+
+* Oracle: the low-rank belief at full rank follows the dense belief, scheme by scheme (the
+  default projection is exact when ``rank(L) <= p``), and both equal the exact posterior of a
+  linear-Gaussian model, one observation or a minibatch at a time.
+* Below full rank the default projection is far closer to the posterior than the published one.
+* Multi-class: the categorical EKF with logits ``(0, x^T theta)`` is the logistic EKF.
+* Same options, defaults and errors for both beliefs; skip-and-flag on non-finite input.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrvga as jr
+
+D = 6
+
+
+def full_rank_factors(P0):
+    """``(W, psi)`` with ``W W^T + diag(psi) = P0^{-1}`` exactly, ``W`` square."""
+    prec = np.linalg.inv(np.asarray(P0))
+    psi = np.full(prec.shape[0], 0.5 * np.linalg.eigvalsh(prec)[0])
+    return jnp.asarray(np.linalg.cholesky(prec - np.diag(psi))), jnp.asarray(psi)
+
+
+def logistic_data(T=100, d=D, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(T, d))
+    y = (rng.random(T) < 1 / (1 + np.exp(-X @ rng.normal(size=d)))).astype(float)
+    return jnp.asarray(X), jnp.asarray(y)
+
+
+def dense_cov(state):
+    return np.asarray(jr.lowrank.to_dense_covariance(state.W, state.psi))
+
+
+def run_both(model, scheme, X, y, P0, key=None, **kw):
+    dense = jr.rvga(model, scheme, **kw)
+    low = jr.lrvga(model, rank=X.shape[-1], scheme=scheme, **kw)
+    W0, psi0 = full_rank_factors(P0)
+    mu0 = jnp.zeros(X.shape[-1])
+    a, ta = jr.run(dense, dense.init(mu0, P0, key=key), X, y, trace_fn=jr.trace_mean)
+    b, tb = jr.run(low, low.init(mu0, W0, psi0, key=key), X, y, trace_fn=jr.trace_mean)
+    return a, ta, b, tb
+
+
+@pytest.mark.parametrize("scheme", ["implicit", "explicit", "extragrad", "ekf", "qkf"])
+def test_low_rank_at_full_rank_follows_the_dense_filter(scheme):
+    """lrvga(rank=d) and rvga give the same trajectory (1e-8) for every scheme of the logistic model."""
+    X, y = logistic_data()
+    P0 = 2.0 * jnp.eye(D)
+    a, ta, b, tb = run_both(jr.models.logistic(), scheme, X, y, P0)
+    scale = float(jnp.max(jnp.abs(ta)))
+    np.testing.assert_allclose(tb, ta, rtol=0, atol=1e-8 * scale)
+    np.testing.assert_allclose(dense_cov(b), a.cov, rtol=0, atol=1e-8 * float(jnp.max(a.cov)))
+    assert bool(a.info.converged) and bool(b.info.converged)
+    assert float(b.info.dropped) < 1e-10
+
+
+@pytest.mark.parametrize("scheme", ["sampled", "ekf"])
+def test_low_rank_at_full_rank_follows_the_dense_filter_nonlinear(scheme):
+    """A linear-Gaussian model written as ``nonlinear``: GGN and the antithetic sample mean are exact,
+    so both beliefs follow the Kalman filter."""
+    rng = np.random.default_rng(1)
+    X = jnp.asarray(rng.normal(size=(40, D)))
+    y = X @ jnp.asarray(rng.normal(size=D)) + jnp.asarray(rng.normal(size=40))
+    model = jr.models.nonlinear(lambda th, x: x @ th)
+    P0 = 3.0 * jnp.eye(D)
+    a, ta, b, tb = run_both(model, scheme, X, y, P0, key=jax.random.PRNGKey(0))
+    k, tk = jr.run(jr.kalman(1.0), jr.kalman(1.0).init(jnp.zeros(D), P0), X, y, trace_fn=jr.trace_mean)
+    np.testing.assert_allclose(ta, tk, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(tb, tk, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(dense_cov(b), k.cov, rtol=0, atol=1e-8)
+
+
+def exact_posterior(X, y, P0, noise_var=1.0):
+    prec = np.linalg.inv(P0) + X.T @ X / noise_var
+    cov = np.linalg.inv(prec)
+    return cov @ (X.T @ y) / noise_var, cov
+
+
+def correlated_linear(d=20, N=300, seed=0):
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(d, d))
+    X = rng.multivariate_normal(np.zeros(d), A @ A.T / d + 0.1 * np.eye(d), size=N)
+    y = X @ rng.normal(size=d) + rng.normal(size=N)
+    return X, y
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_full_rank_default_is_the_exact_posterior_one_by_one_and_in_minibatches(batch):
+    X, y = correlated_linear(d=8, N=60)
+    P0 = 9.0 * np.eye(8)
+    m, P = exact_posterior(X, y, P0)
+    xs, ys = X.reshape(-1, batch, 8), y.reshape(-1, batch)
+    W0, psi0 = full_rank_factors(P0)
+    low = jr.lrvga(jr.models.linear_gaussian(), rank=8)
+    dense = jr.rvga(jr.models.linear_gaussian())
+    b, _ = jr.run(low, low.init(jnp.zeros(8), W0, psi0), xs, ys)
+    a, _ = jr.run(dense, dense.init(jnp.zeros(8), P0), xs, ys)
+    for mean, cov in ((a.mean, a.cov), (b.mean, dense_cov(b))):
+        np.testing.assert_allclose(mean, m, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(cov, P, rtol=1e-9, atol=1e-12)
+
+
+def gaussian_kl(m, P, m_ref, P_ref):
+    """KL(N(m, P) || N(m_ref, P_ref))."""
+    prec = np.linalg.inv(P_ref)
+    d = len(m)
+    return 0.5 * (np.trace(prec @ P) + (m_ref - m) @ prec @ (m_ref - m) - d
+                  + np.linalg.slogdet(P_ref)[1] - np.linalg.slogdet(P)[1])
+
+
+@pytest.mark.parametrize("rank", [2, 5, 10])
+def test_default_projection_is_far_closer_to_the_posterior_than_the_published_one(rank):
+    """KL(q || exact posterior) at least 4x smaller than published=True on a correlated linear problem."""
+    X, y = correlated_linear()
+    d = X.shape[1]
+    m, P = exact_posterior(X, y, 9.0 * np.eye(d))
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(0), d, rank, prior_var=9.0)
+    kls = {}
+    for published in (False, True):
+        flt = jr.lrvga(jr.models.linear_gaussian(), rank=rank, published=published)
+        s, _ = jr.run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
+        kls[published] = gaussian_kl(np.asarray(s.mean), dense_cov(s), m, P)
+    assert kls[False] * 4 <= kls[True], kls
+
+
+def test_dropped_fraction_reports_when_the_rank_is_too_small():
+    X, y = correlated_linear(d=10, N=30)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(0), 10, 1, prior_var=1.0)
+    flt = jr.lrvga(jr.models.linear_gaussian(), rank=1)
+    s, dropped = jr.run(flt, flt.init(jnp.zeros(10), W0, psi0), X, y,
+                        trace_fn=lambda st, x, y: st.info.dropped)
+    assert np.all((np.asarray(dropped) >= 0) & (np.asarray(dropped) <= 1))
+    assert float(np.max(dropped)) > 0.1  # rank 1 cannot hold a 10-dimensional posterior
+
+
+def test_categorical_ekf_with_two_classes_is_the_logistic_ekf():
+    """Logits (0, x^T theta): the categorical likelihood and full Fisher give the logistic EKF (both beliefs)."""
+    X, y = logistic_data(T=50)
+    model = jr.models.nonlinear(lambda th, x: jnp.stack([jnp.zeros((), th.dtype), x @ th]),
+                                jr.models.categorical(2))
+    P0 = 2.0 * jnp.eye(D)
+    ref = jr.ekf(jr.models.logistic())
+    r, tr = jr.run(ref, ref.init(jnp.zeros(D), P0), X, y, trace_fn=jr.trace_mean)
+    a, ta, b, tb = run_both(model, "ekf", X, y.astype(jnp.int32), P0)
+    np.testing.assert_allclose(ta, tr, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(tb, tr, rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("scheme", ["exact", "implicit", "explicit", "extragrad", "ekf", "sampled"])
+def test_a_minibatch_of_one_is_the_single_observation_update(scheme):
+    model = jr.models.linear_gaussian(0.5)
+    X, y = correlated_linear(d=D, N=5)
+    for flt, state in ((jr.rvga(model, scheme), None), (jr.lrvga(model, rank=3, scheme=scheme), None)):
+        if flt.init.__code__.co_argcount == 4:  # (mean, W, psi, key)
+            W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), D, 3, prior_var=2.0)
+            state = flt.init(jnp.zeros(D), W0, psi0, key=jax.random.PRNGKey(2))
+        else:
+            state = flt.init(jnp.zeros(D), 2.0 * jnp.eye(D), key=jax.random.PRNGKey(2))
+        if scheme == "implicit":
+            with pytest.raises(ValueError, match="one observation"):
+                flt.update(state, X[:2], y[:2])
+        one, _ = jr.run(flt, state, X, y)
+        batch, _ = jr.run(flt, state, X[:, None, :], y[:, None])
+        np.testing.assert_allclose(batch.mean, one.mean, rtol=1e-12, atol=1e-12)
+
+
+def test_same_options_and_errors_for_both_beliefs():
+    model = jr.models.logistic()
+    for make in (lambda **kw: jr.rvga(model, **kw), lambda **kw: jr.lrvga(model, rank=2, **kw)):
+        with pytest.raises(ValueError, match="num_samples"):
+            make(scheme="ekf", num_samples=5)
+        with pytest.raises(ValueError, match="max_iter"):
+            make(scheme="explicit", max_iter=5)
+        with pytest.raises(ValueError, match="scheme"):
+            make(scheme="exact")
+        with pytest.raises(ValueError, match="process_noise"):
+            make(process_noise=-1.0)
+        with pytest.raises(ValueError, match="correction"):
+            make(scheme="ekf", correction=True)
+    with pytest.raises(ValueError, match="hessian"):
+        jr.lrvga(jr.models.nonlinear(lambda th, x: x @ th), rank=2, curvature="hessian")
+
+
+@pytest.mark.parametrize("scheme", ["exact", "explicit", "extragrad", "ekf", "sampled"])
+def test_low_rank_skips_and_flags_non_finite_input(scheme):
+    """A NaN or huge input keeps the (predicted) belief and sets converged = False."""
+    model = jr.models.linear_gaussian()
+    flt = jr.lrvga(model, rank=2, scheme=scheme)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), D, 2, prior_var=2.0)
+    state = flt.init(jnp.ones(D), W0, psi0, key=jax.random.PRNGKey(0))
+    for x in (jnp.full(D, jnp.nan), jnp.full(D, 1e200)):
+        new = flt.update(state, x, 1.0)
+        assert not bool(new.info.converged) and int(new.step) == 1
+        for field in ("mean", "W", "psi"):
+            np.testing.assert_array_equal(getattr(new, field), getattr(state, field))
+
+
+def test_published_option_keeps_the_papers_defaults():
+    """published=True: one EM loop from W_{t-1}, no mirror-prox correction (experiments/REPORT.md)."""
+    flt = jr.lrvga(jr.models.logistic(), rank=2, scheme="extragrad", published=True)
+    spec = flt.update.args[0]
+    assert spec.belief.published and spec.belief.inner_loops == 1
+    assert not spec.cfg.correction and not spec.cfg.update_cov_twice
+    default = jr.lrvga(jr.models.logistic(), rank=2, scheme="extragrad").update.args[0]
+    assert default.cfg.correction and default.cfg.update_cov_twice and not default.belief.published
