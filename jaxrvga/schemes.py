@@ -31,6 +31,7 @@ from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import implicit, special
 from .core import SolverInfo, solver_info
@@ -168,28 +169,46 @@ def implicit_site(model, belief, q, X, y, max_iter):
 
 # --------------------------------------------------------------------------- nonlinear sites
 
+def _root_rows(family, eta):
+    """Rows of the Fisher's square root as cotangents of ``eta``: ``U`` (r, *eta.shape), ``sum_r U_r U_r^T = F``.
+
+    Elementwise families: ``R = fisher_root(ravel(eta))``. Families whose ``fisher_root`` maps logits
+    (..., K) to blocks (..., K, K) (the categorical family, per observation of a minibatch): one
+    block per leading index, laid out block-diagonally.
+    """
+    blocks = jax.eval_shape(family.fisher_root, eta).shape
+    if eta.ndim >= 2 and blocks == eta.shape + eta.shape[-1:]:
+        R = family.fisher_root(eta)  # (B..., K, K)
+        lead = int(np.prod(eta.shape[:-1]))
+        K = eta.shape[-1]
+        R = R.reshape(lead, K, K)
+        U = jnp.einsum("ab,ark->arbk", jnp.eye(lead, dtype=R.dtype), R)
+        return U.reshape((lead * K,) + eta.shape)
+    R = family.fisher_root(jnp.ravel(eta))
+    return R.reshape((R.shape[0],) + eta.shape)
+
+
 def linearise(model, theta, x, y):
     """``(C, grad)`` at ``theta``: ``C = R J`` (r, d) with ``R^T R = F`` (GGN, [LRVGA] eq. 41), ``grad log p``.
 
-    ``R`` is the family's ``fisher_root`` (the full Fisher of a categorical output). Reverse mode
-    (one pullback per output) when ``eta`` has fewer outputs than parameters.
+    ``R`` is the family's ``fisher_root`` (the full Fisher of a categorical output, per observation).
+    Reverse mode (one pullback per row of ``R``) when ``eta`` has fewer outputs than parameters.
     """
     def eta_of(th):
-        return jnp.ravel(model.predict(th, x))
+        return model.predict(th, x)
 
     eta = eta_of(theta)
     log_prob = model.family.log_prob
     if jax.eval_shape(log_prob, y, eta).size > eta.size:
         raise ValueError(f"y of shape {jnp.shape(y)} has more components than the model's output eta "
-                         f"of shape {eta.shape}: each observation would be counted more than once")
+                         f"of shape {jnp.shape(eta)}: each observation would be counted more than once")
     dlogp = jax.grad(lambda e: jnp.sum(log_prob(y, e)))(eta)
-    R = model.family.fisher_root(eta)
-    if eta.shape[0] <= theta.shape[0]:
+    U = _root_rows(model.family, jnp.asarray(eta))
+    if U.shape[0] <= theta.shape[0]:
         _, pullback = jax.vjp(eta_of, theta)
-        C = jax.vmap(lambda u: pullback(u)[0])(R)
-        return C, pullback(dlogp)[0]
-    J = jax.jacfwd(eta_of)(theta)
-    return R @ J, dlogp @ J
+        return jax.vmap(lambda u: pullback(u)[0])(U), pullback(dlogp)[0]
+    J = jax.jacfwd(eta_of)(theta).reshape(-1, theta.shape[0])
+    return U.reshape(U.shape[0], -1) @ J, jnp.ravel(dlogp) @ J
 
 
 def ekf_site(model, q, x, y):

@@ -207,3 +207,29 @@ def test_published_option_keeps_the_papers_defaults():
     assert not spec.cfg.correction and not spec.cfg.update_cov_twice
     default = jr.lrvga(jr.models.logistic(), rank=2, scheme="extragrad").update.args[0]
     assert default.cfg.correction and default.cfg.update_cov_twice and not default.belief.published
+
+
+def test_categorical_minibatch_ekf_is_the_information_form_update():
+    """Softmax regression, a minibatch of m = 3 observations: the EKF step adds sum_i J_i^T F_i J_i
+    (full Fisher diag(p) - p p^T per observation) to the precision, exactly, in both beliefs."""
+    d, K, m = 4, 3, 3
+    rng = np.random.default_rng(0)
+    X, y = jnp.asarray(rng.normal(size=(m, d))), jnp.asarray(rng.integers(0, K, size=m))
+    model = jr.models.softmax_regression(d, K)
+    mu = jnp.asarray(rng.normal(size=d * K)) * 0.3
+    P0 = np.eye(d * K)
+    prec, g = np.linalg.inv(P0), np.zeros(d * K)
+    for i in range(m):
+        J = np.asarray(jax.jacfwd(model.predict)(mu, X[i]))
+        p = np.asarray(jax.nn.softmax(J @ np.asarray(mu)))
+        prec += J.T @ (np.diag(p) - np.outer(p, p)) @ J
+        g += J.T @ (np.eye(K)[int(y[i])] - p)
+    cov = np.linalg.inv(prec)
+    dense = jr.rvga(model, "ekf")
+    a = dense.update(dense.init(mu, P0), X, y)
+    np.testing.assert_allclose(a.cov, cov, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a.mean, mu + cov @ g, rtol=0, atol=1e-12)
+    low = jr.lrvga(model, rank=d * K, scheme="ekf")
+    b = low.update(low.init(mu, *full_rank_factors(P0)), X, y)
+    np.testing.assert_allclose(b.mean, mu + cov @ g, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(dense_cov(b), cov, rtol=0, atol=1e-10)

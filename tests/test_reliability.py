@@ -95,6 +95,7 @@ LONG_LOWRANK = {
     "lrvga_extragrad": dict(scheme="extragrad"),
     "lrvga_ekf": dict(scheme="ekf"),
     "lrvga_sampled": dict(scheme="sampled", num_samples=4),
+    "lrvga_explicit_published": dict(scheme="explicit", published=True),
 }
 
 
@@ -127,8 +128,18 @@ def test_lrvga_1e5_float32_steps_keep_psi_positive_and_W_finite(name):
     assert state.W.dtype == jnp.float32 and state.psi.dtype == jnp.float32
     assert int(state.step) == N_LONG
     assert_lowrank_healthy(state)
-    assert bool(jnp.all(info.converged))
-    assert float(jnp.max(info.residual)) <= 64 * EPS32
+    flagged = np.asarray(~info.converged)
+    if LONG_LOWRANK[name].get("published"):
+        assert not flagged.any()  # the published projection keeps psi large: never singular here
+    else:
+        # The default keeps more curvature in W, so psi gets small: where W W^T + diag(psi) is no
+        # longer factorisable in float32 (M = I + W^T Psi^-1 W with cond > 1/eps), the step is
+        # skipped and flagged rather than applied (0.2 % of the steps for the explicit scheme).
+        assert flagged.mean() <= 0.005, f"{flagged.sum()} steps flagged"
+    if name == "lrvga_sampled":  # flagged exactly where the Monte-Carlo iteration moved the mean > tol
+        np.testing.assert_array_equal(flagged, np.asarray(info.residual) > 1e-2)
+    else:
+        assert float(jnp.max(info.residual)) <= 64 * EPS32
 
 
 @pytest.mark.slow
@@ -297,7 +308,7 @@ def test_lrvga_float32_psi_floor_binds_when_the_target_has_no_uniquenesses():
     rng = np.random.default_rng(5)
     W0 = jnp.asarray(rng.normal(size=(d, p)), jnp.float32)
     x = W0 @ jnp.asarray(rng.normal(size=p), jnp.float32)
-    flt = lrvga(jr.models.linear_gaussian(1.0), rank=p)
+    flt = lrvga(jr.models.linear_gaussian(1.0), rank=p, published=True)  # Algorithm 1's floor
     out = flt.update(flt.init(jnp.zeros(d, jnp.float32), W0, jnp.full(d, 1e-30, jnp.float32)), x,
                      jnp.float32(0.5))
     diagS = np.sum(np.asarray(W0, np.float64) ** 2, axis=1) + 1e-30 + np.asarray(x, np.float64) ** 2
@@ -307,6 +318,13 @@ def test_lrvga_float32_psi_floor_binds_when_the_target_has_no_uniquenesses():
     assert bool(jnp.any(jnp.isclose(out.psi, floor, rtol=1e-5)))  # the floor is what keeps psi > 0
     assert bool(jnp.all(jnp.isfinite(out.W)))
     assert bool(jnp.all(jnp.isfinite(lowrank.factorize(out.W, out.psi).chol)))
+    # The default's mean step solves with W W^T + x x^T + 1e-30 I itself, which float32 cannot
+    # factorise: the step is skipped and flagged, the (finite) belief kept.
+    default = lrvga(jr.models.linear_gaussian(1.0), rank=p)
+    start = default.init(jnp.zeros(d, jnp.float32), W0, jnp.full(d, 1e-30, jnp.float32))
+    out = default.update(start, x, jnp.float32(0.5))
+    assert not bool(out.info.converged) and bool(jnp.all(jnp.isfinite(out.W)))
+    np.testing.assert_array_equal(out.psi, start.psi)
 
 
 # ============================================================================ real states: zoo
