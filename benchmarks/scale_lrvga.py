@@ -79,7 +79,8 @@ def _current_rss_bytes() -> int:
     return _status_bytes("VmRSS")
 
 
-def measure(model_name: str, d: int, p: int, steps: int, dtype_name: str, inner_loops: int) -> dict:
+def measure(model_name: str, d: int, p: int, steps: int, dtype_name: str, inner_loops: int,
+            published: bool = False) -> dict:
     """Run one model in this process and return its figures (call in a fresh process)."""
     import jax
 
@@ -93,7 +94,7 @@ def measure(model_name: str, d: int, p: int, steps: int, dtype_name: str, inner_
 
     dtype = jnp.dtype(dtype_name)
     model = models.linear_gaussian(1.0) if model_name == "linear" else models.logistic()
-    base = lrvga(model, rank=p, inner_loops=inner_loops, published=True)
+    base = lrvga(model, rank=p, inner_loops=inner_loops, published=published)
 
     def update(state, key, y_unused):
         """Draw (x_t, y_t) inside the step, then the L-RVGA update."""
@@ -159,7 +160,7 @@ def measure(model_name: str, d: int, p: int, steps: int, dtype_name: str, inner_
     state_bytes = dtype.itemsize * d * (p + 2)
     return {
         "model": model_name, "d": d, "p": p, "steps": steps, "dtype": dtype_name,
-        "inner_loops": inner_loops, "compile_s": compile_s, "run_s": run_s,
+        "inner_loops": inner_loops, "published": published, "compile_s": compile_s, "run_s": run_s,
         "ms_per_step": 1e3 * run_s / steps, "baseline_MB": baseline / 1e6,
         "state_alloc_MB": (after_state - baseline) / 1e6, "init_peak_MB": (init_peak - baseline) / 1e6,
         "peak_above_baseline_MB": (peak - baseline) / 1e6, "run_peak_only": reset,
@@ -178,6 +179,8 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=100, help="number of observations")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--inner-loops", type=int, default=1, help="EM inner loops (n_in)")
+    parser.add_argument("--published", action="store_true",
+                        help="the published L-RVGA (jr.lrvga(..., published=True)); default: the library default")
     parser.add_argument("--models", nargs="+", choices=("linear", "logistic"),
                         default=["linear", "logistic"])
     parser.add_argument("--single", choices=("linear", "logistic"), help=argparse.SUPPRESS)
@@ -185,11 +188,12 @@ def main(argv=None):
 
     if args.single:  # child process: one model, JSON on the last line
         print(json.dumps(measure(args.single, args.d, args.p, args.steps, args.dtype,
-                                 args.inner_loops)))
+                                 args.inner_loops, args.published)))
         return 0
 
     print(f"L-RVGA at d = {args.d:,}, p = {args.p}, {args.steps} steps, {args.dtype}, "
-          f"{args.inner_loops} inner loop(s); data drawn inside the scan; state donated")
+          f"{args.inner_loops} inner loop(s), {'published' if args.published else 'default'} projection; "
+          "data drawn inside the scan; state donated")
     header = (f"{'model':<9} {'ms/step':>9} {'compile s':>9} {'baseline MB':>11} {'init MB':>8} "
               f"{'peak-base MB':>12} {'state MB':>9} {'ratio':>6}")
     print(header)
@@ -198,7 +202,7 @@ def main(argv=None):
     for name in args.models:
         cmd = [sys.executable, "-m", "benchmarks.scale_lrvga", "--single", name, "--d", str(args.d),
                "--p", str(args.p), "--steps", str(args.steps), "--dtype", args.dtype,
-               "--inner-loops", str(args.inner_loops)]
+               "--inner-loops", str(args.inner_loops)] + (["--published"] if args.published else [])
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
         if out.returncode != 0:

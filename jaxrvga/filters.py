@@ -39,8 +39,8 @@ from .beliefs import Dense, LowRank
 from .core import Filter, solver_info
 from .factor_analysis import PSI_FLOOR
 from .models import Model
-from .schemes import Config, Increment
-from .validation import check_choice, check_positive, is_concrete, positive_int
+from .schemes import Config
+from .validation import check_choice, is_concrete, positive_int
 
 SCHEMES = ("exact", "implicit", "explicit", "extragrad", "ekf", "qkf", "sampled")
 CURVATURES = ("ggn", "hessian")
@@ -202,17 +202,16 @@ def _make_check(model: Model):
 # --------------------------------------------------------------------------- configuration
 
 def _default_scheme(model: Model) -> str:
-    if model.kind == "linear_gaussian":
+    if model.has_exact_update:
         return "exact"
     return "implicit" if model.is_glm else "sampled"
 
 
-def _check_model_scheme(model, scheme, dense: bool):
+def _check_model_scheme(model, scheme):
     if not isinstance(model, Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
     check_choice("scheme", scheme, SCHEMES)
-    needs = {"exact": model.kind == "linear_gaussian", "extragrad": model.is_glm,
-             "qkf": model.kind == "logistic"}
+    needs = {"exact": model.has_exact_update, "extragrad": model.is_glm, "qkf": model.has_logistic_root}
     if not needs.get(scheme, True):
         raise ValueError(f"scheme {scheme!r} does not apply to the {model.kind} model")
 
@@ -233,7 +232,7 @@ def _configure(model, scheme, dense, published, *, num_iters, num_samples, curva
                correction, update_cov_twice, tol, frozen_noise, process_noise):
     """Validate the options once for both beliefs; returns ``(scheme, Config)``."""
     scheme = _default_scheme(model) if scheme is None else scheme
-    _check_model_scheme(model, scheme, dense)
+    _check_model_scheme(model, scheme)
     _check_process_noise(process_noise)
     check_choice("curvature", curvature, CURVATURES)
     if not model.is_glm and scheme in ("implicit", "explicit"):  # the Monte-Carlo implicit iteration
@@ -420,4 +419,4 @@ def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: boo
                 process_noise=process_noise)
 
 
-__all__ = ["rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "SCHEMES", "Spec", "Increment"]
+__all__ = ["rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "SCHEMES", "Spec"]

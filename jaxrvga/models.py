@@ -200,9 +200,9 @@ def categorical(num_classes: int) -> Family:
 class Model(NamedTuple):
     """An observation model ``p(y | theta, x) = family(y | eta = predict(theta, x))``.
 
-    ``kind`` is ``"linear_gaussian"``, ``"logistic"``, ``"glm"`` or ``"nonlinear"``;
-    filters dispatch on it to use the exact scheme where one exists.
-    ``moments`` (GLMs only) maps ``(m, v, y)`` to the pair
+    ``kind`` (``"linear_gaussian"``, ``"logistic"``, ``"glm"`` or ``"nonlinear"``) names it; the
+    filters ask its capabilities instead: :attr:`is_glm`, :attr:`has_exact_update`,
+    :attr:`has_logistic_root`. ``moments`` (GLMs only) maps ``(m, v, y)`` to the pair
     ``(E[d log p/d eta], E[d^2 log p/d eta^2])`` for ``eta ~ N(m, v)``.
     """
 
@@ -217,6 +217,16 @@ class Model(NamedTuple):
     def is_glm(self) -> bool:
         """True when ``eta = x^T theta`` (the 1-D projection applies)."""
         return self.kind in ("linear_gaussian", "logistic", "glm")
+
+    @property
+    def has_exact_update(self) -> bool:
+        """True for the linear-Gaussian model: the R-VGA step is the Kalman update ([RVGA] Thm 2)."""
+        return self.kind == "linear_gaussian"
+
+    @property
+    def has_logistic_root(self) -> bool:
+        """True for logistic regression: the implicit step is the 2-D root of [RVGA] eqs. (69)-(70)."""
+        return self.kind == "logistic"
 
     def log_lik(self, theta, x, y):
         """``log p(y | theta, x)`` summed over the components of ``y``."""

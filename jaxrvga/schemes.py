@@ -153,7 +153,7 @@ def implicit_site(model, belief, q, X, y, max_iter):
     ``1/nu - 1/nu0`` and gradient ``(alpha - alpha0) / nu0``. Both with the previous precision.
     """
     alpha0, nu0 = belief.marginal(q, X)
-    if model.kind == "logistic":
+    if model.has_logistic_root:
         alpha, nu, info = implicit.solve_logistic(alpha0[0], nu0[0], y[0], max_iter)
         k = special.probit_k(nu)
         c, coef = k * special.sig1(k * alpha), y[0] - special.sigmoid(k * alpha)
