@@ -9,7 +9,7 @@ bound ``f_n(h, rho) >= E_{N(eta | h, rho)}[-log p(y_n | eta)]`` has the dual (16
     m* = mu - Sigma W^T alpha*,    V* = A_lam*^{-1} = (Sigma^{-1} + W^T diag(lam*) W)^{-1}          (17)-(18)
 
 with ``mu~ = W mu`` and ``Sigma~ = W Sigma W^T``. (The text of [DUAL] stops at (20); the
-conjugates below are derived here, [reproduction] §1 F.)
+conjugates below are derived here.)
 
 The conjugates implemented here all have the form ``f_n*(alpha, lam) = phi_n(alpha)`` on the
 domain ``lam <= lam_max_n(alpha)`` (and ``+inf`` above it), because each ``f_n`` is affine in
@@ -379,7 +379,7 @@ def fit(model: Union[Model, Conjugate], W, y, prior_mean, prior_cov, *, max_iter
 
 def fenchel_young_gap(conj: Conjugate, alpha, lam, h, rho, y):
     """``f(h, rho) + f*(alpha, lam) - alpha h - lam rho / 2 >= 0`` elementwise; zero iff ``(h, rho)``
-    attains the sup in (19), i.e. the dual optimality condition ([reproduction] check 24)."""
+    attains the sup in (19), i.e. the dual optimality condition of (19)."""
     return conj.f(h, rho, y) + conj.phi(alpha, y) - alpha * h - 0.5 * lam * rho
 
 

@@ -167,7 +167,7 @@ def residuals_and_jacobian(alpha, log_nu, alpha0, nu0, y):
     """``(f, g)`` of eqs. (69)-(70) and their analytic Jacobian in ``(alpha, log nu)``.
 
     With ``u = k alpha``, ``k' = dk/dlog nu = -k nu / (2 (nu + beta^2))`` and
-    ``D = (1 + nu0 k sig'(u))^2`` ([reproduction] B5)::
+    ``D = (1 + nu0 k sig'(u))^2`` (derivatives of [RVGA] eqs. 69-70)::
 
         df/dalpha = 1 + nu0 k sig'(u)            df/dlog nu = nu0 alpha k' sig'(u)
         dg/dalpha = nu0^2 k^2 sig''(u) / D       dg/dlog nu = nu + nu0^2 k' (sig'(u) + u sig''(u)) / D

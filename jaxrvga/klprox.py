@@ -15,7 +15,7 @@ precisions ``gt`` only, so that it applies to Gaussian processes. Any fixed poin
 ``m = mu - Sigma X^T alpha`` and ``V^{-1} = Sigma^{-1} + X^T diag(gamma) X``: it is the
 variational-Gaussian optimum, and the exact posterior for a Gaussian likelihood.
 
-Corrections to the printed paper ([reproduction] §1 E3 and §4 item 10):
+Corrections to the printed paper (see also experiments/REPORT.md):
 
 * ``alpha`` and ``gamma`` follow the definitions (12); Algorithm 1 prints them without the
   minus sign and without the factor -2.
@@ -444,7 +444,7 @@ def fit_kernel(likelihood: Union[Model, Family], K, y, prior_mean=None, r=0.8,
       likelihood: a Model or Family (:func:`laplace_family`, ``jr.models.bernoulli()``, ...).
       K: (N, N) prior covariance of the latent values; y: (N,); prior_mean: (N,) or None (zero).
       r, max_iter, tol, num_points, adaptive: as in :func:`fit` (the same iterates as :func:`fit`
-        with ``exact=True``, also under the step control); the stopping rule is E3 (d):
+        with ``exact=True``, also under the step control); the stopping rule is
         ``||mu~ - mt - K alpha|| / (1 + ||mu~||) + ||gt - gamma|| / (1 + ||gamma||) < tol``.
       gt0: initial site precisions (scalar or (N,)), >= 0.
       exact: use ``gt_{k+1}`` in ``A`` (consistent with (18)), or ``gt_k`` as in the printed (19)

@@ -45,7 +45,7 @@ def probit_moments(m, v):
 
     For ``a ~ N(m, v)`` returns ``(E[sig(a)], E[sig'(a)])`` approximated by
     ``(sig(k m), k sig1(k m))`` with ``k = k(v)``. The approximation error is below
-    0.014 and 0.010 respectively for all ``m`` and ``v`` ([reproduction] check 19).
+    0.014 and 0.010 respectively for all ``m`` and ``v``.
     """
     k = probit_k(v)
     return sigmoid(k * m), k * sig1(k * m)

@@ -20,8 +20,13 @@ def is_concrete(x) -> bool:
 
 
 def check_float_array(name: str, x):
-    """Return ``x`` as a floating JAX array; raise if it is not numeric."""
-    x = jnp.asarray(x)
+    """Return ``x`` as a floating JAX array; raise if it is not real numeric (complex refused)."""
+    if np.iscomplexobj(x):
+        raise ValueError(f"{name} must be a real array, got a complex one (its imaginary part would be lost)")
+    try:
+        x = jnp.asarray(x)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a real array ({err})") from None
     if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)
             or x.dtype == jnp.bool_):
         raise ValueError(f"{name} must be a real array, got dtype {x.dtype}")
@@ -41,8 +46,16 @@ def check_vector(name: str, x, dim: int | None = None):
     return x
 
 
+def check_finite(name: str, x):
+    """Raise if concrete ``x`` holds a NaN or inf (skipped inside a trace); returns ``x``."""
+    if is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
+        raise ValueError(f"{name} must be finite (it contains NaN or inf)")
+    return x
+
+
 def check_cov(name: str, cov, dim: int, rtol: float = 1e-6):
-    """``cov`` must be a square (dim, dim) matrix, symmetric where concrete."""
+    """``cov`` must be a square (dim, dim) matrix; where concrete, finite, symmetric and positive
+    definite (a Cholesky factorisation in NumPy float64 succeeds)."""
     cov = check_float_array(name, cov)
     if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
         raise ValueError(f"{name} must be a square matrix, got shape {cov.shape}")
@@ -56,6 +69,10 @@ def check_cov(name: str, cov, dim: int, rtol: float = 1e-6):
         if np.max(np.abs(c - c.T)) > rtol * scale:
             raise ValueError(f"{name} must be symmetric; max |{name} - {name}^T| = "
                              f"{np.max(np.abs(c - c.T)):.3g}")
+        try:
+            np.linalg.cholesky(0.5 * (c + c.T))
+        except np.linalg.LinAlgError:
+            raise ValueError(f"{name} must be positive definite") from None
     return cov
 
 
@@ -109,15 +126,6 @@ def check_choice(name: str, value, allowed: Iterable[str]):
     if value not in allowed:
         raise ValueError(f"unknown {name} {value!r}; expected one of {allowed}")
     return value
-
-
-def check_finite_data(name: str, x):
-    """Raise if concrete data contain NaN or inf (used by ``validate=True`` paths)."""
-    if is_concrete(x):
-        for leaf in jax.tree_util.tree_leaves(x):
-            if not np.all(np.isfinite(np.asarray(leaf))):
-                raise ValueError(f"{name} contains NaN or inf")
-    return x
 
 
 def check_batch_problem(family, X, y, prior_mean, prior_cov, x_name: str = "X"):
