@@ -53,9 +53,10 @@ def check_finite(name: str, x):
     return x
 
 
-def check_cov(name: str, cov, dim: int, rtol: float = 1e-6):
+def check_cov(name: str, cov, dim: int, rtol: float = 1e-6, semidefinite: bool = False):
     """``cov`` must be a square (dim, dim) matrix; where concrete, finite, symmetric and positive
-    definite (a Cholesky factorisation in NumPy float64 succeeds)."""
+    definite (a Cholesky factorisation in NumPy float64 succeeds). ``semidefinite=True`` (kernel
+    matrices, often singular) accepts eigenvalues down to ``-sqrt(eps) max|eig|`` instead."""
     cov = check_float_array(name, cov)
     if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
         raise ValueError(f"{name} must be a square matrix, got shape {cov.shape}")
@@ -69,6 +70,11 @@ def check_cov(name: str, cov, dim: int, rtol: float = 1e-6):
         if np.max(np.abs(c - c.T)) > rtol * scale:
             raise ValueError(f"{name} must be symmetric; max |{name} - {name}^T| = "
                              f"{np.max(np.abs(c - c.T)):.3g}")
+        if semidefinite:
+            eig = np.linalg.eigvalsh(0.5 * (c + c.T)) if c.size else np.zeros(1)
+            if eig[0] < -np.sqrt(np.finfo(np.float64).eps) * max(np.max(np.abs(eig)), 1e-300):
+                raise ValueError(f"{name} must be positive semidefinite, got an eigenvalue {eig[0]:.3g}")
+            return cov
         try:
             np.linalg.cholesky(0.5 * (c + c.T))
         except np.linalg.LinAlgError:
@@ -138,8 +144,10 @@ def check_batch_problem(family, X, y, prior_mean, prior_cov, x_name: str = "X"):
     if X.ndim != 2:
         raise ValueError(f"{x_name} must be a matrix of shape (N, D), got shape {X.shape}")
     N, D = X.shape
+    if D == 0:
+        raise ValueError(f"{x_name} must have at least one column (D >= 1), got shape {X.shape}")
     y = check_vector("y", y, N)
-    mu = check_vector("prior_mean", prior_mean, D)
+    mu = check_finite("prior_mean", check_vector("prior_mean", prior_mean, D))
     Sigma = check_cov("prior_cov", prior_cov, D)
     if family is not None:
         family.check_y("y", y)
