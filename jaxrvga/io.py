@@ -15,7 +15,8 @@ file loads with ``allow_pickle=False``. A user-defined state is saved and loaded
 Round trips are bit-identical: dtypes are kept (float32 stays float32, bfloat16 is stored by its
 bits), JAX weak types are kept, typed PRNG keys (``jax.random.key``) are stored as their key data
 plus the PRNG implementation name, and raw ``uint32`` keys (``jax.random.PRNGKey``) as arrays.
-So a stream processed in two halves with a save/load between gives the same state as one run.
+So a stream processed in two halves with a save/load between continues exactly from the saved
+state (equal to one run to rounding: scans of different lengths are different compiled programs).
 """
 from __future__ import annotations
 

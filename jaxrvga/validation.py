@@ -137,8 +137,9 @@ def check_choice(name: str, value, allowed: Iterable[str]):
 def check_batch_problem(family, X, y, prior_mean, prior_cov, x_name: str = "X"):
     """Validate a batch Bayesian GLM problem and cast it to one float dtype.
 
-    ``X`` (N, D), ``y`` (N,) valid for ``family`` (where concrete; ``family`` may be None),
-    ``prior_mean`` (D,), ``prior_cov`` (D, D) symmetric. Returns ``(X, y, prior_mean, prior_cov)``.
+    ``X`` (N, D) with D >= 1, ``y`` (N,) valid for ``family`` (where concrete; ``family`` may be
+    None), ``prior_mean`` (D,), ``prior_cov`` (D, D) symmetric positive definite; all finite where
+    concrete. Returns ``(X, y, prior_mean, prior_cov)``.
     """
     X = check_float_array(x_name, X)
     if X.ndim != 2:
@@ -146,7 +147,8 @@ def check_batch_problem(family, X, y, prior_mean, prior_cov, x_name: str = "X"):
     N, D = X.shape
     if D == 0:
         raise ValueError(f"{x_name} must have at least one column (D >= 1), got shape {X.shape}")
-    y = check_vector("y", y, N)
+    check_finite(x_name, X)
+    y = check_finite("y", check_vector("y", y, N))
     mu = check_finite("prior_mean", check_vector("prior_mean", prior_mean, D))
     Sigma = check_cov("prior_cov", prior_cov, D)
     if family is not None:

@@ -237,7 +237,8 @@ def test_step_control_converges_where_the_paper_step_diverges_kernel():
 def test_step_control_keeps_the_paper_iterates_when_they_ascend():
     """While every proposal is accepted, the controlled iteration is the paper's: on the check-20 problem
     (logistic, r = 0.8, GH-60), where (16)-(17) increases the ELBO at every step, the iterates after k steps
-    equal the fixed-r ones bit for bit (no rejection, r stays 0.8), in both forms."""
+    equal the fixed-r ones to rounding (no rejection, r stays 0.8), in both forms; the two loops are
+    different compiled programs, so bits may differ."""
     _, X, _, mu, Sigma, y = _problem()
     lg = models.logistic()
     e = [float(klprox.fit(lg, X, y, mu, Sigma, r=0.8, max_iter=k, tol=0.0, num_points=60, adaptive=False).elbo)
@@ -247,15 +248,15 @@ def test_step_control_keeps_the_paper_iterates_when_they_ascend():
         a = klprox.fit(lg, X, y, mu, Sigma, r=0.8, max_iter=k, tol=0.0, num_points=60)
         f = klprox.fit(lg, X, y, mu, Sigma, r=0.8, max_iter=k, tol=0.0, num_points=60, adaptive=False)
         assert int(a.rejected) == 0 and float(a.r) == 0.8
-        np.testing.assert_array_equal(a.mean, f.mean)
-        np.testing.assert_array_equal(a.cov, f.cov)
+        np.testing.assert_allclose(a.mean, f.mean, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(a.cov, f.cov, rtol=1e-12, atol=1e-14)
         K = X @ Sigma @ X.T
         ka = klprox.fit_kernel(lg, K, y, X @ mu, r=0.8, max_iter=k, tol=0.0, num_points=60)
         kf = klprox.fit_kernel(lg, K, y, X @ mu, r=0.8, max_iter=k, tol=0.0, num_points=60,
                                adaptive=False, exact=True)
         assert int(ka.rejected) == 0
-        np.testing.assert_array_equal(ka.mean, kf.mean)
-        np.testing.assert_array_equal(ka.var, kf.var)
+        np.testing.assert_allclose(ka.mean, kf.mean, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(ka.var, kf.var, rtol=1e-12, atol=1e-14)
 
 
 def test_gp_prediction_eq20():
