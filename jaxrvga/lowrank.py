@@ -208,8 +208,12 @@ def sample(key, mean, W, psi, num: int):
 
 
 def _check_init_args(dim, rank, prior_var):
-    dim, rank = positive_int("dim", dim), positive_int("rank", rank)
-    if rank > dim:
+    dim = positive_int("dim", dim)
+    try:
+        rank = positive_int("rank", rank)
+    except ValueError:
+        rank = None
+    if rank is None or rank > dim:
         raise ValueError(f"rank must satisfy 1 <= rank <= dim={dim}, got rank={rank}")
     prior_var = check_float_array("prior_var", prior_var)
     if prior_var.shape not in ((), (dim,)):

@@ -1,4 +1,4 @@
-"""Dual variational inference ([DUAL]); [reproduction] §3 checks 23-24."""
+"""Dual variational inference ([DUAL] eqs. 11-20): strong duality, Fenchel-Young optimality, the JJ bound ([RVGA] eqs. 82-83)."""
 import jax
 import jax.numpy as jnp
 import numpy as np

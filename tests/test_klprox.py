@@ -1,4 +1,4 @@
-"""KL proximal-gradient VI ([KLPROX]); [reproduction] §3 checks 20-22 and §2.5's synthetic substitute."""
+"""KL proximal-gradient VI ([KLPROX] eqs. 7-20): GLM and kernel forms, fixed points, step control; synthetic GP data."""
 import jax
 import jax.numpy as jnp
 import numpy as np
