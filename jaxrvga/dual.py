@@ -9,7 +9,7 @@ bound ``f_n(h, rho) >= E_{N(eta | h, rho)}[-log p(y_n | eta)]`` has the dual (16
     m* = mu - Sigma W^T alpha*,    V* = A_lam*^{-1} = (Sigma^{-1} + W^T diag(lam*) W)^{-1}          (17)-(18)
 
 with ``mu~ = W mu`` and ``Sigma~ = W Sigma W^T``. (The text of [DUAL] stops at (20); the
-conjugates below are derived here, [reproduction] §1 F.)
+conjugates below are derived here.)
 
 The conjugates implemented here all have the form ``f_n*(alpha, lam) = phi_n(alpha)`` on the
 domain ``lam <= lam_max_n(alpha)`` (and ``+inf`` above it), because each ``f_n`` is affine in
@@ -44,8 +44,9 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import gammaln, xlogy
 
 from . import metrics
+from .special import jj_lambda
 from .models import Model
-from .validation import check_batch_problem, check_vector
+from .validation import check_batch_problem, check_vector, is_concrete
 
 
 class Conjugate(NamedTuple):
@@ -75,14 +76,6 @@ def gaussian_conjugate(noise_var) -> Conjugate:
     )
 
 
-def jj_curvature(xi):
-    """Jaakkola-Jordan curvature ``c(xi) = tanh(xi/2) / (4 xi)`` (limit 1/8 at xi = 0)."""
-    xi = jnp.abs(xi)
-    small = xi < 1e-4
-    xs = jnp.where(small, 1.0, xi)
-    return jnp.where(small, 0.125 - xi**2 / 96.0, jnp.tanh(0.5 * xs) / (4.0 * xs))
-
-
 def _log2cosh_half(xi):
     """``log(2 cosh(xi / 2)) = logaddexp(xi/2, -xi/2)``."""
     return jnp.logaddexp(0.5 * xi, -0.5 * xi)
@@ -94,7 +87,8 @@ def jj_conjugate(xi) -> Conjugate:
     Derivation. With ``y in {0, 1}``, ``-log p(y | eta) = log(1 + e^eta) - y eta
     = (1/2 - y) eta + log(2 cosh(eta/2))``. The function ``t -> log(2 cosh(sqrt(t)/2))`` is
     concave, so its tangent at ``t = xi^2`` bounds it from above:
-    ``log(2 cosh(eta/2)) <= log(2 cosh(xi/2)) + c (eta^2 - xi^2)``, ``c = tanh(xi/2) / (4 xi)``.
+    ``log(2 cosh(eta/2)) <= log(2 cosh(xi/2)) + c (eta^2 - xi^2)``, ``c = tanh(xi/2) / (4 xi)``
+    (:func:`jaxrvga.special.jj_lambda`, the ``-eta`` of [RVGA] eq. 83).
     Taking ``E_{N(eta | h, rho)}`` (``E eta^2 = h^2 + rho``) gives the convex LVB::
 
         f(h, rho) = (1/2 - y) h + c (h^2 + rho) + log(2 cosh(xi/2)) - c xi^2   >= E[-log p]
@@ -110,7 +104,7 @@ def jj_conjugate(xi) -> Conjugate:
     tight-bound update ``xi_n^2 = h_n^2 + rho_n`` (``h = W m*``, ``rho = Diag(W V* W^T)``).
     """
     xi = jnp.asarray(xi)
-    c = jj_curvature(xi)
+    c = jj_lambda(xi)
     k = _log2cosh_half(xi) - c * xi**2
     return Conjugate(
         name="logistic_jj",
@@ -350,6 +344,8 @@ def fit(model: Union[Model, Conjugate], W, y, prior_mean, prior_cov, *, max_iter
     W, y, mu, Sigma = check_batch_problem(model.family if isinstance(model, Model) else None,
                                           W, y, prior_mean, prior_cov, x_name="W")
     N, Ld = W.shape
+    if N == 0:
+        raise ValueError(f"W must have at least one row (N >= 1 observations), got shape {W.shape}")
     dtype = W.dtype
     mu_t, Sigma_t = W @ mu, W @ Sigma @ W.T
 
@@ -359,11 +355,15 @@ def fit(model: Union[Model, Conjugate], W, y, prior_mean, prior_cov, *, max_iter
             alpha0 = jnp.full((N,), fill, dtype)
         else:
             alpha0 = check_vector("alpha0", alpha0, N).astype(dtype)
+            if is_concrete((alpha0, y)) and not bool(jnp.all(conj.feasible(alpha0, y))):
+                raise ValueError(f"alpha0 must lie in the domain of the {conj.name} conjugate "
+                                 "(for Poisson: alpha0 + y > 0)")
         alpha, its, res = _newton(_reduced(conj, y, mu_t, Sigma_t), alpha0, max_iter, tol)
         lam = conj.lam_max(alpha, y)
         value = dual_objective(conj, alpha, lam, y, mu_t, Sigma_t)
         xi = None
-        converged = res <= tol
+        # Outside the domain D = +inf has a zero gradient: only a finite value counts as converged.
+        converged = (res <= tol) & jnp.isfinite(value)
     else:
         if alpha0 is not None:
             check_vector("alpha0", alpha0, N)
@@ -372,14 +372,15 @@ def fit(model: Union[Model, Conjugate], W, y, prior_mean, prior_cov, *, max_iter
                                           accelerate)
         alpha, lam, _, value = _jj_solve(Sigma_t, mu_t, y, xi)  # at the last EM update of xi
         its = its + 1
-        converged = res <= xi_tol
+        converged = (res <= xi_tol) & jnp.isfinite(value)
     mean, cov = _posterior(W, mu, Sigma, alpha, lam)
+    converged = converged & jnp.all(jnp.isfinite(mean)) & jnp.all(jnp.isfinite(cov))
     return DualResult(mean, cov, alpha, lam, value, its, converged, res, xi)
 
 
 def fenchel_young_gap(conj: Conjugate, alpha, lam, h, rho, y):
     """``f(h, rho) + f*(alpha, lam) - alpha h - lam rho / 2 >= 0`` elementwise; zero iff ``(h, rho)``
-    attains the sup in (19), i.e. the dual optimality condition ([reproduction] check 24)."""
+    attains the sup in (19), i.e. the dual optimality condition of (19)."""
     return conj.f(h, rho, y) + conj.phi(alpha, y) - alpha * h - 0.5 * lam * rho
 
 
@@ -391,4 +392,4 @@ def lvb_elbo(conj: Conjugate, W, y, prior_mean, prior_cov, mean, cov):
 
 
 __all__ = ["Conjugate", "DualResult", "dual_objective", "fenchel_young_gap", "fit",
-           "gaussian_conjugate", "jj_conjugate", "jj_curvature", "lvb_elbo", "poisson_conjugate"]
+           "gaussian_conjugate", "jj_conjugate", "lvb_elbo", "poisson_conjugate"]

@@ -390,7 +390,7 @@ def batch_em_step(S, W, psi, *, psi_floor: float = PSI_FLOOR):
     Any exact representation ``S = W W^T + diag(psi)`` is a fixed point.
     """
     W, psi = _check_factors(W, psi)
-    S = check_cov("S", S, W.shape[0])
+    S = check_cov("S", S, W.shape[0], semidefinite=True)
     Bt, Minv = _e_step(W, psi)
     Q = S @ Bt
     return _m_step(Q, Minv + _sym(Bt.T @ Q), jnp.diagonal(S), psi_floor)

@@ -33,6 +33,7 @@ from jax import lax
 
 from .core import SolverInfo
 from .special import PROBIT_BETA, probit_k, sig1, sigmoid
+from .validation import check_float_array
 
 _REFINE_SWEEPS = 8
 _NEWTON_ITERS = 30
@@ -54,18 +55,38 @@ def _logistic_terms(alpha, nu):
     return k, u, jnp.where(u >= 0, s_pos, s_neg), s_pos * s_neg, s_pos, s_neg
 
 
+def _sig_minus_y(u, y, s, s_pos, s_neg):
+    """``sig(u) - y`` without cancellation: ``(1 - y) - sig(-u)`` for ``y >= 1/2`` (exactly
+    ``-sig(-u)`` for the label 1). Written as ``sig(u) - 1`` it rounds to 0 in float32 as soon as
+    ``u > 17``, and the root of ``f`` is lost at large ``nu0``."""
+    return jnp.where(y >= 0.5, (1.0 - y) - jnp.where(u >= 0, s_neg, s_pos), s - y)
+
+
+def _f_and_scale(alpha, alpha0, nu0, d):
+    """``f = alpha - alpha0 + nu0 (sig(u) - y)`` from ``d = sig(u) - y``, and its scale
+    ``1 + |alpha0| + |alpha| + nu0 |d|`` (the sum of the magnitudes of its terms)."""
+    t = nu0 * d
+    return alpha - alpha0 + t, 1.0 + jnp.abs(alpha0) + jnp.abs(alpha) + jnp.abs(t)
+
+
 def residuals(alpha, nu, alpha0, nu0, y):
     """``(f, g)`` of [RVGA] eqs. (69)-(70)."""
-    k, _, s, s1, _, _ = _logistic_terms(alpha, nu)
-    return alpha + nu0 * s - alpha0 - nu0 * y, nu - nu0 / (1.0 + nu0 * k * s1)
+    k, u, s, s1, s_pos, s_neg = _logistic_terms(alpha, nu)
+    f, _ = _f_and_scale(alpha, alpha0, nu0, _sig_minus_y(u, y, s, s_pos, s_neg))
+    return f, nu - nu0 / (1.0 + nu0 * k * s1)
 
 
 def scaled_residual(alpha, nu, alpha0, nu0, y):
-    """Dimensionless residual ``max(|f| / (1 + |alpha0| + nu0), |g| / nu0)`` (0 when ``nu0 = 0``)."""
-    f, g = residuals(alpha, nu, alpha0, nu0, y)
-    safe = jnp.where(nu0 > 0, nu0, 1.0)
-    return jnp.where(nu0 > 0, jnp.maximum(jnp.abs(f) / (1.0 + jnp.abs(alpha0) + nu0),
-                                          jnp.abs(g) / safe), 0.0)
+    """Dimensionless residual ``max(|f| / (1 + |alpha0| + |alpha| + nu0 |sig(u) - y|), |g| / nu)``
+    (0 when ``nu0 = 0``): each equation relative to the size of its terms, so that a small value
+    means an accurate root at any ``nu0`` (relative to ``nu0`` alone, a float32 solve at
+    ``nu0 = 1e16`` looked converged with ``alpha`` off by a factor 2)."""
+    k, u, s, s1, s_pos, s_neg = _logistic_terms(alpha, nu)
+    f, scale = _f_and_scale(alpha, alpha0, nu0, _sig_minus_y(u, y, s, s_pos, s_neg))
+    g = nu - nu0 / (1.0 + nu0 * k * s1)
+    safe = jnp.where(nu > 0, nu, 1.0)
+    res = jnp.maximum(jnp.abs(f) / scale, jnp.where(nu > 0, jnp.abs(g) / safe, jnp.inf))
+    return jnp.where(nu0 > 0, res, 0.0)
 
 
 def coarse_box(alpha0, nu0, y):
@@ -81,8 +102,8 @@ def refine_box(box, alpha0, nu0, y, sweeps: int = _REFINE_SWEEPS):
         k_hi, k_lo = probit_k(n_lo), probit_k(n_hi)  # k is decreasing in nu
         a1 = a_lo * jnp.where(a_lo >= 0, k_lo, k_hi)
         a2 = a_hi * jnp.where(a_hi >= 0, k_hi, k_lo)
-        new_a_lo = alpha0 + nu0 * y - nu0 * sigmoid(a2)
-        new_a_hi = alpha0 + nu0 * y - nu0 * sigmoid(a1)
+        new_a_lo = alpha0 - nu0 * _sig_minus_y(a2, y, sigmoid(a2), sigmoid(jnp.abs(a2)), sigmoid(-jnp.abs(a2)))
+        new_a_hi = alpha0 - nu0 * _sig_minus_y(a1, y, sigmoid(a1), sigmoid(jnp.abs(a1)), sigmoid(-jnp.abs(a1)))
         s1, s2 = sig1(a1), sig1(a2)
         b1 = jnp.minimum(s1, s2)
         b2 = jnp.where(a1 * a2 > 0, jnp.maximum(s1, s2), 0.25)
@@ -143,8 +164,9 @@ def _bracketed_solve(alpha0, nu0, y, active=True):
     def alpha_of(nu):
         def fa(a):
             k = probit_k(nu)
-            val = a + nu0 * sigmoid(k * a) - alpha0 - nu0 * y
-            return val, 1.0 + nu0 * k * sig1(k * a)
+            u = k * a
+            val = a - alpha0 + nu0 * _sig_minus_y(u, y, sigmoid(u), sigmoid(jnp.abs(u)), sigmoid(-jnp.abs(u)))
+            return val, 1.0 + nu0 * k * sig1(u)
 
         return _safeguarded_newton(fa, a_lo, a_hi, _BRACKET_ITERS, active)
 
@@ -167,7 +189,7 @@ def residuals_and_jacobian(alpha, log_nu, alpha0, nu0, y):
     """``(f, g)`` of eqs. (69)-(70) and their analytic Jacobian in ``(alpha, log nu)``.
 
     With ``u = k alpha``, ``k' = dk/dlog nu = -k nu / (2 (nu + beta^2))`` and
-    ``D = (1 + nu0 k sig'(u))^2`` ([reproduction] B5)::
+    ``D = (1 + nu0 k sig'(u))^2`` (derivatives of [RVGA] eqs. 69-70)::
 
         df/dalpha = 1 + nu0 k sig'(u)            df/dlog nu = nu0 alpha k' sig'(u)
         dg/dalpha = nu0^2 k^2 sig''(u) / D       dg/dlog nu = nu + nu0^2 k' (sig'(u) + u sig''(u)) / D
@@ -180,7 +202,7 @@ def residuals_and_jacobian(alpha, log_nu, alpha0, nu0, y):
     dk = -0.5 * k * nu / (nu + PROBIT_BETA**2)
     s2 = s1 * jnp.where(u >= 0, s_neg - s_pos, s_pos - s_neg)
     den = 1.0 + nu0 * k * s1
-    f = alpha + nu0 * s - alpha0 - nu0 * y
+    f, _ = _f_and_scale(alpha, alpha0, nu0, _sig_minus_y(u, y, s, s_pos, s_neg))
     g = nu - nu0 / den
     J = jnp.array([[den, nu0 * alpha * dk * s1],
                    [nu0**2 * k**2 * s2 / den**2, nu + nu0**2 * dk * (s1 + u * s2) / den**2]])
@@ -190,8 +212,10 @@ def residuals_and_jacobian(alpha, log_nu, alpha0, nu0, y):
 def _explicit_start(alpha0, nu0, y):
     """The explicit update (eqs. 78-80) as ``(alpha, log nu)``: within ``O(nu0^2)`` of the root."""
     k0 = probit_k(nu0)
-    c0 = k0 * sig1(k0 * alpha0)
-    return jnp.stack([alpha0 + nu0 * (y - sigmoid(k0 * alpha0)) / (1.0 + nu0 * c0),
+    u0 = k0 * alpha0
+    c0 = k0 * sig1(u0)
+    d0 = _sig_minus_y(u0, y, sigmoid(u0), sigmoid(jnp.abs(u0)), sigmoid(-jnp.abs(u0)))
+    return jnp.stack([alpha0 - nu0 * d0 / (1.0 + nu0 * c0),
                       jnp.log(nu0 / (1.0 + nu0 * c0))])
 
 
@@ -211,13 +235,16 @@ def _newton_step(F, J):
 
 
 def _scale(alpha0, nu0):
-    """Scales of ``(f, g)`` in the residual: ``(1 + |alpha0| + nu0, nu0)``."""
+    """Fixed scales of ``(f, g)`` in the line-search merit: ``(1 + |alpha0| + nu0, nu0)``."""
     return jnp.stack([1.0 + jnp.abs(alpha0) + nu0, nu0])
 
 
-def _done(F, z, scale, tol):
-    """Both residuals within tolerance: ``|f| <= tol (1 + |alpha0| + nu0)`` and ``|g| <= tol nu``."""
-    return (jnp.abs(F[0]) <= tol * scale[0]) & (jnp.abs(F[1]) <= tol * jnp.exp(z[1]))
+def _done(F, z, alpha0, tol):
+    """Both residuals within tolerance relative to their terms (as :func:`scaled_residual`):
+    ``|f| <= tol (1 + |alpha0| + |alpha| + nu0 |sig(u) - y|)`` and ``|g| <= tol nu``."""
+    a = z[0]
+    scale_f = 1.0 + jnp.abs(alpha0) + jnp.abs(a) + jnp.abs(F[0] - a + alpha0)
+    return (jnp.abs(F[0]) <= tol * scale_f) & (jnp.abs(F[1]) <= tol * jnp.exp(z[1]))
 
 
 def _newton(alpha0, nu0, y, box, tol, max_iter, start):
@@ -240,7 +267,7 @@ def _newton(alpha0, nu0, y, box, tol, max_iter, start):
 
     def cond(c):
         it, _, t, z, F, _ = c
-        return (it < max_iter) & (t >= 2.0**-20) & ~_done(F, z, scale, tol)
+        return (it < max_iter) & (t >= 2.0**-20) & ~_done(F, z, alpha0, tol)
 
     def body(c):
         it, accepted, t, z, F, J = c
@@ -255,7 +282,7 @@ def _newton(alpha0, nu0, y, box, tol, max_iter, start):
     init = (0, jnp.zeros((), jnp.int32), jnp.ones((), z0.dtype), z0,
             *residuals_and_jacobian(z0[0], z0[1], alpha0, nu0, y))
     _, accepted, _, z, F, _ = lax.while_loop(cond, body, init)
-    return z[0], jnp.exp(z[1]), accepted, _done(F, z, scale, tol)
+    return z[0], jnp.exp(z[1]), accepted, _done(F, z, alpha0, tol)
 
 
 def _run_if(pred, fn, args, operands):
@@ -311,6 +338,22 @@ def _robust_solve(alpha0, nu0, y, alpha, nu, iters, max_iter):
     return alpha, nu, (iters + iters_c + used_fallback).astype(jnp.int32)
 
 
+def _check_inputs(alpha0, nu0, y):
+    """Real scalars ``alpha0, nu0, y`` in one floating dtype (that of ``alpha0, nu0``);
+    ``ValueError`` naming the argument otherwise."""
+    arrays = [check_float_array(n, v) for n, v in (("alpha0", alpha0), ("nu0", nu0), ("y", y))]
+    try:
+        alpha0, nu0, y = jnp.broadcast_arrays(*arrays)
+    except ValueError as err:
+        raise ValueError(f"alpha0, nu0 and y must broadcast to one shape, got shapes "
+                         f"{[a.shape for a in arrays]} ({err})") from None
+    if alpha0.ndim:
+        raise ValueError(f"alpha0, nu0 and y must be scalars (vmap the solver for a batch), got "
+                         f"shapes {[a.shape for a in arrays]}")
+    dtype = jnp.result_type(alpha0.dtype, nu0.dtype, float)
+    return alpha0.astype(dtype), nu0.astype(dtype), y.astype(dtype), dtype
+
+
 def solve_logistic(alpha0, nu0, y, max_iter: int | None = None):
     """Solve the implicit logistic R-VGA equations (69)-(70) for ``(alpha, nu)``.
 
@@ -324,19 +367,23 @@ def solve_logistic(alpha0, nu0, y, max_iter: int | None = None):
       ``(alpha, nu, info)`` with ``alpha = x^T mu_t``, ``nu = x^T P_t x`` and a
       :class:`~jaxrvga.core.SolverInfo` holding the dimensionless residual
       (:func:`scaled_residual`), the number of Newton iterations (plus one if the
-      fallback ran) and whether the tolerance ``max(1e-12, 64 eps)`` was met.
+      fallback ran) and whether the tolerance ``max(1e-12, 64 eps)`` was met (never for
+      non-finite inputs or results).
 
     ``(alpha, nu)`` are differentiable in ``(alpha0, nu0, y)``, forward and reverse mode, by the
     implicit function theorem at the root (the solver's iterations are not differentiated).
     """
-    alpha0, nu0, y = jnp.broadcast_arrays(*(jnp.asarray(v) for v in (alpha0, nu0, y)))
-    dtype = jnp.result_type(alpha0.dtype, nu0.dtype, float)
-    alpha0, nu0, y = alpha0.astype(dtype), nu0.astype(dtype), y.astype(dtype)
+    alpha0, nu0, y, dtype = _check_inputs(alpha0, nu0, y)
     max_iter = _NEWTON_ITERS if max_iter is None else int(max_iter)
     alpha, nu, iters = _logistic_root(alpha0, nu0, y, max_iter)
     res = scaled_residual(alpha, nu, alpha0, jnp.where(nu0 > 0, nu0, 0.0), y)
-    info = SolverInfo(res <= _tolerance(dtype), res, iters)
+    info = SolverInfo((res <= _tolerance(dtype)) & _finite(alpha0, nu0, y, alpha, nu), res, iters)
     return alpha, nu, info
+
+
+def _finite(*xs):
+    """All finite: a solve from (or to) a NaN or inf is never reported converged."""
+    return jnp.all(jnp.stack([jnp.isfinite(x) for x in xs]))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
@@ -392,9 +439,7 @@ def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
     ``(alpha0, nu0, y)`` and in the values ``expected_log_lik`` closes over, by the implicit
     function theorem at the minimiser.
     """
-    alpha0, nu0, y = jnp.broadcast_arrays(*(jnp.asarray(v) for v in (alpha0, nu0, y)))
-    dtype = jnp.result_type(alpha0.dtype, nu0.dtype, float)
-    alpha0, nu0, y = alpha0.astype(dtype), nu0.astype(dtype), y.astype(dtype)
+    alpha0, nu0, y, dtype = _check_inputs(alpha0, nu0, y)
     degenerate = ~(nu0 > 0)
     nu0s = jnp.where(degenerate, 1.0, nu0)
     # Closed-over tracers (e.g. a dispersion being differentiated) become explicit arguments.
@@ -404,7 +449,7 @@ def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
     alpha = jnp.where(degenerate, alpha0, z[0])
     nu = jnp.where(degenerate, jnp.zeros_like(nu0), z[1] ** 2)
     res = jnp.where(degenerate, 0.0, res)
-    return alpha, nu, SolverInfo(res <= _tolerance(dtype), res, it)
+    return alpha, nu, SolverInfo((res <= _tolerance(dtype)) & _finite(alpha0, nu0, y, alpha, nu), res, it)
 
 
 def _glm_objective(ell, alpha0, nu0, y, consts):

@@ -1,26 +1,29 @@
-"""Save and restore filter states exactly, as plain ``.npz`` files (no pickle).
+"""Save and restore filter states exactly, as plain ``.npz`` files (no pickle, no code from the file).
 
-A state is a pytree of NamedTuples (``GaussianState``, ``LowRankState`` with its nested
-``SolverInfo``, or any NamedTuple another module defines), tuples, lists, dicts with string keys,
-``None``, arrays and Python scalars. :func:`save` writes every array leaf as its own ``.npz`` entry
-and the tree structure as a JSON document (entry ``__jaxrvga_state__``): NamedTuples are recorded
-by their class's module, qualified name and field names, and :func:`load` rebuilds them by
-importing that class. Nothing is pickled; the file loads with ``allow_pickle=False``.
+A state is a pytree of registered NamedTuples (``GaussianState``, ``LowRankState`` with its nested
+``SolverInfo``, the states of :mod:`jaxrvga.factor_analysis` and :mod:`jaxrvga.online_em`, the
+results of the batch solvers, or a class the user passes to :func:`register`), tuples, lists,
+dicts with string keys, ``None``, arrays and Python scalars. :func:`save` writes every array leaf
+as its own ``.npz`` entry and the tree structure as a JSON document (entry ``__jaxrvga_state__``):
+NamedTuples are recorded by their class's module, qualified name and field names. :func:`load`
+looks that name up in the registry, never imports it, and checks the rebuilt state (for instance
+a ``GaussianState`` whose mean is (7,) and covariance (5, 5) is refused). Nothing is pickled; the
+file loads with ``allow_pickle=False``. A user-defined state is saved and loaded after::
+
+    jaxrvga.io.register(MyState)                  # or register(MyState, check=my_check)
 
 Round trips are bit-identical: dtypes are kept (float32 stays float32, bfloat16 is stored by its
 bits), JAX weak types are kept, typed PRNG keys (``jax.random.key``) are stored as their key data
 plus the PRNG implementation name, and raw ``uint32`` keys (``jax.random.PRNGKey``) as arrays.
-So a stream processed in two halves with a save/load between gives the same state as one run.
+So a stream processed in two halves with a save/load between continues exactly from the saved
+state (equal to one run to rounding: scans of different lengths are different compiled programs).
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
-import pickle
 import warnings
-import zipfile
-from typing import Any
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -36,11 +39,147 @@ def _is_namedtuple(x) -> bool:
     return isinstance(x, tuple) and hasattr(type(x), "_fields")
 
 
-def _resolve(module: str, qualname: str):
-    obj = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
+_PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+
+#: ``"module.qualname" -> (class, check)``; filled with the library's states on first use.
+_REGISTRY: dict = {}
+
+
+def _name(cls) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def register(cls, check: Optional[Callable[[Any], None]] = None):
+    """Allow :func:`save` and :func:`load` to handle the NamedTuple class ``cls``.
+
+    ``check(obj)``, when given, validates a rebuilt instance and raises ``ValueError`` when its
+    leaves are inconsistent (shapes, dtypes); :func:`load` reports that as a corrupted file.
+    Registration is explicit, in code: a file can never name a class to import. Re-registering the
+    same class replaces its check; another class with the same module and qualified name raises
+    ``ValueError``. Returns ``cls``, so it also works as a class decorator.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
+        raise ValueError(f"cls must be a NamedTuple class, got {cls!r}")
+    if check is not None and not callable(check):
+        raise ValueError(f"check must be callable or None, got {check!r}")
+    reg = _registry()
+    old = reg.get(_name(cls))
+    if old is not None and old[0] is not cls:
+        raise ValueError(f"another class is already registered as {_name(cls)}")
+    reg[_name(cls)] = (cls, check)
+    return cls
+
+
+def registered() -> tuple:
+    """The registered NamedTuple classes."""
+    return tuple(cls for cls, _ in _registry().values())
+
+
+# ----------------------------------------------------------------------- consistency checks
+
+def _shape(x):
+    return tuple(np.shape(x))
+
+
+def _dtype_of(x):
+    return np.dtype(x.dtype) if hasattr(x, "dtype") else None
+
+
+def _need(cond, msg):
+    if not cond:
+        raise ValueError(msg)
+
+
+def _is_array(x):
+    return isinstance(x, (jax.Array, np.ndarray, np.generic))
+
+
+def _floating(name, x):
+    _need(_is_array(x) and jnp.issubdtype(_dtype_of(x), jnp.floating),
+          f"{name} must be a floating array, got {type(x).__name__} {getattr(x, 'dtype', '')}")
+
+
+def _check_key(key):
+    _need(key is None or _is_array(key), f"key must be an array or None, got {type(key).__name__}")
+
+
+def _check_solver_info(s):
+    for f in s._fields:
+        _need(_is_array(getattr(s, f)), f"SolverInfo.{f} must be an array")
+    _need(np.dtype(s.converged.dtype) == np.bool_, f"SolverInfo.converged must be bool, got {s.converged.dtype}")
+    _floating("SolverInfo.residual", s.residual)
+    _need(np.issubdtype(s.iterations.dtype, np.integer), "SolverInfo.iterations must be integer")
+    _need(_shape(s.converged) == _shape(s.residual) == _shape(s.iterations),
+          "the SolverInfo fields must share one shape")
+
+
+def _check_info_and_step(state, batch):
+    from .core import SolverInfo
+
+    _need(isinstance(state.info, SolverInfo), "info must be a SolverInfo")
+    _need(_is_array(state.step) and np.issubdtype(_dtype_of(state.step), np.integer),
+          "step must be an integer array")
+    _need(_shape(state.step) == batch, f"step has shape {_shape(state.step)}, expected {batch}")
+    _check_key(state.key)
+
+
+def _check_gaussian(st):
+    _floating("mean", st.mean)
+    _floating("cov", st.cov)
+    m = _shape(st.mean)
+    _need(len(m) >= 1 and _shape(st.cov) == m + m[-1:],
+          f"cov has shape {_shape(st.cov)}, expected {m + m[-1:]} for a mean of shape {m}")
+    _need(_dtype_of(st.cov) == _dtype_of(st.mean), "mean and cov must share one dtype")
+    _check_info_and_step(st, m[:-1])
+
+
+def _check_lowrank(st):
+    for f in ("mean", "W", "psi"):
+        _floating(f, getattr(st, f))
+    m, W = _shape(st.mean), _shape(st.W)
+    _need(len(m) >= 1 and len(W) == len(m) + 1 and W[:-1] == m and 1 <= W[-1] <= m[-1],
+          f"W has shape {W}, expected {m} + (p,) with 1 <= p <= d for a mean of shape {m}")
+    _need(_shape(st.psi) == m, f"psi has shape {_shape(st.psi)}, expected {m}")
+    _need(_dtype_of(st.W) == _dtype_of(st.mean) == _dtype_of(st.psi), "mean, W and psi must share one dtype")
+    _check_info_and_step(st, m[:-1])
+
+
+def _check_fa_state(st):
+    _floating("W", st.W)
+    _floating("psi", st.psi)
+    W = _shape(st.W)
+    _need(len(W) >= 2 and _shape(st.psi) == W[:-1], f"W {W} and psi {_shape(st.psi)} must be (d, p) and (d,)")
+
+
+def _check_vectors(*fields):
+    def check(st):
+        shapes = {_shape(getattr(st, f)) for f in fields}
+        for f in fields:
+            _floating(f, getattr(st, f))
+        _need(len(shapes) == 1 and len(next(iter(shapes))) >= 1,
+              f"{', '.join(fields)} must be arrays of one shape, got {sorted(shapes)}")
+    return check
+
+
+def _registry() -> dict:
+    """The registry, with the library's own states added on first use (imports are local: the
+    state modules import this one's package)."""
+    if not _REGISTRY:
+        from . import baselines, core, dual, factor_analysis, klprox, online_em
+
+        gmm = _check_vectors("weights", "means", "variances")
+        entries = [(core.SolverInfo, _check_solver_info), (core.GaussianState, _check_gaussian),
+                   (core.LowRankState, _check_lowrank), (factor_analysis.FAState, _check_fa_state),
+                   (online_em.GMMParams, gmm), (online_em.GMMStats, _check_vectors("s0", "s1", "s2")),
+                   (baselines.LaplaceResult, None), (dual.DualResult, None),
+                   (klprox.KLProxResult, None), (klprox.KernelResult, None)]
+        for mod, names in ((factor_analysis, ("OnlineEMState", "FAOnlineEMState")),
+                           (online_em, ("MixtureStatsState", "OnlineEMState", "TitteringtonState",
+                                        "IncrementalEMState"))):
+            entries += [(getattr(mod, n), None) for n in names if hasattr(mod, n)]
+        for cls, check in entries:
+            _REGISTRY.setdefault(_name(cls), (cls, check))
+    return _REGISTRY
 
 
 def _make_weak(x):
@@ -89,13 +228,10 @@ class _Encoder:
         if _is_namedtuple(node):
             cls = type(node)
             module, qualname = cls.__module__, cls.__qualname__
-            try:
-                ok = _resolve(module, qualname) is cls
-            except (ImportError, AttributeError):
-                ok = False
-            if not ok:
-                raise ValueError(f"cannot save NamedTuple {qualname!r}: the class is not importable "
-                                 f"as {module}.{qualname} (define it at module level)")
+            entry = _registry().get(_name(cls))
+            if entry is None or entry[0] is not cls:
+                raise ValueError(f"cannot save NamedTuple {qualname!r}: the class is not registered; "
+                                 f"call jaxrvga.io.register({cls.__name__}) first")
             return {"t": "namedtuple", "module": module, "qualname": qualname,
                     "fields": list(cls._fields), "children": [self.encode(c) for c in node]}
         if isinstance(node, (tuple, list)):
@@ -125,7 +261,7 @@ def save(path, state) -> None:
     """Write ``state`` to ``path`` (a ``.npz`` archive; no suffix is added) atomically.
 
     ``path`` may also be a writable binary file object. Raises ``ValueError`` for leaves it cannot
-    store exactly (arbitrary objects, NamedTuples defined inside functions).
+    store exactly (arbitrary objects) and for NamedTuple classes not passed to :func:`register`.
     """
     enc = _Encoder()
     tree = enc.encode(state)
@@ -146,7 +282,13 @@ def save(path, state) -> None:
             os.remove(tmp)
 
 
+_MAX_DEPTH = 64
+_PY_TYPES = {"bool": bool, "int": int, "float": float, "str": str}
+
+
 class _Decoder:
+    """Rebuilds the tree from its JSON description; every malformed part raises ``ValueError``."""
+
     def __init__(self, archive, where: str):
         self.archive = archive
         self.where = where
@@ -154,83 +296,157 @@ class _Decoder:
     def _fail(self, msg):
         raise ValueError(f"{self.where}: {msg}")
 
+    def _leaf(self, spec):
+        name = spec.get("leaf")
+        if not isinstance(name, str) or name == META_KEY or name not in self.archive.files:
+            self._fail(f"missing array entry {name!r:.40}")
+        return self.archive[name]
+
+    def _dtype(self, spec):
+        name = spec.get("dtype")
+        try:
+            dtype = np.dtype(jnp.dtype(name)) if isinstance(name, str) else None
+        except (TypeError, ValueError):
+            dtype = None
+        if dtype is None or dtype.kind not in "biufc" and not _needs_bit_view(dtype):
+            self._fail(f"unsupported array dtype {name!r:.40}")
+        return dtype
+
     def _array(self, spec):
-        arr = self.archive[spec["leaf"]]
-        dtype = jnp.dtype(spec["dtype"])
+        arr = self._leaf(spec)
+        dtype = self._dtype(spec)
         if spec.get("bits"):
+            if arr.dtype != np.dtype(f"u{dtype.itemsize}"):
+                self._fail(f"leaf {spec['leaf']} stores {arr.dtype}, not the bits of {dtype}")
             arr = arr.view(dtype)
         if arr.dtype != dtype:
             self._fail(f"leaf {spec['leaf']} has dtype {arr.dtype}, expected {dtype}")
-        kind = spec["kind"]
+        kind = spec.get("kind")
         if kind == "numpy":
             return arr
         if kind == "numpy_scalar":
+            if arr.ndim != 0:
+                self._fail(f"leaf {spec['leaf']} is a scalar of shape {arr.shape}")
             return arr[()]
+        if kind != "jax":
+            self._fail(f"unknown array kind {kind!r:.40}")
         if jax.dtypes.canonicalize_dtype(dtype) != dtype:
             self._fail(f"a leaf has dtype {dtype}, which JAX would truncate: enable "
                        "jax.config.update('jax_enable_x64', True) before loading")
         out = jnp.asarray(arr)
-        return _make_weak(out) if spec.get("weak") else out
+        return _make_weak(out) if spec.get("weak") is True else out
 
-    def decode(self, spec):
+    def _key(self, spec):
+        data = self._leaf(spec)
+        impl = spec.get("impl")
+        if impl not in _PRNG_IMPLS or data.dtype != np.uint32:
+            self._fail(f"bad PRNG key (impl {impl!r:.40}, data {data.dtype})")
+        return jax.random.wrap_key_data(jnp.asarray(data), impl=impl)
+
+    def _py(self, spec):
+        v, kind = spec.get("value"), spec.get("type")
+        if kind == "complex" and isinstance(v, list) and len(v) == 2 \
+                and all(type(u) in (int, float) for u in v):
+            return complex(*v)
+        if kind in _PY_TYPES and type(v) is _PY_TYPES[kind]:
+            return v
+        self._fail(f"bad Python scalar of type {kind!r:.20}")
+
+    def decode(self, spec, depth=0):
+        if not isinstance(spec, dict):
+            self._fail("malformed tree description")
+        if depth > _MAX_DEPTH:
+            self._fail(f"tree nested deeper than {_MAX_DEPTH}")
         t = spec.get("t")
         if t == "none":
             return None
         if t == "array":
             return self._array(spec)
         if t == "key":
-            return jax.random.wrap_key_data(jnp.asarray(self.archive[spec["leaf"]]), impl=spec["impl"])
+            return self._key(spec)
         if t == "py":
-            v = spec["value"]
-            return complex(*v) if spec["type"] == "complex" else v
-        children = [self.decode(c) for c in spec.get("children", [])]
+            return self._py(spec)
+        kids = spec.get("children")
+        if not isinstance(kids, list):
+            self._fail(f"node {t!r:.20} has no list of children")
+        children = [self.decode(c, depth + 1) for c in kids]
         if t == "tuple":
             return tuple(children)
         if t == "list":
             return children
         if t == "dict":
-            return dict(zip(spec["keys"], children))
+            keys = spec.get("keys")
+            if not isinstance(keys, list) or len(keys) != len(children) \
+                    or not all(isinstance(k, str) for k in keys):
+                self._fail("malformed dict node")
+            return dict(zip(keys, children))
         if t == "namedtuple":
-            name = f"{spec['module']}.{spec['qualname']}"
+            return self._namedtuple(spec, children)
+        self._fail(f"unknown node type {t!r:.40}")
+
+    def _namedtuple(self, spec, children):
+        name = f"{spec.get('module')}.{spec.get('qualname')}"
+        entry = _registry().get(name)
+        if entry is None:  # never imported: only registered classes are built
+            self._fail(f"the state class {name!r:.80} is not registered (jaxrvga.io.register)")
+        cls, check = entry
+        fields = list(cls._fields)
+        if fields != spec.get("fields") or len(children) != len(fields):
+            self._fail(f"{name} has fields {fields}, the file has {spec.get('fields')!r:.80}")
+        obj = cls(*children)
+        if check is not None:
             try:
-                cls = _resolve(spec["module"], spec["qualname"])
-            except (ImportError, AttributeError) as err:
-                self._fail(f"cannot import the state class {name} ({err})")
-            fields = list(getattr(cls, "_fields", ()))
-            if fields != spec["fields"]:
-                self._fail(f"{name} has fields {fields}, the file has {spec['fields']}")
-            return cls(*children)
-        self._fail(f"unknown node type {t!r}")
+                check(obj)
+            except ValueError as err:
+                self._fail(f"inconsistent {cls.__name__}: {err}")
+        return obj
 
 
 def load(path):
-    """Read a state written by :func:`save`; NamedTuple classes are imported by name.
+    """Read a state written by :func:`save`.
 
-    Raises ``ValueError`` when the file is not a jaxrvga state (not an ``.npz`` archive, no
-    ``__jaxrvga_state__`` entry, a newer format version) or a class no longer matches the file.
+    Only registered NamedTuple classes are rebuilt (the library's states and those passed to
+    :func:`register`); nothing is imported or called by a name read from the file, and each
+    rebuilt state passes its registered consistency check (shapes and dtypes of its leaves).
+    Raises ``FileNotFoundError`` for a missing file and ``ValueError`` for anything else that is
+    not a well-formed jaxrvga state (not an ``.npz`` archive, truncated or corrupted bytes, no
+    ``__jaxrvga_state__`` entry, a newer format version, an unregistered class, leaves that
+    disagree with their declared type).
     """
     where = str(path) if not hasattr(path, "read") else "<file>"
     try:
         archive = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError) as err:
-        raise ValueError(f"{where} is not a jaxrvga state file ({err})") from None
+    except Exception as err:  # noqa: BLE001 - any unreadable file is a ValueError
+        raise ValueError(f"{where} is not a jaxrvga state file ({type(err).__name__}: {err})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise ValueError(f"{where} is not a jaxrvga state file (a plain .npy array)")
     with archive:
-        if META_KEY not in archive.files:
-            raise ValueError(f"{where} is not a jaxrvga state file (no {META_KEY} entry)")
         try:
-            meta = json.loads(str(archive[META_KEY]))
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"{where}: unreadable state description ({err})") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise ValueError(f"{where} is not a jaxrvga state file (format {meta!r:.60})")
-        if meta.get("version", 0) > VERSION:
-            raise ValueError(f"{where} was written by a newer jaxrvga (state format version "
-                             f"{meta['version']} > {VERSION})")
-        return _Decoder(archive, where).decode(meta["tree"])
+            return _load_archive(archive, where)
+        except ValueError:
+            raise
+        except Exception as err:  # noqa: BLE001 - corrupted entries (zlib, zip CRC, EOF, ...)
+            raise ValueError(f"{where}: corrupted state file ({type(err).__name__}: {err})") from None
 
 
-__all__ = ["save", "load"]
+def _load_archive(archive, where):
+    if META_KEY not in archive.files:
+        raise ValueError(f"{where} is not a jaxrvga state file (no {META_KEY} entry)")
+    raw = archive[META_KEY]
+    if raw.dtype.kind != "U" or raw.ndim != 0:
+        raise ValueError(f"{where}: unreadable state description (dtype {raw.dtype})")
+    meta = json.loads(str(raw))
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"{where} is not a jaxrvga state file (format {meta!r:.60})")
+    version = meta.get("version")
+    if type(version) is not int or version < 1:
+        raise ValueError(f"{where}: bad state format version {version!r:.20}")
+    if version > VERSION:
+        raise ValueError(f"{where} was written by a newer jaxrvga (state format version "
+                         f"{version} > {VERSION})")
+    return _Decoder(archive, where).decode(meta.get("tree"))
+
+
+__all__ = ["save", "load", "register", "registered"]

@@ -15,7 +15,7 @@ precisions ``gt`` only, so that it applies to Gaussian processes. Any fixed poin
 ``m = mu - Sigma X^T alpha`` and ``V^{-1} = Sigma^{-1} + X^T diag(gamma) X``: it is the
 variational-Gaussian optimum, and the exact posterior for a Gaussian likelihood.
 
-Corrections to the printed paper ([reproduction] §1 E3 and §4 item 10):
+Corrections to the printed paper (see also experiments/REPORT.md):
 
 * ``alpha`` and ``gamma`` follow the definitions (12); Algorithm 1 prints them without the
   minus sign and without the factor -2.
@@ -43,7 +43,7 @@ While the fixed step increases the ELBO, the iterates are the paper's. The resul
 ``converged``, ``residual``, ``iterations``, ``rejected``, the final ``r`` and the ``elbo``.
 
 Gaussian expectations ``f_n``: the model's ``expected_log_lik`` (closed form for the Gaussian,
-Poisson and :func:`laplace` models), Gauss-Hermite quadrature otherwise; derivatives by autodiff.
+Poisson and :func:`laplace_likelihood` models), Gauss-Hermite quadrature otherwise; derivatives by autodiff.
 Likelihoods with unbounded curvature ``gamma`` (Poisson: ``exp(mt + vt/2)``; Laplace:
 ``2 phi(u) / (b sqrt(vt))``) violate the Lipschitz condition behind (8): use ``r`` near 1 there
 (or rely on the step control).
@@ -59,13 +59,13 @@ from jax.scipy.stats import norm
 
 from . import metrics, special
 from .models import Family, Model, _linear_predict
-from .validation import (check_batch_problem, check_cov, check_float_array, check_positive, check_vector, is_concrete)
+from .validation import (check_batch_problem, check_cov, check_finite, check_float_array, check_positive, check_vector, is_concrete)
 
 # ---------------------------------------------------------------------------------------------
 # Likelihoods and their Gaussian expectations
 
 
-def laplace_family(scale=1.0) -> Family:
+def laplace_likelihood_family(scale=1.0) -> Family:
     """Laplace output ``p(y | eta) = exp(-|y - eta| / scale) / (2 scale)`` (GP regression in [KLPROX] §6).
 
     ``variance = 2 scale^2``; ``fisher = 1 / scale^2`` (Fisher information of the location).
@@ -82,7 +82,7 @@ def laplace_family(scale=1.0) -> Family:
     )
 
 
-def laplace(scale=1.0) -> Model:
+def laplace_likelihood(scale=1.0) -> Model:
     """Linear model with a Laplace likelihood and a closed-form Gaussian expectation.
 
     For ``eta ~ N(m, v)``, ``s = sqrt(v)``, ``u = (y - m) / s``:
@@ -90,7 +90,7 @@ def laplace(scale=1.0) -> Model:
     The moments follow by Bonnet's and Price's theorems: ``E[d log p / d eta] = (2 Phi(u) - 1) / b`` and,
     in the distributional sense, ``E[d^2 log p / d eta^2] = -2 phi(u) / (s b)``.
     """
-    fam = laplace_family(scale)
+    fam = laplace_likelihood_family(scale)
 
     def expected(m, v, y):
         s = jnp.sqrt(v)
@@ -109,7 +109,7 @@ def laplace(scale=1.0) -> Model:
 def expectation(likelihood: Union[Model, Family], num_points: Optional[int] = None):
     """``(m, v, y) -> f(m, v) = E_{eta ~ N(m, v)}[log p(y | eta)]``, elementwise ([KLPROX] f_n of eq. 11).
 
-    A Model's own ``expected_log_lik`` (closed form for the Gaussian, Poisson and :func:`laplace`
+    A Model's own ``expected_log_lik`` (closed form for the Gaussian, Poisson and :func:`laplace_likelihood`
     models, Gauss-Hermite with 32 nodes for ``jr.models.logistic()``) is used unless ``num_points``
     is given or the model has none; otherwise Gauss-Hermite quadrature with ``num_points`` nodes
     (default 64) on ``family.log_prob``. (Model expectations are written for scalars, so they are
@@ -254,7 +254,8 @@ class KLProxResult(NamedTuple):
     rejected: Optional[jax.Array] = None
 
 
-def _chol_inv(P):
+def _inv_spd(P):
+    """``P^{-1}`` of a symmetric positive-definite ``P``, by its Cholesky factor."""
     L = jnp.linalg.cholesky(P)
     return cho_solve((L, True), jnp.eye(P.shape[0], dtype=P.dtype))
 
@@ -304,7 +305,7 @@ def fit(model: Union[Model, Family], X, y, prior_mean, prior_cov, r=0.8, max_ite
 
     Args:
       model: a GLM (``jr.models.logistic()``, ``jr.models.poisson()``,
-        ``jr.models.linear_gaussian(s2)``, :func:`laplace`, ``jr.models.glm(family)``) or a Family.
+        ``jr.models.linear_gaussian(s2)``, :func:`laplace_likelihood`, ``jr.models.glm(family)``) or a Family.
       X: (N, D) inputs (rows ``x_n^T``); y: (N,) observations.
       prior_mean, prior_cov: ``mu`` (D,), ``Sigma`` (D, D).
       r: ``1 / (1 + beta)`` in [0, 1); the paper uses ``beta = 0.25`` (``r = 0.8``) for logistic
@@ -335,7 +336,7 @@ def fit(model: Union[Model, Family], X, y, prior_mean, prior_cov, r=0.8, max_ite
     _check_r(r)
     N, D = X.shape
     m0 = mu if init_mean is None else check_vector("init_mean", init_mean, D).astype(mu.dtype)
-    P0 = _chol_inv(Sigma)
+    P0 = _inv_spd(Sigma)
     if gt0 is not None:
         g0 = jnp.broadcast_to(jnp.asarray(gt0, mu.dtype), (N,))
         P0 = P0 + (X.T * g0) @ X
@@ -362,9 +363,9 @@ def proximal_point_step(model: Union[Model, Family], X, y, prior_mean, prior_cov
     D = mu.shape[0]
     m_k = check_vector("mean", mean, D).astype(mu.dtype)
     V_k = check_cov("cov", cov, D).astype(mu.dtype)
-    P_prior, P_k = _chol_inv(Sigma), _chol_inv(V_k)
+    P_prior, P_k = _inv_spd(Sigma), _inv_spd(V_k)
     P_t = (1.0 - r) * P_prior + r * P_k
-    Sigma_t = _chol_inv(P_t)
+    Sigma_t = _inv_spd(P_t)
     mu_t = Sigma_t @ ((1.0 - r) * P_prior @ mu + r * P_k @ m_k)
     return _glm_iterate(expectation(model, num_points), X, y, mu_t, 0.5 * (Sigma_t + Sigma_t.T),
                         inner_r, max_iter, tol, m_k, P_k, weight=1.0 - r, adaptive=adaptive)
@@ -375,8 +376,9 @@ def elbo(model: Union[Model, Family], X, y, prior_mean, prior_cov, mean, cov,
     """Evidence lower bound (10): ``sum_n f_n(x_n^T m, x_n^T V x_n) - KL(N(m, V) || N(mu, Sigma))``."""
     family = _as_family(model)
     X, y, mu, Sigma = check_batch_problem(family, X, y, prior_mean, prior_cov)
-    m = jnp.asarray(mean, mu.dtype)
-    V = jnp.asarray(cov, mu.dtype)
+    D = mu.shape[0]
+    m = check_finite("mean", check_vector("mean", mean, D)).astype(mu.dtype)
+    V = check_cov("cov", cov, D).astype(mu.dtype)
     f = jnp.sum(expectation(model, num_points)(X @ m, jnp.einsum("nd,de,ne->n", X, V, X), y))
     return f - metrics.gaussian_kl(m, V, mu, Sigma)
 
@@ -441,10 +443,10 @@ def fit_kernel(likelihood: Union[Model, Family], K, y, prior_mean=None, r=0.8,
     ``sum_n f_n(mt_n, vt_n) - 1/2 [w^T K w - sum_n gt_n vt_n + log|I + S K S|]`` needs no ``K^{-1}``.
 
     Args:
-      likelihood: a Model or Family (:func:`laplace_family`, ``jr.models.bernoulli()``, ...).
+      likelihood: a Model or Family (:func:`laplace_likelihood_family`, ``jr.models.bernoulli()``, ...).
       K: (N, N) prior covariance of the latent values; y: (N,); prior_mean: (N,) or None (zero).
       r, max_iter, tol, num_points, adaptive: as in :func:`fit` (the same iterates as :func:`fit`
-        with ``exact=True``, also under the step control); the stopping rule is E3 (d):
+        with ``exact=True``, also under the step control); the stopping rule is
         ``||mu~ - mt - K alpha|| / (1 + ||mu~||) + ||gt - gamma|| / (1 + ||gamma||) < tol``.
       gt0: initial site precisions (scalar or (N,)), >= 0.
       exact: use ``gt_{k+1}`` in ``A`` (consistent with (18)), or ``gt_k`` as in the printed (19)
@@ -463,7 +465,7 @@ def fit_kernel(likelihood: Union[Model, Family], K, y, prior_mean=None, r=0.8,
     y = check_vector("y", y, N)
     family.check_y("y", y)
     mu = jnp.zeros(N) if prior_mean is None else check_vector("prior_mean", prior_mean, N)
-    K = check_cov("K", K, N)
+    K = check_cov("K", K, N, semidefinite=True)
     _check_r(r)
     if exact is None:
         exact = adaptive
@@ -540,5 +542,5 @@ def se_kernel(X1, X2=None, lengthscale=1.0, variance=1.0):
 
 
 __all__ = ["KLProxResult", "KernelResult", "elbo", "expectation", "fit", "fit_kernel",
-           "laplace", "laplace_family", "predict", "proximal_point_step",
+           "laplace_likelihood", "laplace_likelihood_family", "predict", "proximal_point_step",
            "se_kernel", "site_gradients"]

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from . import blocks
-from .validation import check_positive
+from .validation import check_float_array, check_positive, check_vector, positive_int
 
 
 def _tmatmul(v, W):
@@ -101,11 +101,21 @@ def gram_m(W, psi, block_rows=None):
 
 def check_factors(W, psi):
     """Trace-time shape check of a pair ``W`` (d, p), ``psi`` (d,); returns them as arrays."""
-    W = jnp.asarray(W)
-    psi = jnp.asarray(psi)
+    W = check_float_array("W", W)
+    psi = check_float_array("psi", psi)
     if W.ndim != 2 or psi.shape != W.shape[:1]:
         raise ValueError(f"W must be (d, p) and psi (d,), got W {W.shape} and psi {psi.shape}")
+    if W.shape[0] == 0 or W.shape[1] == 0:
+        raise ValueError(f"W must be (d, p) with d >= 1 and p >= 1, got W {W.shape}")
     return W, psi
+
+
+def _check_rhs(name, v, d):
+    """``v`` (d,) or (d, k) for a d x d operator."""
+    v = check_float_array(name, v)
+    if v.ndim not in (1, 2) or v.shape[0] != d:
+        raise ValueError(f"{name} must have shape ({d},) or ({d}, k), got {v.shape}")
+    return v
 
 
 def factorize(W, psi) -> Woodbury:
@@ -120,12 +130,14 @@ def factorize(W, psi) -> Woodbury:
 
 def solve(W, psi, v):
     """``(W W^T + diag(psi))^{-1} v`` by Woodbury ([LRVGA] eq. 27), O(d p^2); ``v`` (d,) or (d, k)."""
-    return factorize(W, psi).solve(v)
+    fac = factorize(W, psi)
+    return fac.solve(_check_rhs("v", v, fac.W.shape[0]))
 
 
 def quad_form(W, psi, x):
     """``x^T (W W^T + diag(psi))^{-1} x`` in O(d p^2)."""
-    return factorize(W, psi).quad_form(x)
+    fac = factorize(W, psi)
+    return fac.quad_form(_check_rhs("x", x, fac.W.shape[0]))
 
 
 def logdet(W, psi):
@@ -140,7 +152,8 @@ def inverse_diag(W, psi):
 
 def matvec(W, psi, v):
     """``(W W^T + diag(psi)) v`` in O(d p); no factorisation needed."""
-    v = jnp.asarray(v)
+    W, psi = check_factors(W, psi)
+    v = _check_rhs("v", v, W.shape[0])
     return W @ _tmatmul(v, W) + (psi if v.ndim == 1 else psi[:, None]) * v
 
 
@@ -167,6 +180,11 @@ def sample_from_noise(mean, W, psi, z, e):
       (num, d) samples, in O(num d p + d p^2) time and O(num d) extra memory.
     """
     fac = factorize(W, psi)
+    d, p = fac.W.shape
+    mean = check_vector("mean", mean, d)
+    z, e = check_float_array("z", z), check_float_array("e", e)
+    if z.ndim != 2 or z.shape[1] != d or e.shape != (z.shape[0], p):
+        raise ValueError(f"z must be (num, {d}) and e (num, {p}), got z {z.shape} and e {e.shape}")
     x = z / jnp.sqrt(fac.psi)  # rows ~ N(0, Psi^{-1})
     r = e - x @ fac.W  # (num, p) = e - W^T x
     corr = cho_solve((fac.chol, True), r.T)  # (p, num) = M^{-1}(e - W^T x)
@@ -179,8 +197,10 @@ def sample(key, mean, W, psi, num: int):
     Fresh noise from ``key`` fed to :func:`sample_from_noise` (Proposition 1, corrected:
     ``x + L(eps - W^T x)``). Cost O(num d p + d p^2); no d x d matrix.
     """
-    mean = jnp.asarray(mean)
-    d, p = jnp.shape(W)
+    W, psi = check_factors(W, psi)
+    d, p = W.shape
+    mean = check_vector("mean", mean, d)
+    num = positive_int("num", num)
     kz, ke = jax.random.split(key)
     z = jax.random.normal(kz, (num, d), dtype=mean.dtype)
     e = jax.random.normal(ke, (num, p), dtype=mean.dtype)
@@ -188,9 +208,18 @@ def sample(key, mean, W, psi, num: int):
 
 
 def _check_init_args(dim, rank, prior_var):
-    if int(rank) < 1 or int(rank) > int(dim):
+    dim = positive_int("dim", dim)
+    try:
+        rank = positive_int("rank", rank)
+    except ValueError:
+        rank = None
+    if rank is None or rank > dim:
         raise ValueError(f"rank must satisfy 1 <= rank <= dim={dim}, got rank={rank}")
+    prior_var = check_float_array("prior_var", prior_var)
+    if prior_var.shape not in ((), (dim,)):
+        raise ValueError(f"prior_var must be a scalar or have shape ({dim},), got {prior_var.shape}")
     check_positive("prior_var", prior_var)
+    return dim, rank
 
 
 def init_factors(key, dim: int, rank: int, prior_var, eps: float = 1e-8, dtype=None):
@@ -209,7 +238,7 @@ def init_factors(key, dim: int, rank: int, prior_var, eps: float = 1e-8, dtype=N
     Returns:
       ``(W0, psi0)`` of shapes (d, p) and (d,).
     """
-    _check_init_args(dim, rank, prior_var)
+    dim, rank = _check_init_args(dim, rank, prior_var)
     if not 0.0 < eps < 1.0:
         raise ValueError(f"eps must lie in (0, 1), got {eps}")
     dtype = jnp.result_type(float) if dtype is None else dtype
@@ -220,13 +249,13 @@ def init_factors(key, dim: int, rank: int, prior_var, eps: float = 1e-8, dtype=N
 
 
 def init_factors_plain(key, dim: int, rank: int, prior_var, scale: float = 1e-2, dtype=None):
-    """The initialisation of the authors' logistic experiments ([reproduction] C7 table).
+    """The initialisation of the authors' logistic experiments ([LRVGA] §6 experiments, see experiments/REPORT.md).
 
     ``psi0 = 1 / prior_var`` and ``W0 = scale * N(0, 1)`` entrywise (``scale`` is 1e-3
     in [LRVGA] Fig. 3 and 1e-2 in Fig. 4). Not trace-matched: the initial precision
     exceeds ``P0^{-1}`` by ``W0 W0^T``.
     """
-    _check_init_args(dim, rank, prior_var)
+    dim, rank = _check_init_args(dim, rank, prior_var)
     dtype = jnp.result_type(float) if dtype is None else dtype
     psi0 = jnp.broadcast_to(1.0 / jnp.asarray(prior_var, dtype=dtype), (dim,))
     return scale * jax.random.normal(key, (dim, rank), dtype=dtype), psi0

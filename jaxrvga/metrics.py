@@ -1,4 +1,4 @@
-"""Divergences and predictive scores used by the experiments ([reproduction] §2.2).
+"""Divergences and predictive scores used by the experiments (see experiments/REPORT.md).
 
 * :func:`mc_kl`, :func:`mc_kl_logistic` — Monte-Carlo KL from a Gaussian ``q = N(mu, P)`` to an
   *unnormalised* posterior ``ptilde`` ([RVGA] eqs. 92-94)::

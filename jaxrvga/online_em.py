@@ -10,7 +10,7 @@ Everything is written with the expected statistics ([SLIDES], Cappe-Moulines Ass
 
 (``thetabar(c s) = thetabar(s)`` for any ``c > 0``.) The algorithms:
 
-* :func:`batch_em`: ``theta_{t+1} = thetabar(n^{-1} sum_i sbar(x_i; theta_t))``.
+* :func:`batch_mixture_em`: ``theta_{t+1} = thetabar(n^{-1} sum_i sbar(x_i; theta_t))``.
 * :func:`titterington`: recursion (8), a stochastic-approximation step preconditioned by the
   complete-data Fisher information, ``theta_{k+1} = theta_k + {(k + n0) I_c(theta_k)}^{-1}
   S(x_{k+1}, theta_k)`` in the coordinates ``(w_1..w_{K-1}, mu, sigma^2)``. (Printed with ``k``
@@ -32,6 +32,13 @@ The online algorithms are :class:`jaxrvga.core.Filter` s, ``update(state, x, y=N
 ``jr.run(flt, state, xs, None)`` streams a data set. During the first ``burn_in`` observations the
 statistics are accumulated but the M-step is not applied (a one-sample M-step gives a zero variance;
 Cappe & Moulines 2009 use the same device).
+
+Skip and flag. An observation that is not finite, or whose update leaves the parameter space
+(non-finite statistics, weights or variances not > 0), is skipped: the filter keeps its previous
+state (``step`` included) and sets ``state.info.converged = False`` (a
+:class:`jaxrvga.core.SolverInfo`; ``iterations`` is 1 for an absorbed observation, 0 for a skipped
+one), so ``jr.run(..., trace_fn=jr.trace_info)`` lists the skipped steps. Inputs of the wrong shape
+(a (T, 2) stream where scalars are expected, an index out of range) raise ``ValueError``.
 """
 from __future__ import annotations
 
@@ -39,10 +46,11 @@ from typing import Callable, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import logsumexp
 
-from .core import Filter
-from .validation import check_float_array, check_vector, is_concrete
+from .core import Filter, SolverInfo, solver_info, tree_where
+from .validation import check_finite, check_float_array, check_vector, is_concrete
 
 
 class GMMParams(NamedTuple):
@@ -107,14 +115,16 @@ def em_step(params: GMMParams, x) -> GMMParams:
     return m_step(expected_stats(params, x))
 
 
-def batch_em(x, params: GMMParams, num_iters: int = 200):
+def batch_mixture_em(x, params: GMMParams, num_iters: int = 200):
     """Batch EM (the slides' 'Standard EM algorithm').
 
     Returns ``(params, loglik)`` with ``loglik[t]`` the log-likelihood of the t-th iterate,
     ``t = 0..num_iters`` (non-decreasing: EM's monotonicity).
     """
-    x = check_vector("x", x)
+    x = check_finite("x", check_vector("x", x))
     params = check_params(params)
+    if isinstance(num_iters, bool) or not isinstance(num_iters, (int, np.integer)) or num_iters < 0:
+        raise ValueError(f"num_iters must be a non-negative integer, got {num_iters!r}")
 
     def body(p, _):
         return em_step(p, x), log_likelihood(p, x)
@@ -129,7 +139,9 @@ def check_params(params) -> GMMParams:
     if w.ndim != 1 or w.shape != m.shape or w.shape != v.shape:
         raise ValueError(f"weights, means and variances must be vectors of one length K, got "
                          f"shapes {w.shape}, {m.shape}, {v.shape}")
-    if is_concrete((w, v)):
+    if is_concrete((w, m, v)):
+        for n, a in zip(GMMParams._fields, (w, m, v)):
+            check_finite(n, a)
         if bool(jnp.any(w <= 0)) or abs(float(jnp.sum(w)) - 1.0) > 1e-8:
             raise ValueError("weights must be positive and sum to one")
         if bool(jnp.any(v <= 0)):
@@ -138,16 +150,45 @@ def check_params(params) -> GMMParams:
     return GMMParams(w.astype(dtype), m.astype(dtype), v.astype(dtype))
 
 
+def _scalar_x(x):
+    """The observation of a mixture filter must be a scalar (checked at trace time)."""
+    x = check_float_array("x", x)
+    if x.ndim != 0:
+        raise ValueError(f"x must be a scalar observation, got shape {x.shape}")
+    return x
+
+
+def _check_stream(state, xs, ys):
+    """:func:`jaxrvga.run` check: ``xs`` must be a (T,) vector of scalar observations."""
+    del state, ys
+    check_vector("xs", xs)
+
+
+def _valid(params: GMMParams, *trees):
+    """Finite leaves, positive weights and variances: an update that may be kept."""
+    leaves = jax.tree_util.tree_leaves((params, trees))
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in leaves]))
+    return finite & jnp.all(params.weights > 0) & jnp.all(params.variances > 0)
+
+
+def _accept(ok, new, old):
+    """``new`` with ``info.converged = ok`` where ``ok``, else ``old`` with ``info.converged = False``."""
+    dtype = old.info.residual.dtype
+    kept = tree_where(ok, new._replace(info=old.info), old)
+    return kept._replace(info=solver_info(dtype, ok, 0.0, ok.astype(jnp.int32)))
+
+
 # ---------------------------------------------------------------------------------------------
 # Statistic recursions: Cappe-Moulines, Sato
 
 
-class OnlineEMState(NamedTuple):
+class MixtureStatsState(NamedTuple):
     """State of the statistic recursions.
 
     ``stats`` is ``s_n``; ``params`` is ``theta_n``; ``average`` is the Polyak-Ruppert average of
     ``theta`` (equal to ``params`` when no averaging was requested); ``step`` is ``n``;
-    ``eta`` is the last step size.
+    ``eta`` is the last step size; ``info.converged`` is False when the last observation was
+    skipped (see the module docstring).
     """
 
     stats: GMMStats
@@ -155,16 +196,19 @@ class OnlineEMState(NamedTuple):
     average: GMMParams
     step: jax.Array
     eta: jax.Array
+    info: SolverInfo
 
 
-def _init_online(params) -> OnlineEMState:
+def _init_online(params) -> MixtureStatsState:
     params = check_params(params)
     zero = jnp.zeros((), params.weights.dtype)
-    return OnlineEMState(stats_of(params), params, params, jnp.asarray(0, jnp.int32), zero)
+    return MixtureStatsState(stats_of(params), params, params, jnp.asarray(0, jnp.int32), zero,
+                             solver_info(zero.dtype))
 
 
-def _stat_step(state: OnlineEMState, x, combine, eta, burn_in, average_from) -> OnlineEMState:
+def _stat_step(state: MixtureStatsState, x, combine, eta, burn_in, average_from) -> MixtureStatsState:
     """``s_n = combine(s_{n-1}, sbar(x; theta_{n-1}))``, ``theta_n = thetabar(s_n)`` after burn-in."""
+    x = _scalar_x(x)
     n = state.step + 1
     stats = jax.tree_util.tree_map(combine, state.stats, expected_stats(state.params, x))
     params = jax.tree_util.tree_map(lambda a, b: jnp.where(n > burn_in, a, b), m_step(stats),
@@ -174,7 +218,8 @@ def _stat_step(state: OnlineEMState, x, combine, eta, burn_in, average_from) -> 
     else:
         c = jnp.maximum(n - average_from, 1).astype(eta.dtype)
         average = _tree_lerp(state.average, params, jnp.where(n > average_from, 1.0 / c, 1.0))
-    return OnlineEMState(stats, params, average, n, eta)
+    new = MixtureStatsState(stats, params, average, n, eta, state.info)
+    return _accept(_valid(params, stats, average, eta, x), new, state)
 
 
 def cappe_moulines(kappa=0.6, burn_in: int = 20, average_from: Optional[int] = None) -> Filter:
@@ -193,7 +238,7 @@ def cappe_moulines(kappa=0.6, burn_in: int = 20, average_from: Optional[int] = N
         gamma = (state.step + 1).astype(state.eta.dtype) ** (-kappa)
         return _stat_step(state, x, lambda s, t: s + gamma * (t - s), gamma, burn_in, average_from)
 
-    return Filter(_init_online, update)
+    return Filter(_init_online, update, _check_stream)
 
 
 def sato(discount: Union[float, Callable] = 1.0, burn_in: int = 20) -> Filter:
@@ -218,7 +263,7 @@ def sato(discount: Union[float, Callable] = 1.0, burn_in: int = 20) -> Filter:
         eta = eta.astype(state.eta.dtype)
         return _stat_step(state, x, lambda s, t: s + eta * (t - s), eta, burn_in, None)
 
-    return Filter(_init_online, update)
+    return Filter(_init_online, update, _check_stream)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,10 +271,11 @@ def sato(discount: Union[float, Callable] = 1.0, burn_in: int = 20) -> Filter:
 
 
 class TitteringtonState(NamedTuple):
-    """``params`` = ``theta_k``; ``step`` = ``k``."""
+    """``params`` = ``theta_k``; ``step`` = ``k``; ``info`` flags a skipped observation."""
 
     params: GMMParams
     step: jax.Array
+    info: SolverInfo
 
 
 def _to_free(p: GMMParams):
@@ -269,18 +315,21 @@ def titterington(n0: float = 20.0) -> Filter:
         raise ValueError(f"n0 must be >= 1 (n0 = 0 divides by zero at the first step), got {n0!r}")
 
     def init(params):
-        return TitteringtonState(check_params(params), jnp.asarray(0, jnp.int32))
+        params = check_params(params)
+        return TitteringtonState(params, jnp.asarray(0, jnp.int32), solver_info(params.weights.dtype))
 
     def update(state, x, y=None):
         del y
+        x = _scalar_x(x)
         K = state.params.weights.shape[0]
         u = _to_free(state.params)
         score = jax.grad(lambda v: log_likelihood(_from_free(v, K), x))(u)
         step = jnp.linalg.solve(complete_data_fisher(state.params), score)
         u = u + step / (state.step.astype(u.dtype) + n0)
-        return TitteringtonState(_from_free(u, K), state.step + 1)
+        params = _from_free(u, K)
+        return _accept(_valid(params, x), TitteringtonState(params, state.step + 1, state.info), state)
 
-    return Filter(init, update)
+    return Filter(init, update, _check_stream)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,12 +337,14 @@ def titterington(n0: float = 20.0) -> Filter:
 
 
 class IncrementalEMState(NamedTuple):
-    """``total`` = ``sum_i s_i`` (eq. 9); ``per_sample`` = the stored ``s_i`` (each a (n, K) array)."""
+    """``total`` = ``sum_i s_i`` (eq. 9); ``per_sample`` = the stored ``s_i`` (each a (n, K) array);
+    ``info`` flags a skipped observation."""
 
     params: GMMParams
     total: GMMStats
     per_sample: GMMStats
     step: jax.Array
+    info: SolverInfo
 
 
 def incremental_em() -> Filter:
@@ -302,27 +353,54 @@ def incremental_em() -> Filter:
     ``init(params, data)`` performs one full E-step at ``params`` (storing ``s_i = sbar(x_i;
     theta_0)``) and the M-step. ``update(state, (i, x_i))`` sets ``s = s - s_i^old + s_i^new`` with
     ``s_i^new = sbar(x_i; theta)`` and ``theta = thetabar(s)``. Every sweep increases the free
-    energy, and the fixed points are those of batch EM. Memory O(n K).
+    energy, and the fixed points are those of batch EM. Memory O(n K). ``i`` must lie in
+    ``[0, n)`` (checked where concrete, and over the whole stream by :func:`jaxrvga.run`).
     """
 
     def init(params, data):
         params = check_params(params)
-        data = check_vector("data", data)
+        data = check_finite("data", check_vector("data", data))
+        if data.shape[0] == 0:
+            raise ValueError("data must hold at least one item")
         r = responsibilities(params, data)
         per = GMMStats(r, r * data[:, None], r * data[:, None] ** 2)
         total = GMMStats(*(jnp.sum(a, 0) for a in per))
-        return IncrementalEMState(m_step(total), total, per, jnp.asarray(0, jnp.int32))
+        return IncrementalEMState(m_step(total), total, per, jnp.asarray(0, jnp.int32),
+                                  solver_info(params.weights.dtype))
+
+    def check_index(name, i, n):
+        i = jnp.asarray(i)
+        if not jnp.issubdtype(i.dtype, jnp.integer):
+            raise ValueError(f"{name} must hold integer item indices, got dtype {i.dtype}")
+        if is_concrete(i) and i.size and (int(jnp.min(i)) < 0 or int(jnp.max(i)) >= n):
+            raise ValueError(f"{name} must lie in [0, {n}), got values in [{int(jnp.min(i))}, {int(jnp.max(i))}]")
+        return i
+
+    def check(state, xs, ys):
+        del ys
+        if not (isinstance(xs, (tuple, list)) and len(xs) == 2):
+            raise ValueError("xs must be a pair (indices (T,), values (T,))")
+        idx = check_index("xs[0]", xs[0], state.per_sample.s0.shape[0])
+        vals = check_vector("xs[1]", xs[1])
+        if idx.shape != vals.shape:
+            raise ValueError(f"xs[0] and xs[1] must both be (T,), got {idx.shape} and {vals.shape}")
 
     def update(state, x, y=None):
         del y
         i, xi = x
+        if jnp.ndim(i) != 0:
+            raise ValueError(f"the index i of x = (i, x_i) must be a scalar, got shape {jnp.shape(i)}")
+        i = check_index("i", i, state.per_sample.s0.shape[0])
+        xi = _scalar_x(xi)
         new = expected_stats(state.params, xi)
         total = jax.tree_util.tree_map(lambda t, old, nw: t - old[i] + nw, state.total,
                                        state.per_sample, new)
         per = jax.tree_util.tree_map(lambda old, nw: old.at[i].set(nw), state.per_sample, new)
-        return IncrementalEMState(m_step(total), total, per, state.step + 1)
+        params = m_step(total)
+        out = IncrementalEMState(params, total, per, state.step + 1, state.info)
+        return _accept(_valid(params, total, xi), out, state)
 
-    return Filter(init, update)
+    return Filter(init, update, check)
 
 
 def incremental_em_decay(decay, burn_in: int = 20) -> Filter:
@@ -337,17 +415,18 @@ def incremental_em_decay(decay, burn_in: int = 20) -> Filter:
     def init(params):
         params = check_params(params)
         zero = GMMStats(*(jnp.zeros_like(params.weights) for _ in range(3)))
-        return OnlineEMState(zero, params, params, jnp.asarray(0, jnp.int32),
-                             jnp.zeros((), params.weights.dtype))
+        dtype = params.weights.dtype
+        return MixtureStatsState(zero, params, params, jnp.asarray(0, jnp.int32), jnp.zeros((), dtype),
+                                 solver_info(dtype))
 
     def update(state, x, y=None):
         del y
         return _stat_step(state, x, lambda s, t: decay * s + t, state.eta, burn_in, None)
 
-    return Filter(init, update)
+    return Filter(init, update, _check_stream)
 
 
-__all__ = ["GMMParams", "GMMStats", "IncrementalEMState", "OnlineEMState", "TitteringtonState",
-           "batch_em", "cappe_moulines", "check_params", "complete_data_fisher", "em_step",
+__all__ = ["GMMParams", "GMMStats", "IncrementalEMState", "MixtureStatsState", "TitteringtonState",
+           "batch_mixture_em", "cappe_moulines", "check_params", "complete_data_fisher", "em_step",
            "expected_stats", "incremental_em", "incremental_em_decay", "log_likelihood", "m_step",
            "responsibilities", "sato", "stats_of", "titterington"]

@@ -35,6 +35,20 @@ def sig2(z):
     return sig1(z) * (jax.nn.sigmoid(-z) - jax.nn.sigmoid(z))
 
 
+def jj_lambda(xi):
+    """Jaakkola-Jordan curvature ``lambda(xi) = tanh(xi/2) / (4 xi) = (sig(xi) - 1/2) / (2 xi)``.
+
+    Convention of [RVGA] eq. 83: ``lambda(xi) = -eta`` there, so the bound (82) reads
+    ``log sig(t) >= log sig(xi) + (t - xi)/2 - lambda(xi) (t^2 - xi^2)``; the QKF's
+    ``R^{-1} = -2 eta = 2 lambda(xi)`` ([RVGA] eq. 90). Even in ``xi``, in (0, 1/8], with the
+    limit 1/8 at ``xi = 0`` (series ``1/8 - xi^2/96`` below ``|xi| < 1e-4``).
+    """
+    xi = jnp.abs(xi)
+    small = xi < 1e-4
+    xs = jnp.where(small, 1.0, xi)
+    return jnp.where(small, 0.125 - xi**2 / 96.0, jnp.tanh(0.5 * xs) / (4.0 * xs))
+
+
 def probit_k(v):
     """Inverse-probit shrinkage ``k(v) = beta / sqrt(v + beta^2)`` in (0, 1] ([RVGA] eq. 58)."""
     return PROBIT_BETA / jnp.sqrt(v + PROBIT_BETA**2)
@@ -45,7 +59,7 @@ def probit_moments(m, v):
 
     For ``a ~ N(m, v)`` returns ``(E[sig(a)], E[sig'(a)])`` approximated by
     ``(sig(k m), k sig1(k m))`` with ``k = k(v)``. The approximation error is below
-    0.014 and 0.010 respectively for all ``m`` and ``v`` ([reproduction] check 19).
+    0.014 and 0.010 respectively for all ``m`` and ``v``.
     """
     k = probit_k(v)
     return sigmoid(k * m), k * sig1(k * m)

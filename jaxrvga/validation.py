@@ -20,8 +20,13 @@ def is_concrete(x) -> bool:
 
 
 def check_float_array(name: str, x):
-    """Return ``x`` as a floating JAX array; raise if it is not numeric."""
-    x = jnp.asarray(x)
+    """Return ``x`` as a floating JAX array; raise if it is not real numeric (complex refused)."""
+    if np.iscomplexobj(x):
+        raise ValueError(f"{name} must be a real array, got a complex one (its imaginary part would be lost)")
+    try:
+        x = jnp.asarray(x)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a real array ({err})") from None
     if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)
             or x.dtype == jnp.bool_):
         raise ValueError(f"{name} must be a real array, got dtype {x.dtype}")
@@ -41,8 +46,17 @@ def check_vector(name: str, x, dim: int | None = None):
     return x
 
 
-def check_cov(name: str, cov, dim: int, rtol: float = 1e-6):
-    """``cov`` must be a square (dim, dim) matrix, symmetric where concrete."""
+def check_finite(name: str, x):
+    """Raise if concrete ``x`` holds a NaN or inf (skipped inside a trace); returns ``x``."""
+    if is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
+        raise ValueError(f"{name} must be finite (it contains NaN or inf)")
+    return x
+
+
+def check_cov(name: str, cov, dim: int, rtol: float = 1e-6, semidefinite: bool = False):
+    """``cov`` must be a square (dim, dim) matrix; where concrete, finite, symmetric and positive
+    definite (a Cholesky factorisation in NumPy float64 succeeds). ``semidefinite=True`` (kernel
+    matrices, often singular) accepts eigenvalues down to ``-sqrt(eps) max|eig|`` instead."""
     cov = check_float_array(name, cov)
     if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
         raise ValueError(f"{name} must be a square matrix, got shape {cov.shape}")
@@ -56,6 +70,15 @@ def check_cov(name: str, cov, dim: int, rtol: float = 1e-6):
         if np.max(np.abs(c - c.T)) > rtol * scale:
             raise ValueError(f"{name} must be symmetric; max |{name} - {name}^T| = "
                              f"{np.max(np.abs(c - c.T)):.3g}")
+        if semidefinite:
+            eig = np.linalg.eigvalsh(0.5 * (c + c.T)) if c.size else np.zeros(1)
+            if eig[0] < -np.sqrt(np.finfo(np.float64).eps) * max(np.max(np.abs(eig)), 1e-300):
+                raise ValueError(f"{name} must be positive semidefinite, got an eigenvalue {eig[0]:.3g}")
+            return cov
+        try:
+            np.linalg.cholesky(0.5 * (c + c.T))
+        except np.linalg.LinAlgError:
+            raise ValueError(f"{name} must be positive definite") from None
     return cov
 
 
@@ -111,27 +134,22 @@ def check_choice(name: str, value, allowed: Iterable[str]):
     return value
 
 
-def check_finite_data(name: str, x):
-    """Raise if concrete data contain NaN or inf (used by ``validate=True`` paths)."""
-    if is_concrete(x):
-        for leaf in jax.tree_util.tree_leaves(x):
-            if not np.all(np.isfinite(np.asarray(leaf))):
-                raise ValueError(f"{name} contains NaN or inf")
-    return x
-
-
 def check_batch_problem(family, X, y, prior_mean, prior_cov, x_name: str = "X"):
     """Validate a batch Bayesian GLM problem and cast it to one float dtype.
 
-    ``X`` (N, D), ``y`` (N,) valid for ``family`` (where concrete; ``family`` may be None),
-    ``prior_mean`` (D,), ``prior_cov`` (D, D) symmetric. Returns ``(X, y, prior_mean, prior_cov)``.
+    ``X`` (N, D) with D >= 1, ``y`` (N,) valid for ``family`` (where concrete; ``family`` may be
+    None), ``prior_mean`` (D,), ``prior_cov`` (D, D) symmetric positive definite; all finite where
+    concrete. Returns ``(X, y, prior_mean, prior_cov)``.
     """
     X = check_float_array(x_name, X)
     if X.ndim != 2:
         raise ValueError(f"{x_name} must be a matrix of shape (N, D), got shape {X.shape}")
     N, D = X.shape
-    y = check_vector("y", y, N)
-    mu = check_vector("prior_mean", prior_mean, D)
+    if D == 0:
+        raise ValueError(f"{x_name} must have at least one column (D >= 1), got shape {X.shape}")
+    check_finite(x_name, X)
+    y = check_finite("y", check_vector("y", y, N))
+    mu = check_finite("prior_mean", check_vector("prior_mean", prior_mean, D))
     Sigma = check_cov("prior_cov", prior_cov, D)
     if family is not None:
         family.check_y("y", y)

@@ -1,11 +1,11 @@
-"""Dual variational inference ([DUAL]); [reproduction] §3 checks 23-24."""
+"""Dual variational inference ([DUAL] eqs. 11-20): strong duality, Fenchel-Young optimality, the JJ bound ([RVGA] eqs. 82-83)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import optimize
 
-from jaxrvga import data, dual, klprox, models
+from jaxrvga import data, dual, klprox, models, special
 
 N, D = 40, 6
 
@@ -127,7 +127,7 @@ def test_check24_logistic_jj_dual_optimality_and_oracle():
     res = dual.fit(models.logistic(), W, y, mu, Sigma)
     assert bool(res.converged)
     conj = dual.jj_conjugate(res.xi)
-    c = np.asarray(dual.jj_curvature(res.xi))
+    c = np.asarray(special.jj_lambda(res.xi))
     h, rho = _marginals(W, res.mean, res.cov)
     np.testing.assert_allclose(h, (res.alpha + y - 0.5) / (2 * c), atol=1e-8)
     np.testing.assert_allclose(res.lam, 2 * c, rtol=1e-15)
@@ -218,6 +218,52 @@ def test_value_errors():
     with pytest.raises(ValueError):
         dual.fit(models.poisson(), W, y - 0.5, mu, Sigma)  # counts
     with pytest.raises(ValueError):
-        dual.fit(klprox.laplace(1.0), W, y, mu, Sigma)  # no conjugate implemented
+        dual.fit(klprox.laplace_likelihood(1.0), W, y, mu, Sigma)  # no conjugate implemented
     with pytest.raises(ValueError):
         dual.fit(object(), W, y, mu, Sigma)
+
+
+def test_jj_lambda_is_eq83_and_its_bound_is_tight():
+    """``lambda = -eta`` of [RVGA] eq. 83, ``(sig(xi) - 1/2) / (2 xi)``; the bound (82) holds for every
+    t and is tight at t = +-xi; the QKF's R^{-1} = 2 lambda (eq. 90)."""
+    xi = np.array([-30.0, -2.0, -1e-5, 0.0, 1e-8, 1e-3, 0.5, 3.0, 40.0])
+    lam = np.asarray(special.jj_lambda(jnp.asarray(xi)))
+    nz = xi != 0
+    np.testing.assert_allclose(lam[nz], np.tanh(xi[nz] / 2) / (4.0 * xi[nz]), rtol=1e-13)
+    big = np.abs(xi) >= 0.5  # the sigmoid form cancels for small xi
+    np.testing.assert_allclose(lam[big], (1.0 / (1.0 + np.exp(-xi[big])) - 0.5) / (2.0 * xi[big]), rtol=1e-10)
+    np.testing.assert_allclose(lam[~nz], 0.125, rtol=0)
+    t = np.linspace(-10, 10, 401)[:, None]
+    log_sig = lambda z: -np.logaddexp(0.0, -z)  # noqa: E731
+    bound = log_sig(xi) + (t - xi) / 2 - lam * (t**2 - xi**2)
+    assert np.all(log_sig(t) >= bound - 1e-12)
+    tight = log_sig(-xi) - (log_sig(xi) + (-xi - xi) / 2)  # t = -xi: t^2 - xi^2 = 0
+    np.testing.assert_allclose(tight, 0.0, atol=1e-12)
+
+
+def test_infeasible_alpha0_is_refused_or_flagged():
+    """Poisson dual from alpha0 + y <= 0: D = +inf there with a zero gradient, so Newton would stop
+    at once; eagerly a ValueError, under jit converged = False (never True with that answer)."""
+    rng = np.random.default_rng(0)
+    W = rng.normal(size=(8, 3)) * 0.5
+    y = rng.poisson(2.0, size=8).astype(float)
+    with pytest.raises(ValueError, match="alpha0 must lie in the domain"):
+        dual.fit(models.poisson(), W, y, np.zeros(3), np.eye(3), alpha0=-y)
+    res = jax.jit(lambda a: dual.fit(models.poisson(), W, y, np.zeros(3), np.eye(3), alpha0=a))(-y - 1.0)
+    assert not bool(res.converged)
+    good = dual.fit(models.poisson(), W, y, np.zeros(3), np.eye(3))
+    assert bool(good.converged) and np.isfinite(float(good.value))
+
+
+def test_empty_and_complex_problems_raise():
+    W = np.ones((0, 3))
+    with pytest.raises(ValueError, match="at least one row"):
+        dual.fit(models.poisson(), W, np.zeros(0), np.zeros(3), np.eye(3))
+    with pytest.raises(ValueError, match="at least one column"):
+        dual.fit(models.poisson(), np.ones((3, 0)), np.zeros(3), np.zeros(0), np.eye(0))
+    with pytest.raises(ValueError, match="W must be a real array"):
+        dual.fit(models.poisson(), np.ones((3, 2)) * (1 + 1j), np.zeros(3), np.zeros(2), np.eye(2))
+    with pytest.raises(ValueError, match="y must be a real array"):
+        dual.fit(models.poisson(), np.ones((3, 2)), np.zeros(3) + 1j, np.zeros(2), np.eye(2))
+    with pytest.raises(ValueError, match="prior_cov must be positive definite"):
+        dual.fit(models.poisson(), np.ones((3, 2)), np.zeros(3), np.zeros(2), -np.eye(2))

@@ -155,7 +155,7 @@ def test_online_em_averaging_variants():
     sp, _ = core.run(paper, paper.init(W0, psi0), xs, ys)
     # donating the state (whose averages start equal to W, psi) gives the same run
     donated, _ = core.run(paper, paper.init(jnp.array(W0), jnp.array(psi0)), xs, ys, donate=True)
-    np.testing.assert_array_equal(donated.W_avg, sp.W_avg)
+    np.testing.assert_allclose(donated.W_avg, sp.W_avg, rtol=1e-12, atol=1e-14)  # another compiled program
     assert rel(sp.W, iterates[0][-1]) <= 1e-13
     assert rel(sp.W_avg, jnp.mean(iterates[0][start + 1:], axis=0)) <= 1e-12
     assert rel(sp.psi_avg, jnp.mean(iterates[1][start + 1:], axis=0)) <= 1e-12

@@ -1,6 +1,6 @@
 """Algebra of W W^T + diag(psi) ([LRVGA] eq. 27, Proposition 1, Appendix D) against dense references.
 
-Checks 14, 15 and 17 of the reproduction spec, float64.
+Oracles: dense float64 matrices (Woodbury, determinant lemma, sample covariance of Proposition 1).
 """
 import jax
 import jax.numpy as jnp
@@ -106,3 +106,29 @@ def test_init_factors_plain_and_validation():
         lowrank.init_factors_plain(jax.random.PRNGKey(0), 5, 0, 1.0)
     with pytest.raises(ValueError, match="eps"):
         lowrank.init_factors(jax.random.PRNGKey(0), 5, 2, 1.0, eps=0.0)
+
+
+def test_bad_shapes_and_complex_inputs_name_the_argument():
+    W, psi = random_factors(6, 2)
+    cases = [
+        (lambda: lowrank.solve(W, psi, jnp.ones(5)), "v must have shape"),
+        (lambda: lowrank.solve(W, psi, jnp.ones((6, 2, 1))), "v must have shape"),
+        (lambda: lowrank.solve(W, psi[:5], jnp.ones(6)), "psi"),
+        (lambda: lowrank.solve(W[:, 0], psi, jnp.ones(6)), "W must be"),
+        (lambda: lowrank.solve(W + 1j, psi, jnp.ones(6)), "W must be a real array"),
+        (lambda: lowrank.solve(W, psi, jnp.ones(6) * 1j), "v must be a real array"),
+        (lambda: lowrank.quad_form(W, psi, jnp.ones(7)), "x must have shape"),
+        (lambda: lowrank.matvec(W, psi, jnp.ones(7)), "v must have shape"),
+        (lambda: lowrank.solve(jnp.ones((0, 1)), jnp.ones(0), jnp.ones(0)), "d >= 1"),
+        (lambda: lowrank.init_factors(jax.random.PRNGKey(0), 0, 1, 1.0), "dim"),
+        (lambda: lowrank.init_factors(jax.random.PRNGKey(0), 4, 2.5, 1.0), "rank"),
+        (lambda: lowrank.init_factors(jax.random.PRNGKey(0), 4, 2, jnp.ones(3)), "prior_var must be"),
+        (lambda: lowrank.init_factors(jax.random.PRNGKey(0), 4, 2, 1.0 + 1j), "prior_var must be a real"),
+        (lambda: lowrank.init_factors_plain(jax.random.PRNGKey(0), 4, 2, -1.0), "prior_var must be positive"),
+        (lambda: lowrank.sample(jax.random.PRNGKey(0), jnp.zeros(5), W, psi, 3), "mean must have length 6"),
+        (lambda: lowrank.sample(jax.random.PRNGKey(0), jnp.zeros(6), W, psi, 0), "num must be a positive"),
+        (lambda: lowrank.sample_from_noise(jnp.zeros(6), W, psi, jnp.ones((3, 6)), jnp.ones((3, 1))), "z must be"),
+    ]
+    for fn, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            fn()

@@ -1,4 +1,4 @@
-"""Metrics (reproduction §2.2, §3 check 25), float64."""
+"""Metrics (KL divergences, Monte-Carlo KL of [RVGA] eqs. 92-94, predictive scores), float64."""
 import math
 
 import jax

@@ -1,4 +1,4 @@
-"""Recursive / online EM on a 1-D Gaussian mixture ([SLIDES]; [reproduction] §1 G).
+"""Recursive / online EM on a 1-D Gaussian mixture ([SLIDES]).
 
 Tolerances. Each online estimate is compared with the batch-EM fixed point (the MLE) on the SAME
 stream of N = 1e5 draws, in units of the MLE's standard errors ``SE_j`` (from the observed information):
@@ -39,7 +39,7 @@ def _free(p):
 @pytest.fixture(scope="module")
 def stream():
     x = _sample(N, 0)
-    mle, ll = oe.batch_em(x, INIT, 300)
+    mle, ll = oe.batch_mixture_em(x, INIT, 300)
     u = oe._to_free(mle)
     H = jax.hessian(lambda v: oe.log_likelihood(oe._from_free(v, K), x))(u)
     se = np.sqrt(np.diag(np.linalg.inv(-np.asarray(H))))
@@ -103,7 +103,7 @@ def test_incremental_em_reaches_the_batch_fixed_point():
     """Neal-Hinton incremental EM (9), 30 sweeps over n = 2000 items = the batch-EM fixed point to 1e-9."""
     n, sweeps = 2000, 30
     x = _sample(n, 2)
-    mle, _ = oe.batch_em(x, INIT, 2000)
+    mle, _ = oe.batch_mixture_em(x, INIT, 2000)
     flt = oe.incremental_em()
     state = flt.init(INIT, x)
     idx = np.tile(np.arange(n), sweeps)
@@ -143,11 +143,76 @@ def test_value_errors():
         oe.sato(1.5)
     with pytest.raises(ValueError):
         oe.incremental_em_decay(1.0)
-    with pytest.raises(ValueError):
-        oe.batch_em(np.ones((3, 2)), INIT)
+    with pytest.raises(ValueError, match="x must be a vector"):
+        oe.batch_mixture_em(np.ones((3, 2)), INIT)
+    with pytest.raises(ValueError, match="num_iters"):
+        oe.batch_mixture_em(np.ones(3), INIT, num_iters=-1)
+    with pytest.raises(ValueError, match="x must be finite"):
+        oe.batch_mixture_em(np.array([1.0, np.nan]), INIT)
+    with pytest.raises(ValueError, match="means must be finite"):
+        oe.sato().init(oe.GMMParams(jnp.ones(3) / 3, jnp.array([0.0, np.nan, 1.0]), jnp.ones(3)))
     with pytest.raises(ValueError):
         oe.cappe_moulines().init(oe.GMMParams(jnp.ones(3) / 3, jnp.zeros(2), jnp.ones(3)))
     with pytest.raises(ValueError):
         oe.titterington().init(oe.GMMParams(jnp.ones(3) / 2, jnp.zeros(3), jnp.ones(3)))
     with pytest.raises(ValueError):
         oe.sato().init(oe.GMMParams(jnp.ones(3) / 3, jnp.zeros(3), -jnp.ones(3)))
+
+
+FILTERS = {"cappe_moulines": lambda: oe.cappe_moulines(0.6, burn_in=2),
+           "cappe_moulines_avg": lambda: oe.cappe_moulines(0.6, burn_in=2, average_from=3),
+           "sato": lambda: oe.sato(0.99, burn_in=2), "titterington": lambda: oe.titterington(),
+           "decay": lambda: oe.incremental_em_decay(0.99, burn_in=2)}
+
+
+@pytest.mark.parametrize("name", sorted(FILTERS))
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_observation_is_skipped_and_flagged(name, bad):
+    """A NaN/inf observation leaves the state as it was (step included) and sets info.converged
+    False; the stream then goes on as if that observation had not been there."""
+    flt = FILTERS[name]()
+    x = _sample(40, 5)
+    with_bad = np.insert(x, 20, bad)
+    clean, _ = jr.run(flt, flt.init(INIT), jnp.asarray(x), None)
+    state, info = jr.run(flt, flt.init(INIT), jnp.asarray(with_bad), None, jr.trace_info)
+    flags = np.asarray(info.converged)
+    assert not flags[20] and flags[:20].all() and flags[21:].all()
+    assert int(state.step) == 40
+    for a, b in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(clean.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    st = flt.update(flt.init(INIT), bad)
+    assert not bool(st.info.converged) and int(st.step) == 0
+    assert np.all(np.isfinite(_free(st.params)))
+
+
+def test_incremental_em_skips_a_non_finite_item_and_checks_indices():
+    x = _sample(30, 6)
+    flt = oe.incremental_em()
+    st0 = flt.init(INIT, x)
+    st = flt.update(st0, (3, np.nan))
+    assert not bool(st.info.converged) and int(st.step) == 0
+    np.testing.assert_array_equal(_free(st.params), _free(st0.params))
+    assert bool(flt.update(st0, (3, 0.5)).info.converged)
+    with pytest.raises(ValueError, match=r"i must lie in \[0, 30\)"):
+        flt.update(st0, (30, 0.5))
+    with pytest.raises(ValueError, match=r"i must lie"):
+        flt.update(st0, (-1, 0.5))
+    with pytest.raises(ValueError, match="xs\\[0\\] must lie"):
+        jr.run(flt, st0, (jnp.arange(31), jnp.zeros(31)), None)
+    with pytest.raises(ValueError, match="integer"):
+        jr.run(flt, st0, (jnp.zeros(3), jnp.zeros(3)), None)
+    with pytest.raises(ValueError, match="x must be a scalar"):
+        flt.update(st0, (1, jnp.zeros(2)))
+    with pytest.raises(ValueError, match="data must be finite"):
+        flt.init(INIT, np.array([0.0, np.nan]))
+
+
+@pytest.mark.parametrize("name", sorted(FILTERS))
+def test_mixture_filters_refuse_vector_observations(name):
+    flt = FILTERS[name]()
+    with pytest.raises(ValueError, match="xs must be a vector"):
+        jr.run(flt, flt.init(INIT), jnp.ones((10, 2)), None)
+    with pytest.raises(ValueError, match="x must be a scalar"):
+        flt.update(flt.init(INIT), jnp.ones(2))
+    with pytest.raises(ValueError, match="x must be a real array"):
+        flt.update(flt.init(INIT), 1.0 + 1j)

@@ -10,7 +10,7 @@ updates, implicit-solver diagnostics, determinism, and checkpoint / resume with 
 * L-RVGA keeps ``psi`` above the relative floor of Algorithm 1 (:mod:`jaxrvga.factor_analysis`).
 * Same inputs and key give bit-identical results; ``jr.io.save`` / ``load`` round-trip every
   library state exactly, and a stream processed in two halves with a save / load between gives
-  the one-run state bit for bit.
+  the one-run state to rounding (the two scans are different compiled programs).
 """
 import functools
 
@@ -50,6 +50,30 @@ def assert_bits_equal(a, b):
                                           np.atleast_1d(np.asarray(v)).view(np.uint8))
         else:
             assert u == v
+
+
+def assert_trees_close(a, b):
+    """Same structure and dtypes; integer, bool and key leaves equal, floating leaves equal to
+    rounding (relative 1e-12 in float64, 1e-5 in float32, of each leaf's largest entry): for
+    results of differently compiled programs (another scan length, batch shape or jit)."""
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    assert ta == tb
+    for u, v in zip(la, lb):
+        if isinstance(u, jax.Array) and jnp.issubdtype(u.dtype, jax.dtypes.prng_key):
+            u, v = jax.random.key_data(u), jax.random.key_data(v)
+        if not isinstance(u, (jax.Array, np.ndarray, np.generic)):
+            assert u == v
+            continue
+        u, v = np.asarray(u), np.asarray(v)
+        assert u.dtype == v.dtype and u.shape == v.shape
+        if jnp.issubdtype(u.dtype, jnp.floating):
+            rtol = 1e-12 if u.dtype == np.float64 else 1e-5
+            u, v = u.astype(np.float64), v.astype(np.float64)
+            scale = float(np.max(np.abs(v), initial=0.0))
+            np.testing.assert_allclose(u, v, rtol=rtol, atol=rtol * scale)
+        else:
+            np.testing.assert_array_equal(u, v)
 
 
 def assert_gaussian_healthy(mean, cov):
@@ -434,7 +458,8 @@ def test_two_halves_with_save_load_equal_one_run(tmp_path, name):
     first, _ = jr.run(flt, st, _split(xs, 0, h), _split(ys, 0, h), trace_fn)
     jr.io.save(tmp_path / "half.npz", first)
     resumed, _ = jr.run(flt, jr.io.load(tmp_path / "half.npz"), _split(xs, h, T), _split(ys, h, T), trace_fn)
-    assert_bits_equal(resumed, full_run(name)[0])
+    # the halves and the whole stream are scans of different lengths (two compiled programs)
+    assert_trees_close(resumed, full_run(name)[0])
 
 
 @pytest.mark.parametrize("name", ["lrvga_sampled_logistic_key_f32", "rvga_nonlinear_mc_key"])

@@ -306,7 +306,8 @@ def test_state_dtype_is_kept_whatever_the_data_dtype(name):
     for a, b in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(ref)):
         if hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating):
             assert a.dtype == jnp.float32 and b.dtype == jnp.float32
-            np.testing.assert_array_equal(a, b)
+            # float64 data cast inside vs outside the compiled scan: two programs, same rounding
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6 * float(np.max(np.abs(b))))
 
 
 # ============================================================================ factor analysis, lowrank
@@ -476,4 +477,7 @@ def test_checked_mode_returns_the_unchecked_result(name):
     for u, v in zip(jax.tree_util.tree_leaves((a, ta)), jax.tree_util.tree_leaves((b, tb))):
         if jnp.issubdtype(u.dtype, jax.dtypes.prng_key):
             u, v = jax.random.key_data(u), jax.random.key_data(v)
-        np.testing.assert_array_equal(u, v)
+        if jnp.issubdtype(u.dtype, jnp.floating):  # checkify compiles another program: rounding may differ
+            np.testing.assert_allclose(v, u, rtol=1e-12, atol=1e-14)
+        else:
+            np.testing.assert_array_equal(u, v)
