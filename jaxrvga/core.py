@@ -343,6 +343,11 @@ def step_fn(flt: Filter, state, x, y) -> Step:
     return Step(update, pack, unpack)
 
 
+def tree_where(pred, a, b):
+    """``a`` where ``pred`` else ``b``, leaf by leaf (``pred`` a scalar bool): the skip-and-flag select."""
+    return jax.tree_util.tree_map(lambda u, v: jnp.where(pred, u, v), a, b)
+
+
 def trace_info(state, x=None, y=None) -> SolverInfo:
     """Trace function recording the solver diagnostics of each step."""
     del x, y
@@ -356,4 +361,4 @@ def trace_mean(state, x=None, y=None):
 
 
 __all__ = ["Filter", "SolverInfo", "GaussianState", "LowRankState", "run", "solver_info",
-           "trace_info", "trace_mean", "scan", "Step", "step_fn"]
+           "trace_info", "trace_mean", "scan", "Step", "step_fn", "tree_where"]

@@ -165,15 +165,15 @@ def _registry() -> dict:
     """The registry, with the library's own states added on first use (imports are local: the
     state modules import this one's package)."""
     if not _REGISTRY:
-        from . import baselines, core, dual, factor_analysis, klprox, online_em
+        from . import batch, core, dual, factor_analysis, klprox, online_em
 
         gmm = _check_vectors("weights", "means", "variances")
         entries = [(core.SolverInfo, _check_solver_info), (core.GaussianState, _check_gaussian),
                    (core.LowRankState, _check_lowrank), (factor_analysis.FAState, _check_fa_state),
                    (online_em.GMMParams, gmm), (online_em.GMMStats, _check_vectors("s0", "s1", "s2")),
-                   (baselines.LaplaceResult, None), (dual.DualResult, None),
+                   (batch.LaplaceResult, None), (dual.DualResult, None),
                    (klprox.KLProxResult, None), (klprox.KernelResult, None)]
-        for mod, names in ((factor_analysis, ("OnlineEMState", "FAOnlineEMState")),
+        for mod, names in ((factor_analysis, ("OnlineFAState", "OnlineEMState")),
                            (online_em, ("MixtureStatsState", "OnlineEMState", "TitteringtonState",
                                         "IncrementalEMState"))):
             entries += [(getattr(mod, n), None) for n in names if hasattr(mod, n)]

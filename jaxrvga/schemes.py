@@ -131,17 +131,10 @@ def ekf_glm_site(model, q, X, y):
     return Increment(X.T, model.family.fisher(eta), score)
 
 
-def _jj_precision(xi):
-    """``2 lambda(xi) = (sig(xi) - 1/2) / xi = tanh(xi/2) / (2 xi)``, series ``1/4 - xi^2/48`` near 0 ([RVGA] eq. 83)."""
-    small = xi < 1e-4
-    safe = jnp.where(small, 1.0, xi)
-    return jnp.where(small, 0.25 - xi**2 / 48.0, 0.5 * jnp.tanh(0.5 * safe) / safe)
-
-
 def qkf_site(belief, q, X, y):
     """Jaakkola-Jordan bound: curvature ``2 lambda(xi)``, ``xi^2 = x^T (P + mu mu^T) x`` ([RVGA] eqs. 82-90)."""
     alpha, nu = belief.marginal(q, X)
-    lam = _jj_precision(jnp.sqrt(nu + alpha**2))
+    lam = 2.0 * special.jj_lambda(jnp.sqrt(nu + alpha**2))  # R^{-1} of eq. (90)
     return Increment(X.T, lam, (y - 0.5) - lam * alpha)
 
 

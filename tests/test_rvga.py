@@ -168,7 +168,10 @@ def test_check5_qkf_equals_jaakkola_jordan_form():
 
 def test_qkf_series_at_zero():
     """At xi = 0 the JJ coefficient (sig(xi) - 1/2)/xi is 0/0; its limit is 1/4."""
-    from jaxrvga.schemes import _jj_precision as _jj_lambda
+    from jaxrvga.special import jj_lambda
+
+    def _jj_lambda(xi):  # R^{-1} = (sig(xi) - 1/2) / xi of [RVGA] eq. (90) = 2 lambda(xi)
+        return 2.0 * jj_lambda(xi)
     xi = jnp.array([0.0, 1e-8, 1e-4, 1e-3, 1.0])
     exact = jnp.array([0.25, 0.25, (special.sigmoid(1e-4) - 0.5) / 1e-4,
                        (special.sigmoid(1e-3) - 0.5) / 1e-3, special.sigmoid(1.0) - 0.5])
