@@ -21,7 +21,7 @@ jax.config.update("jax_enable_x64", True)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: Module-name prefixes that run_all discovers, in this order.
-PREFIXES = ("rvga_", "lrvga_", "klprox_", "dual_", "headtohead_")
+PREFIXES = ("rvga_", "lrvga_", "klprox_", "dual_", "headtohead_", "multiclass_")
 
 
 def results_dir(quick: bool) -> Path:
@@ -133,6 +133,29 @@ def make_split(X, y, seed: int, train_fraction: float, standardise: bool, n_max=
     if intercept:
         Xtr, Xte = (np.hstack([A, np.ones((A.shape[0], 1))]) for A in (Xtr, Xte))
     return Split(Xtr, y[tr], Xte, y[te])
+
+
+# --------------------------------------------------------------------------- calibration
+
+def ece(probs, labels, bins: int = 10) -> float:
+    """Expected calibration error of class probabilities ``probs`` (n, K) for integer ``labels`` (n,).
+
+    The confidence ``max_k p_k`` of each point falls in one of ``bins`` equal-width bins of [0, 1]
+    (1 in the last); ECE ``= sum_b (n_b / n) |accuracy_b - mean confidence_b|``, where a point is
+    accurate when its argmax is its label.
+    """
+    probs, labels = np.asarray(probs), np.asarray(labels)
+    if probs.ndim != 2 or labels.shape != probs.shape[:1]:
+        raise ValueError(f"probs must be (n, K) and labels (n,), got {probs.shape} and {labels.shape}")
+    conf = probs.max(axis=1)
+    hit = (probs.argmax(axis=1) == labels).astype(float)
+    idx = np.minimum((conf * bins).astype(int), bins - 1)
+    gap = 0.0
+    for b in range(bins):
+        sel = idx == b
+        if sel.any():
+            gap += sel.sum() * abs(hit[sel].mean() - conf[sel].mean())
+    return float(gap / len(labels))
 
 
 # --------------------------------------------------------------------------- entry points
