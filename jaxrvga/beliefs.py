@@ -152,11 +152,17 @@ class LowRank(NamedTuple):
         return lowrank.solve(state.W, state.psi, g)
 
     def sample(self, state, key, num: int):
-        """``num`` draws by the corrected Proposition 1 of [LRVGA] with antithetic base noise, shape (num, d)."""
+        """``num`` draws by the corrected Proposition 1 of [LRVGA] with antithetic base noise, shape (num, d).
+
+        Column j of the noise ``e`` (one per column of ``W``) comes from ``fold_in(key, j)``, so the
+        same key gives the same noise for the shared columns of beliefs of different ranks (the
+        unprojected beliefs of an iterated scheme): common random numbers across its passes.
+        """
         kz, ke = jax.random.split(key)
         d, q = state.W.shape
         z = antithetic_normals(kz, num, d, state.W.dtype)
-        e = antithetic_normals(ke, num, q, state.W.dtype)
+        column = jax.vmap(lambda j: antithetic_normals(jax.random.fold_in(ke, j), num, 1, state.W.dtype)[:, 0])
+        e = column(jnp.arange(q)).T
         return lowrank.sample_from_noise(state.mean, state.W, state.psi, z, e)
 
     def add(self, state, X, c):
