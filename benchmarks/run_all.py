@@ -6,8 +6,8 @@ the small L-RVGA grid (``bench_lrvga --quick``), the memory/scale run at d = 1e6
 with 1 and 3 inner loops (:mod:`benchmarks.scale_lrvga`) and Algorithm 1 with the iterate stored
 or recomputed (:mod:`benchmarks.bench_iterate`), and an MLP trained online by L-RVGA against
 Adam with the breakdown of the EKF step (:mod:`benchmarks.bench_nn`, about 3 minutes).
-``--full`` adds the whole L-RVGA grid of the issue (d up to 1e6, p up to 100; hours on 2 cores) and the d = 1e7, p = 100 float32
-memory run (about 9 GB). Each script runs in its own process, so their peak memories are apart.
+``--full`` adds the whole L-RVGA grid of the issue (d up to 1e6, p up to 100; hours on 2 cores)
+and the d = 1e7, p = 100 float32 memory run (about 9 GB). Each script runs in its own process, so their peak memories are apart.
 """
 from __future__ import annotations
 
