@@ -16,10 +16,11 @@ L-RVGA state (``d (p + 1) + d`` floats), and the rise of the process's resident 
 the run (sampled every millisecond from ``/proc/self/statm``; XLA's allocations bypass
 ``tracemalloc``).
 
-``--profile``: where the time of one L-RVGA EKF step goes at this size, each piece jitted alone
-and repeated inside one ``fori_loop`` (no dispatch): the VJP of the output, the Woodbury solve of
-the mean step, the spectral projection (:func:`jaxrvga.factor_analysis.spectral_em_step`), and the
-whole update; Adam's step for comparison.
+``--profile``: where the time of one L-RVGA step goes at this size, each piece jitted alone and
+repeated inside one ``fori_loop`` (no dispatch): the VJP of the output, the Woodbury solve of the
+mean step, the spectral projection (:func:`jaxrvga.factor_analysis.spectral_em_step`), two
+skinny matrix products for scale, the whole update; the same for the sampled scheme (draws,
+VJPs at the draws, rank p + K solve and projection); Adam's step for comparison.
 """
 from __future__ import annotations
 
@@ -209,8 +210,13 @@ def loop_time(piece, carry, n, repeat):
 
 
 def profile(repeat, n=200):
-    """Time of the pieces of one L-RVGA EKF step (module docstring) at d = 16 641, p = 10."""
-    from jaxrvga import factor_analysis, lowrank, schemes
+    """Time of the pieces of one L-RVGA EKF step and of the sampled one (module docstring), d = 16 641, p = 10.
+
+    Each piece maps its carry to a carry of the same structure (the projections are applied again
+    to their own output), so no work is loop-invariant.
+    """
+    from jaxrvga import factor_analysis as fa
+    from jaxrvga import lowrank, schemes
     Xtr, ytr, _, _ = digits()
     theta0, h = mlp(jax.random.PRNGKey(0))
     d = theta0.shape[0]
@@ -219,32 +225,50 @@ def profile(repeat, n=200):
     x, y = jnp.asarray(Xtr[300]), jnp.asarray(ytr[300])
     W, psi, mu = state.W, state.psi, state.mean
     C, g = schemes.linearise(model, mu, x, y)
-    Wa = jnp.concatenate([W, C.T], axis=1)
+    K = 10
+    thetas = lowrank.sample(jax.random.PRNGKey(4), mu, W, psi, K)
+    Xs = jax.vmap(schemes.linearise, in_axes=(None, 0, None, None))(model, thetas, x, y)[0][:, 0, :].T / np.sqrt(K)
     Q = jnp.linalg.qr(jax.random.normal(jax.random.PRNGKey(3), (RANK, RANK)))[0]  # orthogonal: W @ Q stays bounded
+
+    def project(X, loops, spectral=True, **kw):
+        step = fa.spectral_em_step if spectral else fa.recursive_em_step
+        return lambda c: step(c[0], c[1], X, 1.0, 1.0, loops, **kw)[:2]
+
+    def solve_piece(_):
+        """``P v`` by Woodbury, factorisation included (the factors are perturbed so it is not hoisted)."""
+        return lambda c: (c[0] * (1 + 1e-30 * c[1][0]), lowrank.solve(c[0], psi, c[1]))
+
+    def update(scheme, **options):
+        f = lrvga_run(h, theta0, scheme, **options)[3]
+        return lambda s: f.update(s, x, y)
+
+    sampled_state = state._replace(key=jax.random.PRNGKey(2))
     pieces = {
         "forward h(theta, x)": (lambda m: m + 1e-30 * h(m, x), mu),
         "linearise: VJP row + score": (lambda m: m + 1e-30 * sum(a.sum() for a in schemes.linearise(model, m, x, y)),
                                        mu),
-        "Woodbury solve (rank p+1)": (lambda v: lowrank.solve(Wa, psi, v), g),
-        "spectral_em_step, 1 EM loop": (lambda Wc: factor_analysis.spectral_em_step(Wc[:, :RANK], psi, Wc[:, RANK:],
-                                                                                    1.0, 1.0, 1)[0].sum() * 1e-30 + Wc,
-                                        Wa),
-        "spectral_em_step, 0 EM loops": (lambda Wc: factor_analysis.spectral_em_step(Wc[:, :RANK], psi, Wc[:, RANK:],
-                                                                                     1.0, 1.0, 0)[0].sum() * 1e-30 + Wc,
-                                         Wa),
-        "spectral_em_step, 1 loop, no store": (
-            lambda Wc: factor_analysis.spectral_em_step(Wc[:, :RANK], psi, Wc[:, RANK:], 1.0, 1.0, 1,
-                                                        store_iterate=False)[0].sum() * 1e-30 + Wc, Wa),
-        "recursive_em_step, 1 loop (published)": (
-            lambda Wc: factor_analysis.recursive_em_step(Wc[:, :RANK], psi, Wc[:, RANK:], 1.0, 1.0, 1)[0].sum()
-            * 1e-30 + Wc, Wa),
-        "Gram (d, p+1)^T (d, p+1)": (lambda Wc: Wc + 1e-30 * (Wc.T @ Wc).sum(), Wa),
+        "Woodbury solve, rank p + 1": (solve_piece(jnp.concatenate([W, C.T], 1)), (jnp.concatenate([W, C.T], 1), g)),
+        "spectral_em_step, 0 EM loops": (project(C.T, 0), (W, psi)),
+        "spectral_em_step, 1 EM loop": (project(C.T, 1), (W, psi)),
+        "spectral_em_step, 1 loop, no store": (project(C.T, 1, store_iterate=False), (W, psi)),
+        "recursive_em_step, 1 loop (published)": (project(C.T, 1, spectral=False), (W, psi)),
+        "Gram (d, p+1)^T (d, p+1)": (lambda A: A + 1e-30 * (A.T @ A).sum(), jnp.concatenate([W, C.T], 1)),
         "product (d, p) @ (p, p)": (lambda A: A @ Q, W),
-        "whole update (flt.update)": (lambda s: flt.update(s, x, y), state),
-        "whole update, inner_loops=0": (lambda s: lrvga_run(h, theta0, "ekf", inner_loops=0)[3].update(s, x, y),
-                                        state),
-        "whole update, published=True": (lambda s: lrvga_run(h, theta0, "ekf", published=True)[3].update(s, x, y),
-                                         state),
+        "whole EKF update (defaults)": (update("ekf"), state),
+        "whole EKF update, inner_loops=0": (update("ekf", inner_loops=0), state),
+        "whole EKF update, published=True": (update("ekf", published=True), state),
+        "sampled: K = 10 draws (lowrank.sample)": (
+            lambda m: m + 1e-30 * lowrank.sample(jax.random.PRNGKey(5), m, W, psi, K).sum(), mu),
+        "sampled: linearise at the K draws (vmap)": (
+            lambda th: th + 1e-30 * jax.vmap(schemes.linearise, in_axes=(None, 0, None, None))(
+                model, th, x, y)[0].sum(), thetas),
+        "sampled: K x d standard normals (threefry)": (
+            lambda k: jax.random.fold_in(k, (0 * jax.random.normal(k, (K, d)).sum()).astype(jnp.uint32)),
+            jax.random.key(6)),
+        "sampled: Woodbury solve, rank p + K": (solve_piece(None), (jnp.concatenate([W, Xs], 1), g)),
+        "sampled: spectral_em_step of rank p + K": (project(Xs, 1), (W, psi)),
+        "whole sampled update (3 passes)": (update("sampled"), sampled_state),
+        "whole sampled update, num_iters=1": (update("sampled", num_iters=1), sampled_state),
     }
     opt = optax.adam(1e-3)
 
@@ -255,19 +279,19 @@ def profile(repeat, n=200):
         return optax.apply_updates(th, u), s
 
     pieces["Adam step (batch 1)"] = (adam_step, (mu, opt.init(mu)))
-    print(f"\n## Where the time of one L-RVGA EKF step goes, d = {d}, p = {RANK}, float32 "
+    print(f"\n## Where the time of one L-RVGA step goes, d = {d}, p = {RANK}, float32 "
           f"(us per call, best of {repeat}, {n} calls in one fori_loop)")
     out = {}
     for name, (piece, carry) in pieces.items():
         out[name] = loop_time(piece, carry, n, repeat) * 1e6
-        print(f"{name:<40} {out[name]:9.1f}", flush=True)
+        print(f"{name:<42} {out[name]:9.1f}", flush=True)
     return out
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--profile", action="store_true", help="also the breakdown of one EKF step")
+    parser.add_argument("--profile", action="store_true", help="also the breakdown of one L-RVGA step")
     args = parser.parse_args(argv)
     print(describe())
     compare(args.repeat)
