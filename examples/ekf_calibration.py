@@ -72,8 +72,8 @@ def main(num_train: int = 1200, num_test: int = 597, hidden: int = 32, rank: int
                   f"linearised {r['linearised_ece']:.3f}")
             for c in SCALES:
                 s = r[c]
-                print(f"  cov x {c:<4}: MC var / J P J^T {s['var_ratio']:.2f} (linearised net {s['var_ratio_linear']:.2f}),"
-                      f" mean shift {s['mean_shift']:.2f} sd; ECE network {s['ece_network']:.3f} "
+                print(f"  cov x {c:<4}: MC var / J P J^T {s['var_ratio']:.2f} "
+                      f"(linearised net {s['var_ratio_linear']:.2f}), mean shift {s['mean_shift']:.2f} sd; ECE network {s['ece_network']:.3f} "
                       f"(acc {s['acc_network']:.3f}), linearised net {s['ece_linear']:.3f} (acc {s['acc_linear']:.3f})")
     return out
 
