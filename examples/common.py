@@ -19,13 +19,13 @@ def split(X, y, num_train: int, num_test: int, seed: int = 0):
 
 
 def lowrank_init(flt, theta0, rank: int, prior_var: float, key):
-    """State of ``flt`` (an L-RVGA) for the prior ``N(theta0, prior_var I)``, trace-matched factors."""
+    """State of ``flt`` (an L-RVGA) for the prior ``N(theta0, prior_var I)``, trace-matched factors.
+
+    ``key`` makes the factors and, for the sampled scheme, the state's key (other schemes ignore it).
+    """
     kw, ks = jax.random.split(key)
     W0, psi0 = jr.lowrank.init_factors(kw, theta0.shape[0], rank, prior_var, dtype=theta0.dtype)
-    try:
-        return flt.init(theta0, W0, psi0, key=ks)
-    except ValueError:  # schemes other than "sampled" take no key
-        return flt.init(theta0, W0, psi0)
+    return flt.init(theta0, W0, psi0, key=ks)
 
 
 def expected_calibration_error(probs, labels, num_bins: int = 10) -> float:
