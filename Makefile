@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,experiments,docs]"
+	$(PY) -m pip install --quiet -e ".[test,experiments,docs,nn]"
 	touch $(STAMP)
 
 # One BLAS thread for tests and experiments (small factorisations; a loaded machine); the

@@ -1,12 +1,13 @@
 """Run the benchmark scripts one after the other: ``python -m benchmarks.run_all [--full]``.
 
-Default (about 10 minutes on 2 cores): the full-covariance table (:mod:`benchmarks.bench_rvga`),
+Default (about 13 minutes on 2 cores): the full-covariance table (:mod:`benchmarks.bench_rvga`),
 one observation per call (:mod:`benchmarks.bench_step`),
 the small L-RVGA grid (``bench_lrvga --quick``), the memory/scale run at d = 1e6, p = 10
 with 1 and 3 inner loops (:mod:`benchmarks.scale_lrvga`) and Algorithm 1 with the iterate stored
-or recomputed (:mod:`benchmarks.bench_iterate`). ``--full`` adds the whole L-RVGA grid
-of the issue (d up to 1e6, p up to 100; hours on 2 cores) and the d = 1e7, p = 100 float32
-memory run (about 9 GB). Each script runs in its own process, so their peak memories are apart.
+or recomputed (:mod:`benchmarks.bench_iterate`), and an MLP trained online by L-RVGA against
+Adam with the breakdown of the EKF step (:mod:`benchmarks.bench_nn`, about 3 minutes).
+``--full`` adds the whole L-RVGA grid of the issue (d up to 1e6, p up to 100; hours on 2 cores)
+and the d = 1e7, p = 100 float32 memory run (about 9 GB). Each script runs in its own process, so their peak memories are apart.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ DEFAULT = [
     ["benchmarks.scale_lrvga", "--d", "1000000", "--p", "10", "--steps", "5", "--inner-loops", "1"],
     ["benchmarks.scale_lrvga", "--d", "1000000", "--p", "10", "--steps", "5", "--inner-loops", "3"],
     ["benchmarks.bench_iterate", "--d", "1000000", "--p", "10", "--loops", "3"],
+    ["benchmarks.bench_nn", "--profile"],
 ]
 FULL = [
     ["benchmarks.bench_lrvga"],

@@ -1,0 +1,303 @@
+"""Online training of an MLP: L-RVGA (EKF and sampled schemes) against optax Adam, one pass each.
+
+    python -m benchmarks.bench_nn [--repeat 3] [--profile]
+
+Same network on both sides: an MLP 64-128-64-1 (ReLU, 16 641 weights, LeCun-normal start, the
+same start for every method) on the sklearn digits labelled even/odd (1200 training images,
+597 test), float32. Each method is one jitted ``lax.scan`` over the training set: ``jr.scan`` of
+``jr.lrvga(model, rank=10, scheme=...)`` (prior ``N(theta0, 0.1 I)``), and Adam steps on the
+log-loss with batch 1 (1200 steps) or batch 16 (75 steps). Compile time (``lower().compile()``)
+is excluded from the run time and reported apart; the run time is the best of ``--repeat``.
+Time per observation is given as a ratio to Adam (batch 1) measured in the same process. Test
+scores: accuracy, log-loss and expected calibration error (10 bins) of the linearised predictive
+(L-RVGA; ``jr.predictive`` without a key) and of ``sig(h(theta, x))`` (Adam). Memory: XLA's own
+count of the run's temporary buffers (``compiled.memory_analysis()``) as a multiple of the
+L-RVGA state (``d (p + 1) + d`` floats), and the rise of the process's resident set size over
+the run (sampled every millisecond from ``/proc/self/statm``; XLA's allocations bypass
+``tracemalloc``).
+
+``--profile``: where the time of one L-RVGA step goes at this size, each piece jitted alone and
+repeated inside one ``fori_loop`` (no dispatch): the VJP of the output, the Woodbury solve of the
+mean step, the spectral projection (:func:`jaxrvga.factor_analysis.spectral_em_step`), two
+skinny matrix products for scale, the whole update; the same for the sampled scheme (draws,
+VJPs at the draws, rank p + K solve and projection); Adam's step for comparison.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+
+import jaxrvga as jr
+from benchmarks.machine import describe
+
+RANK = 10
+PRIOR_VAR = 0.1
+SIZES = (64, 128, 64, 1)
+
+
+# --------------------------------------------------------------------------- problem
+
+def digits(num_train=1200):
+    """Even/odd sklearn digits (pixels / 16), shuffled: ``(Xtr, ytr, Xte, yte)`` float32."""
+    from sklearn.datasets import load_digits
+    X, y = load_digits(return_X_y=True)
+    perm = np.random.default_rng(0).permutation(len(X))
+    X, y = (X[perm] / 16.0).astype(np.float32), (y[perm] % 2 == 0).astype(np.float32)
+    return X[:num_train], y[:num_train], X[num_train:], y[num_train:]
+
+
+def mlp(key):
+    """``(theta0, h)``: flat LeCun-normal weights of the MLP ``SIZES`` and ``h(theta, x) -> logit``."""
+    params = []
+    for k, (m, n) in zip(jax.random.split(key, len(SIZES) - 1), zip(SIZES[:-1], SIZES[1:])):
+        params.append((jax.random.normal(k, (m, n), jnp.float32) / np.sqrt(m), jnp.zeros(n, jnp.float32)))
+    theta0, unravel = ravel_pytree(params)
+
+    def h(theta, x):
+        layers = unravel(theta)
+        for W, b in layers[:-1]:
+            x = jax.nn.relu(x @ W + b)
+        W, b = layers[-1]
+        return (x @ W + b)[0]
+
+    return theta0, h
+
+
+def ece(p, y, bins=10):
+    """Expected calibration error of probabilities ``p`` of class 1 (top-class confidence, equal bins)."""
+    conf, pred = np.maximum(p, 1 - p), (p > 0.5).astype(float)
+    idx = np.minimum((conf * bins).astype(int), bins - 1)
+    return float(sum(np.mean(idx == b) * abs(np.mean(pred[idx == b] == y[idx == b]) - conf[idx == b].mean())
+                     for b in range(bins) if np.any(idx == b)))
+
+
+def scores(p, y):
+    p = np.clip(np.asarray(p, np.float64), 1e-7, 1 - 1e-7)
+    return {"accuracy": float(np.mean((p > 0.5) == y)),
+            "log_loss": float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))), "ece": ece(p, y)}
+
+
+# --------------------------------------------------------------------------- methods
+
+def lrvga_run(h, theta0, scheme, **options):
+    """``(run(state, xs, ys) -> state, init_state, model, filter)`` of one L-RVGA pass."""
+    model = jr.models.nonlinear(h, jr.models.bernoulli())
+    flt = jr.lrvga(model, rank=RANK, scheme=scheme, **options)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), theta0.shape[0], RANK, PRIOR_VAR)
+    state = flt.init(theta0, W0, psi0, **({"key": jax.random.PRNGKey(2)} if scheme == "sampled" else {}))
+    return (lambda s, xs, ys: jr.scan(flt, s, xs, ys)[0]), state, model, flt
+
+
+def adam_run(h, lr, batch):
+    """``run(theta, xs, ys) -> theta``: one pass of Adam on the log-loss, minibatches of ``batch``."""
+    opt = optax.adam(lr)
+
+    def loss(theta, X, y):
+        eta = jax.vmap(h, in_axes=(None, 0))(theta, X)
+        return jnp.mean(optax.sigmoid_binary_cross_entropy(eta, y))
+
+    def step(carry, xy):
+        theta, s = carry
+        g = jax.grad(loss)(theta, *xy)
+        upd, s = opt.update(g, s, theta)
+        return (optax.apply_updates(theta, upd), s), None
+
+    def run(theta, xs, ys):
+        T = xs.shape[0] // batch
+        xb, yb = xs[:T * batch].reshape(T, batch, -1), ys[:T * batch].reshape(T, batch)
+        return jax.lax.scan(step, (theta, opt.init(theta)), (xb, yb))[0][0]
+
+    return run
+
+
+# --------------------------------------------------------------------------- measuring
+
+def rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class PeakRSS:
+    """Peak resident set size above the level at entry, sampled every millisecond by a thread (MB)."""
+
+    def __enter__(self):
+        self.base = self.peak = rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mb())
+            time.sleep(1e-3)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb())
+        self.rise = self.peak - self.base
+
+
+def measure(fn, args, repeat):
+    """Compile ``jit(fn)`` for ``args``, then time it; returns ``(output, compile_s, run_s, temp_mb, rss_rise_mb)``."""
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+    mem = compiled.memory_analysis()
+    temp_mb = getattr(mem, "temp_size_in_bytes", float("nan")) / 2**20 if mem is not None else float("nan")
+    times = []
+    with PeakRSS() as rss:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            out = jax.block_until_ready(compiled(*args))
+            times.append(time.perf_counter() - t0)
+    return out, compile_s, min(times), temp_mb, rss.rise
+
+
+def compare(repeat):
+    Xtr, ytr, Xte, yte = digits()
+    xs, ys, Xte_j = jnp.asarray(Xtr), jnp.asarray(ytr), jnp.asarray(Xte)
+    theta0, h = mlp(jax.random.PRNGKey(0))
+    d, T = theta0.shape[0], xs.shape[0]
+    state_mb = (d * (RANK + 2)) * 4 / 2**20
+    print(f"\n## MLP 64-128-64-1 (d = {d}) on digits even/odd, one pass of {T} images, float32, "
+          f"p = {RANK}\n# L-RVGA state: {state_mb:.2f} MB (mean, W, psi)")
+    print(f"{'method':<24} {'acc':>6} {'logloss':>8} {'ECE':>6} {'us/obs':>9} {'x Adam1':>8} "
+          f"{'compile s':>9} {'XLA temp MB':>11} {'x state':>7} {'RSS rise MB':>11}")
+    rows, base = [], None
+    predict = jax.jit(jax.vmap(lambda th, x: jax.nn.sigmoid(h(th, x)), in_axes=(None, 0)))
+    methods = [("Adam, batch 1", "adam", (1e-3, 1)), ("Adam, batch 16", "adam", (3e-3, 16)),
+               ("L-RVGA ekf", "lrvga", ("ekf", {})), ("L-RVGA ekf, 0 EM loops", "lrvga", ("ekf", {"inner_loops": 0})),
+               ("L-RVGA sampled (K=10)", "lrvga", ("sampled", {}))]
+    for name, kind, arg in methods:
+        if kind == "adam":
+            theta, c, t, temp, rise = measure(adam_run(h, *arg), (theta0, xs, ys), repeat)
+            sc = scores(predict(theta, Xte_j), yte)
+        else:
+            run, state, model, _ = lrvga_run(h, theta0, arg[0], **arg[1])
+            out, c, t, temp, rise = measure(run, (state, xs, ys), repeat)
+            sc = scores(jr.predictive(out, Xte_j, model=model).mean, yte)
+        us = t / T * 1e6
+        base = us if base is None else base
+        row = dict(name=name, us=us, ratio=us / base, compile=c, temp=temp, rise=rise, **sc)
+        rows.append(row)
+        print(f"{name:<24} {sc['accuracy']:6.3f} {sc['log_loss']:8.3f} {sc['ece']:6.3f} {us:9.1f} "
+              f"{us / base:8.1f} {c:9.2f} {temp:11.2f} {temp / state_mb:7.1f} {rise:11.1f}", flush=True)
+    return rows
+
+
+# --------------------------------------------------------------------------- profile
+
+def loop_time(piece, carry, n, repeat):
+    """Seconds per application of ``carry -> piece(carry)`` (same structure), ``n`` of them in one ``fori_loop``."""
+    f = jax.jit(lambda c: jax.lax.fori_loop(0, n, lambda i, c: piece(c), c)).lower(carry).compile()
+    jax.block_until_ready(f(carry))
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(carry))
+        times.append(time.perf_counter() - t0)
+    return min(times) / n
+
+
+def profile(repeat, n=200):
+    """Time of the pieces of one L-RVGA EKF step and of the sampled one (module docstring), d = 16 641, p = 10.
+
+    Each piece maps its carry to a carry of the same structure (the projections are applied again
+    to their own output), so no work is loop-invariant.
+    """
+    from jaxrvga import factor_analysis as fa
+    from jaxrvga import lowrank, schemes
+    Xtr, ytr, _, _ = digits()
+    theta0, h = mlp(jax.random.PRNGKey(0))
+    d = theta0.shape[0]
+    run, state, model, flt = lrvga_run(h, theta0, "ekf")
+    state = jax.jit(run)(state, jnp.asarray(Xtr[:200]), jnp.asarray(ytr[:200]))  # a realistic belief
+    x, y = jnp.asarray(Xtr[300]), jnp.asarray(ytr[300])
+    W, psi, mu = state.W, state.psi, state.mean
+    C, g = schemes.linearise(model, mu, x, y)
+    K = 10
+    thetas = lowrank.sample(jax.random.PRNGKey(4), mu, W, psi, K)
+    Xs = jax.vmap(schemes.linearise, in_axes=(None, 0, None, None))(model, thetas, x, y)[0][:, 0, :].T / np.sqrt(K)
+    Q = jnp.linalg.qr(jax.random.normal(jax.random.PRNGKey(3), (RANK, RANK)))[0]  # orthogonal: W @ Q stays bounded
+
+    def project(X, loops, spectral=True, **kw):
+        step = fa.spectral_em_step if spectral else fa.recursive_em_step
+        return lambda c: step(c[0], c[1], X, 1.0, 1.0, loops, **kw)[:2]
+
+    def solve_piece(_):
+        """``P v`` by Woodbury, factorisation included (the factors are perturbed so it is not hoisted)."""
+        return lambda c: (c[0] * (1 + 1e-30 * c[1][0]), lowrank.solve(c[0], psi, c[1]))
+
+    def update(scheme, **options):
+        f = lrvga_run(h, theta0, scheme, **options)[3]
+        return lambda s: f.update(s, x, y)
+
+    sampled_state = state._replace(key=jax.random.PRNGKey(2))
+    pieces = {
+        "forward h(theta, x)": (lambda m: m + 1e-30 * h(m, x), mu),
+        "linearise: VJP row + score": (lambda m: m + 1e-30 * sum(a.sum() for a in schemes.linearise(model, m, x, y)),
+                                       mu),
+        "Woodbury solve, rank p + 1": (solve_piece(jnp.concatenate([W, C.T], 1)), (jnp.concatenate([W, C.T], 1), g)),
+        "spectral_em_step, 0 EM loops": (project(C.T, 0), (W, psi)),
+        "spectral_em_step, 1 EM loop": (project(C.T, 1), (W, psi)),
+        "spectral_em_step, 1 loop, no store": (project(C.T, 1, store_iterate=False), (W, psi)),
+        "recursive_em_step, 1 loop (published)": (project(C.T, 1, spectral=False), (W, psi)),
+        "Gram (d, p+1)^T (d, p+1)": (lambda A: A + 1e-30 * (A.T @ A).sum(), jnp.concatenate([W, C.T], 1)),
+        "product (d, p) @ (p, p)": (lambda A: A @ Q, W),
+        "whole EKF update (defaults)": (update("ekf"), state),
+        "whole EKF update, inner_loops=0": (update("ekf", inner_loops=0), state),
+        "whole EKF update, published=True": (update("ekf", published=True), state),
+        "sampled: K = 10 draws (lowrank.sample)": (
+            lambda m: m + 1e-30 * lowrank.sample(jax.random.PRNGKey(5), m, W, psi, K).sum(), mu),
+        "sampled: linearise at the K draws (vmap)": (
+            lambda th: th + 1e-30 * jax.vmap(schemes.linearise, in_axes=(None, 0, None, None))(
+                model, th, x, y)[0].sum(), thetas),
+        "sampled: K x d standard normals (threefry)": (
+            lambda k: jax.random.fold_in(k, (0 * jax.random.normal(k, (K, d)).sum()).astype(jnp.uint32)),
+            jax.random.key(6)),
+        "sampled: Woodbury solve, rank p + K": (solve_piece(None), (jnp.concatenate([W, Xs], 1), g)),
+        "sampled: spectral_em_step of rank p + K": (project(Xs, 1), (W, psi)),
+        "whole sampled update (3 passes)": (update("sampled"), sampled_state),
+        "whole sampled update, num_iters=1": (update("sampled", num_iters=1), sampled_state),
+    }
+    opt = optax.adam(1e-3)
+
+    def adam_step(c):
+        th, s = c
+        gr = jax.grad(lambda t: optax.sigmoid_binary_cross_entropy(h(t, x), y))(th)
+        u, s = opt.update(gr, s, th)
+        return optax.apply_updates(th, u), s
+
+    pieces["Adam step (batch 1)"] = (adam_step, (mu, opt.init(mu)))
+    print(f"\n## Where the time of one L-RVGA step goes, d = {d}, p = {RANK}, float32 "
+          f"(us per call, best of {repeat}, {n} calls in one fori_loop)")
+    out = {}
+    for name, (piece, carry) in pieces.items():
+        out[name] = loop_time(piece, carry, n, repeat) * 1e6
+        print(f"{name:<42} {out[name]:9.1f}", flush=True)
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="also the breakdown of one L-RVGA step")
+    args = parser.parse_args(argv)
+    print(describe())
+    compare(args.repeat)
+    if args.profile:
+        profile(args.repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Runnable examples: neural networks trained online by L-RVGA (``python -m examples.<name>``)."""

@@ -1,0 +1,68 @@
+"""Shared pieces of the examples: data, a prior for a network's weights, calibration metrics."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxrvga as jr
+
+
+def split(X, y, num_train: int, num_test: int, seed: int = 0):
+    """A random train/test split of ``(X, y)`` as float32 arrays (``num_train + num_test <= len(X)``)."""
+    if num_train + num_test > len(X):
+        raise ValueError(f"num_train + num_test must be <= {len(X)}, got {num_train} + {num_test}")
+    perm = np.random.default_rng(seed).permutation(len(X))
+    tr, te = perm[:num_train], perm[len(X) - num_test:]
+    return (np.asarray(X[tr], np.float32), np.asarray(y[tr], np.float32),
+            np.asarray(X[te], np.float32), np.asarray(y[te], np.float32))
+
+
+def lowrank_init(flt, theta0, rank: int, prior_var: float, key):
+    """State of ``flt`` (an L-RVGA) for the prior ``N(theta0, prior_var I)``, trace-matched factors.
+
+    ``key`` makes the factors and, for the sampled scheme, the state's key (other schemes ignore it).
+    """
+    kw, ks = jax.random.split(key)
+    W0, psi0 = jr.lowrank.init_factors(kw, theta0.shape[0], rank, prior_var, dtype=theta0.dtype)
+    return flt.init(theta0, W0, psi0, key=ks)
+
+
+def expected_calibration_error(probs, labels, num_bins: int = 10) -> float:
+    """ECE: ``sum_b (n_b / n) |accuracy_b - confidence_b|`` over equal-width bins of the top-class probability.
+
+    ``probs`` (n, K) class probabilities (or (n,) probabilities of class 1 of a binary output),
+    ``labels`` (n,) integer classes.
+    """
+    probs = np.asarray(probs, np.float64)
+    if probs.ndim == 1:
+        probs = np.stack([1.0 - probs, probs], axis=1)
+    labels = np.asarray(labels).astype(int)
+    conf, pred = probs.max(axis=1), probs.argmax(axis=1)
+    bins = np.minimum((conf * num_bins).astype(int), num_bins - 1)
+    ece = 0.0
+    for b in range(num_bins):
+        inside = bins == b
+        if inside.any():
+            ece += inside.mean() * abs(np.mean(pred[inside] == labels[inside]) - conf[inside].mean())
+    return float(ece)
+
+
+def log_loss(probs, labels, eps: float = 1e-7) -> float:
+    """Mean negative log-probability of the true class (``probs`` as in :func:`expected_calibration_error`)."""
+    probs = np.asarray(probs, np.float64)
+    if probs.ndim == 1:
+        probs = np.stack([1.0 - probs, probs], axis=1)
+    labels = np.asarray(labels).astype(int)
+    return float(-np.mean(np.log(np.clip(probs[np.arange(len(labels)), labels], eps, 1.0))))
+
+
+def interval_coverage(mean, var, y, z: float = 1.959964) -> float:
+    """Fraction of ``y`` inside the Gaussian intervals ``mean +- z sqrt(var)`` (95 % for the default ``z``)."""
+    mean, var, y = (np.asarray(a, np.float64) for a in (mean, var, y))
+    return float(np.mean(np.abs(y - mean) <= z * np.sqrt(var)))
+
+
+def as_f32(*arrays):
+    """The arrays as float32 JAX arrays (the examples run in float32 even where x64 is on)."""
+    return tuple(jnp.asarray(a, jnp.float32) for a in arrays)

@@ -1,0 +1,95 @@
+"""The examples of ``examples/`` at tiny sizes: each learns (accuracy far above chance, RMSE below the
+mean predictor's) and is calibrated within a band; plus the metrics of ``examples/common.py``.
+
+Each example needs its network library (flax or equinox, the ``nn`` extra) and scikit-learn; the
+test skips when one is missing.
+"""
+import numpy as np
+import pytest
+
+from examples.common import expected_calibration_error, interval_coverage, log_loss, split
+
+
+# --------------------------------------------------------------------------- metrics
+
+def test_ece_by_hand():
+    """Two bins: confidences 0.9 (both right) and 0.6 (one of two right): ECE = (2 * 0.1 + 2 * 0.1) / 4."""
+    probs = np.array([0.9, 0.9, 0.6, 0.6])  # P(class 1)
+    labels = np.array([1, 1, 1, 0])
+    assert expected_calibration_error(probs, labels) == pytest.approx(0.1)
+    # the same as (n, 2) class probabilities; a perfectly calibrated set scores 0
+    assert expected_calibration_error(np.stack([1 - probs, probs], 1), labels) == pytest.approx(0.1)
+    assert expected_calibration_error(np.full(10, 0.7), np.array([1] * 7 + [0] * 3)) == pytest.approx(0.0)
+
+
+def test_log_loss_and_coverage_by_hand():
+    assert log_loss(np.array([[0.5, 0.25, 0.25]]), np.array([1])) == pytest.approx(np.log(4.0))
+    y = np.array([0.0, 1.0, 3.0, -2.5])
+    assert interval_coverage(np.zeros(4), np.ones(4), y) == pytest.approx(0.5)  # |y| <= 1.96
+
+
+def test_split_is_disjoint_and_checked():
+    X = np.arange(20.0)[:, None]
+    Xtr, _, Xte, _ = split(X, np.arange(20.0), 12, 8)
+    assert sorted(np.concatenate([Xtr[:, 0], Xte[:, 0]]).tolist()) == list(range(20))
+    with pytest.raises(ValueError, match="num_train"):
+        split(X, np.arange(20.0), 15, 8)
+
+
+# --------------------------------------------------------------------------- the examples
+
+def test_digits_binary():
+    pytest.importorskip("flax")
+    pytest.importorskip("sklearn")
+    from examples import digits_binary
+    out = digits_binary.main(num_train=300, num_test=300, hidden=16, verbose=False)
+    lin, mc = out["linearised"], out["monte_carlo"]
+    assert lin["accuracy"] > 0.8 and mc["accuracy"] > 0.8  # chance: 0.5
+    assert lin["log_loss"] < 0.45 < np.log(2.0)
+    assert lin["ece"] < 0.15
+
+
+def test_digits_multiclass():
+    pytest.importorskip("equinox")
+    pytest.importorskip("sklearn")
+    from examples import digits_multiclass
+    out = digits_multiclass.main(num_train=300, num_test=300, hidden=16, verbose=False)
+    lin = out["linearised"]
+    assert lin["accuracy"] > 0.7 and out["monte_carlo"]["accuracy"] > 0.7  # chance: 0.1
+    assert lin["log_loss"] < 1.2 < np.log(10.0)  # uniform probabilities: log 10
+
+
+def test_diabetes_regression():
+    pytest.importorskip("flax")
+    pytest.importorskip("sklearn")
+    from examples import diabetes_regression
+    out = diabetes_regression.main(verbose=False)
+    for name in ("linearised", "monte_carlo"):
+        s = out[name]
+        assert s["rmse"] < 0.9 * out["baseline_rmse"]
+        assert 0.85 <= s["coverage95"] <= 1.0
+
+
+def test_drifting_stream():
+    pytest.importorskip("equinox")
+    from examples import drifting_stream
+    out = drifting_stream.main(T=1000, verbose=False)
+    for name in ("static", "process_noise"):
+        assert 0.75 < out[name]["accuracy"] <= out["bayes"] + 0.05  # a frozen network scores about 0.5
+
+
+def test_ekf_calibration():
+    """The control (draws through the linearised network reproduce ``J P J^T``: a truth up to Monte-Carlo
+    error) and the finding (the EKF belief's draws through the network have a larger logit variance
+    than ``J P J^T``, the excess shrinking with the spread; the sampled scheme's do not)."""
+    pytest.importorskip("flax")
+    pytest.importorskip("sklearn")
+    from examples import ekf_calibration
+    out = ekf_calibration.main(num_train=400, num_test=300, hidden=16, num_samples=256, verbose=False)
+    for scheme in ("ekf", "sampled"):
+        for c in ekf_calibration.SCALES:
+            assert 0.9 < out[scheme][c]["var_ratio_linear"] < 1.1
+    ekf = out["ekf"]
+    assert ekf[1.0]["var_ratio"] > 1.2 and ekf[1.0]["var_ratio"] > ekf[0.1]["var_ratio"] + 0.2
+    assert ekf[1.0]["var_ratio"] > out["sampled"][1.0]["var_ratio"] + 0.2
+    assert ekf[1.0]["ece_network"] > ekf[1.0]["ece_linear"]
