@@ -23,7 +23,7 @@ import jaxrvga as jr
 from experiments.common import cli, make_split, write_csv
 
 VARIANTS = {"published": dict(published=True), "published, 3 loops": dict(published=True, inner_loops=3),
-            "default": dict(), "default, 3 loops": dict(inner_loops=3)}
+            "default": dict(), "default, 1 loop": dict(inner_loops=1), "default, 3 loops": dict(inner_loops=3)}
 
 
 def exact_posterior(X, y, prior_var, noise_var=1.0):

@@ -1,4 +1,4 @@
-"""Batch inference: the Laplace approximation of a whole data set's posterior ([RVGA] §6.2).
+"""Batch inference: the Laplace approximation of the posterior of a whole data set ([RVGA] §6.2).
 
 The Newton solver is compiled once per *likelihood* and shape: models are NamedTuples of
 closures rebuilt by every factory call (``jr.models.logistic()``), so they are keyed by what

@@ -1,4 +1,4 @@
-"""Gaussian beliefs ``N(mean, P)``: what every update scheme of :mod:`jaxrvga.schemes` needs.
+"""Gaussian beliefs ``N(mean, P)``: what every update scheme needs (dense and low-rank).
 
 A belief is a small configuration object whose methods act on a state (a NamedTuple pytree):
 

@@ -1,4 +1,4 @@
-"""The R-VGA filters: a belief of :mod:`jaxrvga.beliefs` times a scheme of :mod:`jaxrvga.schemes`.
+"""The R-VGA filters: a belief (dense or low-rank) times an update scheme.
 
 ``rvga(model, scheme=...)`` is the dense belief ([RVGA] Alg. 1) and ``lrvga(model, rank=p, ...)``
 the low-rank one ([LRVGA]); both take the same schemes, options, defaults and checks:
@@ -338,7 +338,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
     Args:
       rank: ``p``, the columns of ``W`` (1 <= p <= d).
       inner_loops: EM iterations of each factor-analysis projection: after the spectral warm
-        start (default 1; 0 keeps the start), or Algorithm 1's ``n_in`` with ``published``
+        start (default 0: the start itself, which measured as close to the posterior as more loops), or Algorithm 1's ``n_in`` with ``published``
         (default 1).
       published: the published L-RVGA (EM from ``W_{t-1}``, mean step with the projected
         precision, the sampled scheme's two passes without correction): reproduces the paper and
@@ -357,7 +357,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
     if published:
         inner_loops = positive_int("inner_loops", 1 if inner_loops is None else inner_loops)
     else:
-        inner_loops = 1 if inner_loops is None else inner_loops
+        inner_loops = 0 if inner_loops is None else inner_loops
         if isinstance(inner_loops, bool) or not isinstance(inner_loops, (int, np.integer)) or inner_loops < 0:
             raise ValueError(f"inner_loops must be an integer >= 0, got {inner_loops!r}")
         inner_loops = int(inner_loops)

@@ -1,4 +1,4 @@
-"""Update schemes of the R-VGA, each written once for every belief of :mod:`jaxrvga.beliefs`.
+"""Update schemes of the R-VGA, each written once for every belief (dense and low-rank).
 
 An R-VGA step ([RVGA] eqs. 28-29, [LRVGA] eqs. 7-8) moves the belief to
 
