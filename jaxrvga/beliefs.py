@@ -86,7 +86,9 @@ class Dense(NamedTuple):
         if X.shape[1] == 1:  # every GLM site: the rank-one form of [RVGA] eqs. (64)-(65)
             nu0 = X[:, 0] @ V[:, 0]
             s = c[0] / (1.0 + c[0] * nu0)
+            nu = nu0 * (1.0 - s * nu0)  # x^T P_new x
             ok = jnp.isfinite(s) & jnp.isfinite(nu0) & (s * nu0 <= 1.0)  # == 1 only by rounding
+            ok = ok & self._resolvable(state.cov, X, nu[None])
             s, v = jax.lax.cond(ok, lambda s, v: (s, v), lambda s, v: (0.0 * s, 0.0 * v), s, V[:, 0])
             cov = state.cov - s * jnp.outer(v, v)
         else:
@@ -94,8 +96,22 @@ class Dense(NamedTuple):
             K = jnp.linalg.solve(jnp.eye(X.shape[1], dtype=A.dtype) + c[:, None] * A, jnp.diag(c))
             cov = state.cov - V @ (0.5 * (K + K.T)) @ V.T
             cov = 0.5 * (cov + cov.T)
-            ok = jnp.all(jnp.isfinite(cov)) & jnp.all(jnp.diagonal(cov) > 0)
+            nu = jnp.diagonal(A) - jnp.sum(A * (A @ (0.5 * (K + K.T))), axis=0)  # diag(X^T P_new X)
+            ok = jnp.all(jnp.isfinite(cov)) & jnp.all(jnp.diagonal(cov) > 0) & self._resolvable(state.cov, X, nu)
         return state._replace(cov=cov), ok
+
+    @staticmethod
+    def _resolvable(cov, X, nu):
+        """The new variances along the columns of ``X``, ``nu_i / |x_i|^2``, exceed the rounding of ``cov``.
+
+        A covariance stored with entries up to ``max diag(P)`` carries rounding errors of about
+        ``2 d eps max diag(P)`` in its eigenvalues; a step that creates a smaller variance cannot be
+        stored positive definite in this dtype (e.g. float32 with prior variance 1e4 and inputs of
+        size 1e3), so it is refused (and flagged) rather than applied.
+        """
+        eps = jnp.finfo(cov.dtype).eps
+        floor = 2.0 * cov.shape[0] * eps * jnp.max(jnp.diagonal(cov))
+        return jnp.all(nu >= floor * jnp.sum(X * X, axis=0))
 
     def finish(self, state):
         """Nothing to project: returns ``(state, dropped = 0)``."""

@@ -337,9 +337,9 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
 
     Args:
       rank: ``p``, the columns of ``W`` (1 <= p <= d).
-      inner_loops: EM iterations of each factor-analysis projection: after the spectral warm
-        start (default 0: the start itself, which measured as close to the posterior as more loops), or Algorithm 1's ``n_in`` with ``published``
-        (default 1).
+      inner_loops: EM iterations of each factor-analysis projection after the spectral warm
+        start (default 0: the start itself, measured as close to the posterior as 1-3 loops,
+        experiments/REPORT.md), or Algorithm 1's ``n_in`` with ``published`` (default 1).
       published: the published L-RVGA (EM from ``W_{t-1}``, mean step with the projected
         precision, the sampled scheme's two passes without correction): reproduces the paper and
         the authors' code. The default projects the exact precision step from a spectral warm

@@ -496,3 +496,22 @@ def test_data_generators_are_deterministic():
     b = jr.data.logistic_data(2.0, 200, d=5, c=2, key=k)
     np.testing.assert_array_equal(a.X, b.X)
     np.testing.assert_array_equal(a.y, b.y)
+
+
+@pytest.mark.parametrize("make", [lambda: jr.ekf(LOGISTIC), lambda: jr.rvga(LOGISTIC, "explicit"),
+                                  lambda: jr.rvga(LOGISTIC, "implicit"), lambda: jr.qkf()],
+                         ids=["ekf", "explicit", "implicit", "qkf"])
+def test_float32_huge_prior_and_inputs_every_step_pd_or_flagged(make):
+    """Prior variance 1e4 and inputs of size 1e3 in float32: a step would create variances far below
+    the rounding of the stored covariance (condition number ~1e10 > 1/eps). Every step either keeps
+    the covariance positive definite or is skipped and flagged."""
+    rng = np.random.default_rng(0)
+    d, T = 10, 50
+    X = (1e3 * rng.normal(size=(T, d))).astype(np.float32)
+    y = (rng.random(T) < 0.5).astype(np.float32)
+    flt = make()
+    state = flt.init(jnp.zeros(d, jnp.float32), 1e4 * jnp.eye(d, dtype=jnp.float32))
+    _, (covs, converged) = jr.run(flt, state, X, y, trace_fn=lambda s, x, y: (s.cov, s.info.converged))
+    smallest = np.array([np.linalg.eigvalsh(np.asarray(c, np.float64))[0] for c in covs])
+    assert np.all((smallest > 0) | ~np.asarray(converged)), smallest
+    assert np.all(np.isfinite(np.asarray(covs)))
