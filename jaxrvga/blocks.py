@@ -54,11 +54,11 @@ def unblocked():
 def num_blocks(d: int, p: int, block_rows=None) -> int:
     """Number of equal row blocks for a ``d x p`` pass (1 = no blocking).
 
-    Inside :func:`unblocked` it is 1. ``block_rows=None`` blocks only large problems (``d p >= BLOCK_MIN_ELEMENTS``) with blocks
+    Inside :func:`unblocked`, or with ``block_rows=0``, it is 1. ``block_rows=None`` blocks only large problems (``d p >= BLOCK_MIN_ELEMENTS``) with blocks
     of about :data:`BLOCK_ROWS` rows. The count must divide ``d`` with blocks of at least
     ``block_rows / 8`` rows, else 1 (a ``d`` without a suitable divisor is not blocked).
     """
-    if _unblocked_depth:
+    if _unblocked_depth or block_rows == 0:
         return 1
     if block_rows is None:
         if d * p < BLOCK_MIN_ELEMENTS:

@@ -349,7 +349,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
         step (the authors' code); a pair ``(z, e)`` (K, d), (K, p) gives the base noise itself.
       fa_step: ``fa_step(W, psi, X) -> (W, psi)`` replaces the projection (oracle tests).
       psi_floor: relative floor of ``psi`` (:mod:`jaxrvga.factor_analysis`).
-      block_rows: row blocks of the projection (:func:`jaxrvga.blocks.num_blocks`).
+      block_rows: row blocks of the projection (:func:`jaxrvga.blocks.num_blocks`; 0: one block).
 
     ``init(mean, W, psi, key=None)``; ``key`` is required by ``sampled`` (unless the noise is given).
     """
@@ -363,6 +363,8 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
         inner_loops = int(inner_loops)
     if not (isinstance(psi_floor, (int, float)) and 0.0 <= psi_floor < 1.0):
         raise ValueError(f"psi_floor must be a number in [0, 1), got {psi_floor!r}")
+    if block_rows is not None and block_rows != 0:
+        block_rows = positive_int("block_rows", block_rows)
     if fa_step is not None and not callable(fa_step):
         raise ValueError("fa_step must be callable: fa_step(W, psi, X) -> (W, psi)")
     scheme, cfg = _configure(model, scheme, False, published, num_iters=num_iters, num_samples=num_samples,
@@ -384,6 +386,21 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
         return state
 
     return _filter(belief, model, scheme, cfg, process_noise, init)
+
+
+def with_block_rows(flt: Filter, block_rows: Optional[int]) -> Filter:
+    """The L-RVGA filter ``flt`` (from :func:`lrvga`) with its projection's row blocks set explicitly.
+
+    ``block_rows=0`` traces one block (what :mod:`jaxrvga.sharding` needs: row blocks of an axis
+    sharded across devices would gather rows between them). Raises ``ValueError`` for other filters.
+    """
+    spec = getattr(flt.update, "args", (None,))[0] if getattr(flt.update, "func", None) is _update else None
+    if spec is None or not isinstance(spec.belief, LowRank):
+        raise ValueError("flt must be a filter built by jaxrvga.lrvga")
+    if block_rows is not None and block_rows != 0:
+        block_rows = positive_int("block_rows", block_rows)
+    return Filter(flt.init, functools.partial(_update, spec._replace(belief=spec.belief._replace(block_rows=block_rows))),
+                  flt.check)
 
 
 def kalman(noise_var=1.0, process_noise=None) -> Filter:
@@ -419,4 +436,4 @@ def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: boo
                 process_noise=process_noise)
 
 
-__all__ = ["rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "SCHEMES", "Spec"]
+__all__ = ["rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "with_block_rows", "SCHEMES", "Spec"]

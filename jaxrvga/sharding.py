@@ -29,6 +29,7 @@ the full final state in every process.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Optional
 
@@ -37,7 +38,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from . import blocks, core
+from . import blocks, core, filters
 from .core import Filter
 
 AXIS = "d"
@@ -112,7 +113,9 @@ def _dimension(state) -> int:
 def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
     """``flt`` whose ``update`` constrains the d-length leaves of the new state to stay sharded.
 
-    The update is traced inside :func:`jaxrvga.blocks.unblocked`: no row blocks across devices.
+    Each device's rows form one block (no row blocks across devices): L-RVGA filters are rebuilt with
+    ``block_rows=0`` (:func:`jaxrvga.filters.with_block_rows`), other filters are traced inside
+    :func:`jaxrvga.blocks.unblocked`.
     The same ``(flt, mesh, d)`` give the same filter object (a bounded cache), so
     :func:`jaxrvga.run` compiles it once rather than on every call.
     """
@@ -125,9 +128,14 @@ def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
 
 @functools.lru_cache(maxsize=64)
 def _sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
+    try:  # an L-RVGA filter: one row block per device, set explicitly
+        inner, scope = filters.with_block_rows(flt, 0), contextlib.nullcontext
+    except ValueError:  # another filter: traced inside blocks.unblocked()
+        inner, scope = flt, blocks.unblocked
+
     def update(state, x, y):
-        with blocks.unblocked():  # each device's rows form one block (no cross-device row blocks)
-            new = flt.update(state, x, y)
+        with scope():  # each device's rows form one block (no cross-device row blocks)
+            new = inner.update(state, x, y)
         shardings = _shardings(state_specs(new, d, mesh), mesh)
         return jax.lax.with_sharding_constraint(new, shardings)
 

@@ -233,3 +233,18 @@ def test_categorical_minibatch_ekf_is_the_information_form_update():
     b = low.update(low.init(mu, *full_rank_factors(P0)), X, y)
     np.testing.assert_allclose(b.mean, mu + cov @ g, rtol=0, atol=1e-10)
     np.testing.assert_allclose(dense_cov(b), cov, rtol=0, atol=1e-10)
+
+
+def test_explicit_row_blocks_give_the_same_filter():
+    """block_rows only changes how the projection streams over W: blocked = unblocked (to rounding)."""
+    d, p = 64, 3
+    X, y = correlated_linear(d=d, N=20)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(0), d, p, prior_var=1.0)
+    flt = jr.lrvga(jr.models.linear_gaussian(), rank=p, inner_loops=2, block_rows=16)
+    one = jr.filters.with_block_rows(flt, 0)
+    a, _ = jr.run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
+    b, _ = jr.run(one, one.init(jnp.zeros(d), W0, psi0), X, y)
+    np.testing.assert_allclose(a.W, b.W, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="lrvga"):
+        jr.filters.with_block_rows(jr.ekf(jr.models.logistic()), 0)
