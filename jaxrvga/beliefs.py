@@ -175,23 +175,25 @@ class LowRank(NamedTuple):
         unprojected beliefs of an iterated scheme): common random numbers across its passes.
         """
         kz, ke = jax.random.split(key)
-        d, q = state.W.shape
-        z = antithetic_normals(kz, num, d, state.W.dtype)
-        column = jax.vmap(lambda j: antithetic_normals(jax.random.fold_in(ke, j), num, 1, state.W.dtype)[:, 0])
+        W = jnp.concatenate(state.W, axis=1) if isinstance(state.W, tuple) else state.W
+        d, q = W.shape
+        z = antithetic_normals(kz, num, d, W.dtype)
+        column = jax.vmap(lambda j: antithetic_normals(jax.random.fold_in(ke, j), num, 1, W.dtype)[:, 0])
         e = column(jnp.arange(q)).T
-        return lowrank.sample_from_noise(state.mean, state.W, state.psi, z, e)
+        return lowrank.sample_from_noise(state.mean, W, state.psi, z, e)
 
     def add(self, state, X, c):
         """The precision step with ``X diag(c) X^T`` (``c`` clipped at 0: a factor needs a PSD increment).
 
-        Default: the exact sum as factors ``[W, X sqrt(c)]`` of rank ``p + m``. ``published``: projected
-        at once by Algorithm 1 from ``W``. Returns ``(state, ok)``.
+        Default: the exact sum as the factor ``[W, X sqrt(c)]`` of rank ``p + m``, held as the pair of
+        its column blocks (never joined into a new d x (p + m) array). ``published``: projected at once
+        by Algorithm 1 from ``W``. Returns ``(state, ok)``.
         """
         root = X if c is None else X * jnp.sqrt(jnp.maximum(c, 0.0))
         if self.published:
             W, psi = self._project_published(state.W, state.psi, root)
         else:
-            W, psi = jnp.concatenate([state.W, root], axis=1), state.psi
+            W, psi = (state.W, root), state.psi
         return state._replace(W=W, psi=psi), jnp.asarray(True)
 
     def _project_published(self, W, psi, X):
@@ -201,16 +203,15 @@ class LowRank(NamedTuple):
                                  block_rows=self.block_rows)
 
     def finish(self, state):
-        """Projection of the factors ``[W, X]`` of :meth:`add` back to rank p; returns ``(state, dropped)``.
+        """Projection of the factor ``[W, X]`` of :meth:`add` back to rank p; returns ``(state, dropped)``.
 
         ``dropped`` is the fraction of the step's whitened curvature that rank p could not keep
         (:func:`jaxrvga.factor_analysis.spectral_em_step`); 0 with ``published`` or ``fa_step``.
         """
-        p = self.rank
-        dropped = jnp.zeros((), state.W.dtype)
-        if self.published or state.W.shape[1] == p:
+        dropped = jnp.zeros((), state.psi.dtype)
+        if not isinstance(state.W, tuple):
             return state, dropped
-        W, X = state.W[:, :p], state.W[:, p:]
+        W, X = state.W
         if self.fa_step is not None:
             W, psi = self.fa_step(W, state.psi, X)
         else:

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from . import blocks
@@ -29,8 +30,27 @@ from .validation import check_float_array, check_positive, check_vector, positiv
 
 
 def _tmatmul(v, W):
-    """``W^T v`` for ``v`` (d,) or (d, k), written as ``v^T W`` so XLA does not transpose ``W``."""
+    """``W^T v`` for ``v`` (d,) or (d, k), written as ``v^T W`` so XLA does not transpose ``W``.
+
+    ``W`` may be a tuple of column blocks ``(W_1, W_2)`` of one factor ``[W_1, W_2]`` that is never
+    joined into one array (the unprojected precision of an L-RVGA step: ``W`` and the new columns).
+    """
+    if isinstance(W, tuple):
+        return jnp.concatenate([_tmatmul(v, w) for w in W], axis=0)
     return v @ W if v.ndim == 1 else (v.T @ W).T
+
+
+def _matmul(W, c):
+    """``W c`` for a factor ``W`` or a tuple of its column blocks (:func:`_tmatmul`)."""
+    if not isinstance(W, tuple):
+        return W @ c
+    cuts = np.cumsum([w.shape[1] for w in W])[:-1]
+    return sum(w @ part for w, part in zip(W, jnp.split(c, cuts, axis=0)))
+
+
+def width(W) -> int:
+    """Number of columns of a factor ``W`` or of a tuple of its column blocks."""
+    return sum(w.shape[1] for w in W) if isinstance(W, tuple) else W.shape[1]
 
 
 class Woodbury(NamedTuple):
@@ -57,7 +77,7 @@ class Woodbury(NamedTuple):
     def solve(self, v):
         """``P v = Psi^{-1} v - Psi^{-1} W M^{-1} W^T Psi^{-1} v`` ([LRVGA] eq. 27); ``v`` (d,) or (d, k)."""
         u = self._scale(jnp.asarray(v))
-        return u - self._scale(self.W @ cho_solve((self.chol, True), _tmatmul(u, self.W)))
+        return u - self._scale(_matmul(self.W, cho_solve((self.chol, True), _tmatmul(u, self.W))))
 
     def quad_form(self, x):
         """``x^T P x`` for a vector ``x`` (or the diagonal of ``X^T P X`` for (d, k))."""
@@ -77,8 +97,8 @@ class Woodbury(NamedTuple):
 
     def gain(self):
         """``L = Psi^{-1} W M^{-1}`` (d x p), the gain of Proposition 1 and of the E-step."""
-        eye = jnp.eye(self.W.shape[1], dtype=self.W.dtype)
-        return self._scale(self.W @ cho_solve((self.chol, True), eye))
+        eye = jnp.eye(width(self.W), dtype=self.psi.dtype)
+        return self._scale(_matmul(self.W, cho_solve((self.chol, True), eye)))
 
     def matvec(self, v):
         """``Lam v = W (W^T v) + psi v``; ``v`` is (d,) or (d, k)."""
@@ -91,16 +111,25 @@ def gram_m(W, psi, block_rows=None):
     Large ``W`` are streamed over row blocks (:func:`jaxrvga.blocks.num_blocks`), so ``B``
     never exists as a whole ``d x p`` array.
     """
-    def gram(W_b, psi_b):
-        B = W_b / jnp.sqrt(psi_b)[:, None]
+    parts = W if isinstance(W, tuple) else (W,)
+
+    def gram(psi_b, *parts_b):
+        B = jnp.concatenate(parts_b, axis=1) / jnp.sqrt(psi_b)[:, None]  # a block of rows only
         return B.T @ B
 
-    nb = blocks.num_blocks(*W.shape, block_rows)
-    return jnp.eye(W.shape[1], dtype=W.dtype) + blocks.block_sum(gram, (W, psi), nb)
+    q = width(W)
+    nb = blocks.num_blocks(psi.shape[0], q, block_rows)
+    return jnp.eye(q, dtype=psi.dtype) + blocks.block_sum(gram, (psi, *parts), nb)
 
 
 def check_factors(W, psi):
-    """Trace-time shape check of a pair ``W`` (d, p), ``psi`` (d,); returns them as arrays."""
+    """Trace-time shape check of a pair ``W`` (d, p), ``psi`` (d,); returns them as arrays.
+
+    ``W`` may be a tuple of column blocks (:func:`_tmatmul`), each checked.
+    """
+    if isinstance(W, tuple):
+        checked = [check_factors(w, psi) for w in W]
+        return tuple(w for w, _ in checked), checked[0][1]
     W = check_float_array("W", W)
     psi = check_float_array("psi", psi)
     if W.ndim != 2 or psi.shape != W.shape[:1]:
@@ -131,13 +160,13 @@ def factorize(W, psi) -> Woodbury:
 def solve(W, psi, v):
     """``(W W^T + diag(psi))^{-1} v`` by Woodbury ([LRVGA] eq. 27), O(d p^2); ``v`` (d,) or (d, k)."""
     fac = factorize(W, psi)
-    return fac.solve(_check_rhs("v", v, fac.W.shape[0]))
+    return fac.solve(_check_rhs("v", v, fac.psi.shape[0]))
 
 
 def quad_form(W, psi, x):
     """``x^T (W W^T + diag(psi))^{-1} x`` in O(d p^2)."""
     fac = factorize(W, psi)
-    return fac.quad_form(_check_rhs("x", x, fac.W.shape[0]))
+    return fac.quad_form(_check_rhs("x", x, fac.psi.shape[0]))
 
 
 def logdet(W, psi):
