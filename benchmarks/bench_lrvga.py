@@ -9,7 +9,7 @@ in :mod:`benchmarks.numpy_baselines`:
 
 * ``linear``: linear-Gaussian L-RVGA, scheme ``"exact"`` ([LRVGA] eqs. 23-27) vs
   ``lrvga_linear_step``;
-* ``logistic``: explicit logistic L-RVGA, scheme ``"explicit"`` (spec D3) vs
+* ``logistic``: explicit logistic L-RVGA, scheme ``"explicit"`` ([LRVGA] §5.3) vs
   ``lrvga_logistic_explicit_step``.
 
 Both sides take the best of 3 repetitions (the machine may be shared). Data: ``x_t ~ N(0,

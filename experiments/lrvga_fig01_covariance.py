@@ -11,7 +11,7 @@ eq. 11, :func:`jaxrvga.metrics.fa_kl`) against the number of data processed:
 * batch EM (eqs. 20-21) on the dense S, iteration j drawn over x in [jN, (j+1)N) as in the authors'
   script, plus a long batch-EM run (``BATCH_REF`` iterations) as the best FA fit reference.
 
-Panels and protocols (authors' ``XP_LRVGA_LargeScaleCovariance.py``; [reproduction] §2.4 L-F1):
+Panels and protocols (authors' ``XP_LRVGA_LargeScaleCovariance.py``; [LRVGA] §5.1):
 
 * synthetic, d = 100, p = 10, N = 1000, 5 batch iterations: Dec-2021 protocol (rows divided by the
   mean row norm, ``S += 1e-12 I``, ``psi_0 = 1e-8``, ``W_0 = 1e-8 N(0, 1)`` drawn after the data);
@@ -141,8 +141,8 @@ def run_panel(name, d, p, N, loops, batch_iters, quick):
     kl0 = float(metrics.fa_kl(S, W0, psi0, logdet_S))
     curves, firsts = {}, {}
     methods = [(f"recEM_{n}", fa.recursive_em(n, "covariance"), _w_psi) for n in loops]
-    methods += [("onlineEM_code", fa.online_em(averaging="code"), _w_psi_avg),
-                ("onlineEM_paper", fa.online_em(N, averaging="paper"), _w_psi_avg)]
+    methods += [("onlineEM_code", fa.online_fa_em(averaging="code"), _w_psi_avg),
+                ("onlineEM_paper", fa.online_fa_em(N, averaging="paper"), _w_psi_avg)]
     for label, flt, extract in progress(methods, f"Fig 1 {name}", quick):
         state0 = flt.init(W0, psi0)
         first = flt.update(state0, Xj[0])
@@ -182,7 +182,7 @@ def variability(name, d, p, N, loops, n_runs, kind, seed=0):
     logdet_S = float(jnp.linalg.slogdet(S)[1])
     rng = np.random.default_rng(seed)
     flts = [(f"recEM_{n}", fa.recursive_em(n, "covariance"), _w_psi) for n in loops]
-    flts += [("onlineEM_code", fa.online_em(averaging="code"), _w_psi_avg)]
+    flts += [("onlineEM_code", fa.online_fa_em(averaging="code"), _w_psi_avg)]
     finals = {m: [] for m, _, _ in flts}
     for _ in range(n_runs):
         if kind == "shuffle":

@@ -88,8 +88,8 @@ def make(d):
         flt = fa.recursive_em(loops, "covariance")
         return flt, lambda W, psi: flt.init(W, psi)
     if algo == "online":
-        flt = fa.online_em(averaging="code")
-        # online_em.init puts the same W (psi) in two fields, which donate=True rejects
+        flt = fa.online_fa_em(averaging="code")
+        # online_fa_em.init puts the same W (psi) in two fields, which donate=True rejects
         # ("donate the same buffer twice"): give the running average its own copy.
         return flt, lambda W, psi: flt.init(W, psi)._replace(W_avg=jnp.array(W, copy=True),
                                                              psi_avg=jnp.array(psi, copy=True))

@@ -1,6 +1,6 @@
 """L-RVGA ([LRVGA] §3-4): oracles against dense filters, sampling schemes, memory, transforms.
 
-Check 9 of the reproduction spec plus oracle tests: with an exact precision stage (the FA
+Oracle tests: with an exact precision stage (the FA
 step replaced by an exact update, p = d) every scheme must equal its dense R-VGA
 counterpart; the update of every limited-memory filter is traced at d = 20,000 to show
 that no d x d intermediate exists. float64 unless stated.
@@ -60,11 +60,11 @@ def dense_precision(state):
     return np.asarray(lowrank.to_dense_precision(state.W, state.psi))
 
 
-# --------------------------------------------------------------------------- check 9
+# --------------------------------------------------------------------------- p = d vs the Kalman filter
 
 
 @pytest.mark.parametrize("process_noise", [None, 0.05])
-def test_check9a_exact_precision_stage_reproduces_kalman_filter(process_noise):
+def test_exact_precision_stage_reproduces_kalman_filter(process_noise):
     d, N, nv = 20, 200, 1.0
     X, y = linear_data(d, N)
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), d, d, 1.0, eps=1e-8)
@@ -89,7 +89,7 @@ def test_check9a_exact_precision_stage_reproduces_kalman_filter(process_noise):
         assert rel(state.mean, np.linalg.solve(Lam_N, X.T @ y / nv)) <= 1e-10
 
 
-def test_check9b_p_equal_d_precision_kl_decreases_with_inner_loops():
+def test_p_equal_d_precision_kl_decreases_with_inner_loops():
     d, N = 20, 200
     X, y = linear_data(d, N)
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), d, d, 1.0, eps=1e-8)
@@ -385,7 +385,7 @@ def test_jaxpr_of_fa_filters_has_no_d_by_d_intermediate(name):
     d, p = 20_000, 5
     flt = {"rec_cov": fa.recursive_em(2, "covariance"), "rec_prec": fa.recursive_em(1, "precision"),
            "rec_fading": fa.recursive_em(3, "precision", process_noise=0.1),
-           "online_paper": fa.online_em(num_steps=100), "online_code": fa.online_em(averaging="code")}[name]
+           "online_paper": fa.online_fa_em(num_steps=100), "online_code": fa.online_fa_em(averaging="code")}[name]
     W = jax.ShapeDtypeStruct((d, p), jnp.float64)
     psi = jax.ShapeDtypeStruct((d,), jnp.float64)
     state = jax.eval_shape(lambda W, psi: flt.init(W, psi), W, psi) if name.startswith("online") \

@@ -359,7 +359,7 @@ def zoo(key_seed=3):
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(2), d, p, 1.0)
     for name, flt in (("fa_recursive_em_covariance", fa.recursive_em(2, "covariance")),
                       ("fa_recursive_em_precision", fa.recursive_em(1, "precision", process_noise=0.01)),
-                      ("fa_online_em", fa.online_em(num_steps=T))):
+                      ("fa_online_em", fa.online_fa_em(num_steps=T))):
         out[name] = (flt, flt.init(W0, psi0), X64, None)
     g = _gmm_stream(T, 2)
     for name, flt in (("gmm_cappe_moulines", oem.cappe_moulines(0.6, burn_in=5, average_from=10)),

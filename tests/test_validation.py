@@ -355,25 +355,25 @@ def test_fa_filters_validate_at_construction_and_init():
         fa.recursive_em(mode="precision", process_noise=-0.1)
     with pytest.raises(ValueError, match=r"unknown mode"):
         fa.recursive_em(mode="variance")
-    for flt in (fa.recursive_em(), fa.online_em(averaging=None)):
+    for flt in (fa.recursive_em(), fa.online_fa_em(averaging=None)):
         with pytest.raises(ValueError, match=r"rank p = W.shape\[1\] must satisfy 1 <= p <= d"):
             flt.init(jnp.ones((2, 3)), jnp.ones(2))
         with pytest.raises(ValueError, match=r"^W must be \(d, p\) and psi \(d,\)"):
             flt.init(W, psi[:4])
         with pytest.raises(ValueError, match=r"^psi must be positive"):
             flt.init(W, psi.at[0].set(0.0))
-    with pytest.raises(ValueError, match=r"^online_em: x must have shape \(5,\)"):
-        flt = fa.online_em(averaging=None)
+    with pytest.raises(ValueError, match=r"^online_fa_em: x must have shape \(5,\)"):
+        flt = fa.online_fa_em(averaging=None)
         flt.update(flt.init(W, psi), jnp.ones(4))
     with pytest.raises(ValueError, match=r"unknown averaging"):
-        fa.online_em(averaging="sometimes")
+        fa.online_fa_em(averaging="sometimes")
 
 
-def test_online_em_step_exponent_is_a_robbins_monro_exponent():
+def test_online_fa_em_step_exponent_is_a_robbins_monro_exponent():
     """Cappe & Moulines need gamma_t = t^-kappa with kappa in (1/2, 1] (as online_em.cappe_moulines checks)."""
     for bad in (0.5, 1.5, 0.0):
         with pytest.raises(ValueError, match=r"^step_exponent must lie in \(0.5, 1\]"):
-            fa.online_em(averaging=None, step_exponent=bad)
+            fa.online_fa_em(averaging=None, step_exponent=bad)
 
 
 def test_batch_em_step_target_must_be_a_matching_symmetric_matrix():
