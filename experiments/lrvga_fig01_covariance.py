@@ -39,50 +39,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import cli, label_axes, progress, pyplot, save_figure, write_csv
+from experiments.common import cli, label_axes, progress, pyplot, run_snapshots, save_figure, write_csv
 
 from jaxrvga import data, factor_analysis as fa, metrics  # noqa: E402
 
 BATCH_REF = 1000  # iterations of the reference batch-EM run
-
-
-# --------------------------------------------------------------------------- shared helpers
-
-def run_snapshots(flt, state, xs, ys, stride: int, extract=lambda s: s, *args):
-    """Run ``flt`` over ``(xs, ys)`` and return ``extract(state, *args)`` after every ``stride`` steps.
-
-    One jitted nested ``lax.scan`` over ``len(xs) // stride`` chunks, so only ``len(xs) / stride``
-    snapshots are kept in memory: the trajectories of d x p factors at every step would not fit
-    for the larger experiments. The remaining ``len(xs) % stride`` observations are then absorbed
-    and one last snapshot is taken at ``t = len(xs)``. ``extract`` may compute a metric directly
-    (its extra arrays passed as ``args``).
-
-    Returns ``(final_state, snapshots, t)``: snapshots stacked along a leading axis and ``t`` the
-    number of observations absorbed at each snapshot (the last one is ``len(xs)``).
-    """
-    N = len(xs)
-    n = (N // stride) * stride
-    xc = jnp.asarray(xs[:n]).reshape((n // stride, stride) + tuple(np.shape(xs)[1:]))
-    yc = jnp.asarray(ys[:n]).reshape((n // stride, stride) + tuple(np.shape(ys)[1:]))
-    final, snaps = _snapshots(flt, extract, state, xc, yc, args)
-    t = np.arange(1, n // stride + 1) * stride
-    if n < N:
-        final, last = _snapshots(flt, extract, final, jnp.asarray(xs[n:])[None], jnp.asarray(ys[n:])[None],
-                                 args)
-        snaps = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), snaps, last)
-        t = np.append(t, N)
-    return final, snaps, t
-
-
-def _snapshots_impl(flt, extract, state, xs, ys, args):
-    def chunk(s, xy):
-        s, _ = jax.lax.scan(lambda c, z: (flt.update(c, *z), None), s, xy)
-        return s, extract(s, *args)
-
-    return jax.lax.scan(chunk, state, (xs, ys))
-
-
-_snapshots = jax.jit(_snapshots_impl, static_argnums=(0, 1))
 
 
 @jax.jit

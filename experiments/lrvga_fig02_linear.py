@@ -31,9 +31,8 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import (ITERATIONS, cli, label_axes, progress, pyplot,
+from experiments.common import (ITERATIONS, cli, label_axes, progress, pyplot, run_snapshots,
                                 save_figure, write_columns, write_csv)
-from experiments.lrvga_fig01_covariance import run_snapshots
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga import data, metrics, models  # noqa: E402

@@ -32,58 +32,48 @@ This module also holds :func:`measure`, used by Table 2.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
+
+from benchmarks.machine import reset_peak, status_bytes
 from experiments.common import cli, progress, write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CHILD = r'''
-import gc, json, sys, time
-import numpy as np
-import jax, jax.numpy as jnp
-jax.config.update("jax_enable_x64", True)
-import jaxrvga as jr
-from jaxrvga import factor_analysis as fa, models
-from jaxrvga import lrvga
 
-cfg = json.loads(sys.argv[1])
-algo, d, p, T, loops = cfg["algo"], cfg["d"], cfg["p"], cfg["T"], cfg.get("loops", 1)
+# --------------------------------------------------------------------------- the probe (child process)
 
-def rss_mb(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024 / 1e6
-
-def maxrss_mb():
-    # VmHWM, the peak RSS of this address space. (getrusage's ru_maxrss is not used: after
-    # fork + exec Linux folds the parent's pre-exec RSS into it, so a child of a large process
-    # reports at least the parent's size, and clear_refs cannot reset that part.)
-    return rss_mb("VmHWM")
+def _rss_mb(field):
+    return status_bytes(field) / 1e6
 
 
-def settled_rss_mb():
-    # XLA frees donated / dropped buffers asynchronously: wait until the RSS stops falling
+def _settled_rss_mb():
+    """``VmRSS`` once it stops falling: XLA frees donated / dropped buffers asynchronously."""
     gc.collect()
-    prev = rss_mb("VmRSS")
+    prev = _rss_mb("VmRSS")
     for _ in range(40):
         time.sleep(0.25)
-        cur = rss_mb("VmRSS")
+        cur = _rss_mb("VmRSS")
         if abs(cur - prev) < 0.5:
             return cur
         prev = cur
     return prev
 
-def reset_peak():
-    # Linux: "5" resets the peak RSS (VmHWM, and ru_maxrss with it) to the current RSS
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
-def make(d):
+def _make(algo, d, p, loops):
+    """``(filter, init(W, psi))`` of one algorithm at dimension ``d``."""
+    import jax.numpy as jnp
+
+    import jaxrvga as jr
+    from jaxrvga import factor_analysis as fa, models
+
     if algo == "recem":
         flt = fa.recursive_em(loops, "covariance")
         return flt, lambda W, psi: flt.init(W, psi)
@@ -94,20 +84,27 @@ def make(d):
         return flt, lambda W, psi: flt.init(W, psi)._replace(W_avg=jnp.array(W, copy=True),
                                                              psi_avg=jnp.array(psi, copy=True))
     if algo == "lrvga":
-        flt = lrvga(models.linear_gaussian(1.0), rank=p, inner_loops=loops, published=True)
+        flt = jr.lrvga(models.linear_gaussian(1.0), rank=p, inner_loops=loops, published=True)
         return flt, lambda W, psi: flt.init(jnp.zeros(d), W, psi)
     if algo == "kalman":
         flt = jr.kalman(1.0)
         return flt, lambda W, psi: flt.init(jnp.zeros(d), jnp.eye(d))
-    raise ValueError(algo)
+    raise ValueError(f"algo: unknown algorithm {algo!r}")
 
-def data(d, T):
+
+def _data(d, T):
+    import jax
+
     key = jax.random.PRNGKey(1)
     return jax.random.normal(key, (T, d)) / np.sqrt(d), jax.random.normal(key, (T,))
 
-def factors(d, p):
+
+def _factors(d, p):
     """Initial ``(W, psi)`` from one fused elementwise kernel: ``W`` is the only d x p buffer created
     (a random draw would add RNG temporaries of the same size to the measured peak)."""
+    import jax
+    import jax.numpy as jnp
+
     p = min(p, d)
 
     def make():
@@ -117,54 +114,68 @@ def factors(d, p):
 
     return jax.jit(make)()
 
-def run_batch(S, W, psi, iters):
+
+def _run_batch(S, W, psi, iters):
+    import jax
+
+    from jaxrvga import factor_analysis as fa
+
     step = jax.jit(fa.batch_em_step, donate_argnums=(1, 2))
     for _ in range(iters):
         W, psi = step(S, W, psi)
     return jax.block_until_ready(W)
 
-# warm-up: the same algorithm at d = max(64, p) (loads XLA, the library, the compiler)
-if algo == "batch":
-    xs, _ = data(64, 8)
-    run_batch(xs.T @ xs + jnp.eye(64), *factors(64, 4), 2)
-else:
-    dw = max(64, p)
-    flt, init = make(dw)
-    xs, ys = data(dw, 3)
-    jax.block_until_ready(jr.run(flt, init(*factors(dw, p)), xs, ys, donate=True)[0])
-xs, ys = data(d, T)
-jax.block_until_ready((xs, ys))
-base_total = settled_rss_mb()
-reset_peak()  # baseline of the whole-process figure: imports, warm-up, data
 
-if algo == "batch":
-    S = xs.T @ xs / T + jnp.eye(d)
-    run_batch(S, *factors(d, p), 1)  # compile + first run
-    total = maxrss_mb() - base_total
-    base = settled_rss_mb()  # S (the batch target) is part of the algorithm's memory
-    reset_peak()
-    base -= 8 * d * d / 1e6
-    W, psi = factors(d, p)
-    state_mb = rss_mb("VmRSS") - base
-    t0 = time.perf_counter()
-    run_batch(S, W, psi, T)
-    per_iter = (time.perf_counter() - t0) / T
-else:
-    flt, init = make(d)
-    jax.block_until_ready(jr.run(flt, init(*factors(d, p)), xs, ys, donate=True)[0])  # compile + run
-    total = maxrss_mb() - base_total
-    base = settled_rss_mb()
-    reset_peak()
-    state = init(*factors(d, p))
-    jax.block_until_ready(state)
-    state_mb = rss_mb("VmRSS") - base
-    t0 = time.perf_counter()
-    jax.block_until_ready(jr.run(flt, state, xs, ys, donate=True)[0])
-    per_iter = (time.perf_counter() - t0) / T
-print("RESULT " + json.dumps(dict(base_mb=base, state_mb=state_mb, peak_mb=maxrss_mb() - base,
-                                  peak_total_mb=total, time_per_iter=per_iter)))
-'''
+def _run_stream(algo, d, p, loops, xs, ys):
+    """Compile and run the filter, then (peak reset) build the state and run it again, timed."""
+    import jax
 
+    import jaxrvga as jr
+
+    flt, init = _make(algo, d, p, loops)
+    jax.block_until_ready(jr.run(flt, init(*_factors(d, p)), xs, ys, donate=True)[0])  # compile + run
+    return lambda: jax.block_until_ready(init(*_factors(d, p))), \
+        lambda state: jax.block_until_ready(jr.run(flt, state, xs, ys, donate=True)[0])
+
+
+def probe(algo: str, d: int, p: int, T: int, loops: int = 1) -> dict:
+    """The measurement of one configuration, in this (fresh) process (module docstring)."""
+    import jax
+    import jax.numpy as jnp
+
+    # warm-up: the same algorithm at d = max(64, p) (loads XLA, the library, the compiler)
+    if algo == "batch":
+        xs, _ = _data(64, 8)
+        _run_batch(xs.T @ xs + jnp.eye(64), *_factors(64, 4), 2)
+    else:
+        dw = max(64, p)
+        _run_stream(algo, dw, p, loops, *_data(dw, 3))
+    xs, ys = _data(d, T)
+    jax.block_until_ready((xs, ys))
+    base_total = _settled_rss_mb()
+    reset_peak(trim=False)  # baseline of the whole-process figure: imports, warm-up, data
+    if algo == "batch":
+        S = xs.T @ xs / T + jnp.eye(d)
+        _run_batch(S, *_factors(d, p), 1)  # compile + first run
+        total = _rss_mb("VmHWM") - base_total
+        base = _settled_rss_mb() - 8 * d * d / 1e6  # S (the batch target) is part of the algorithm's memory
+        reset_peak(trim=False)
+        make_state, steps = lambda: _factors(d, p), lambda state: _run_batch(S, *state, T)
+    else:
+        make_state, steps = _run_stream(algo, d, p, loops, xs, ys)
+        total = _rss_mb("VmHWM") - base_total
+        base = _settled_rss_mb()
+        reset_peak(trim=False)
+    state = make_state()
+    state_mb = _rss_mb("VmRSS") - base
+    t0 = time.perf_counter()
+    steps(state)
+    per_iter = (time.perf_counter() - t0) / T
+    return dict(base_mb=base, state_mb=state_mb, peak_mb=_rss_mb("VmHWM") - base, peak_total_mb=total,
+                time_per_iter=per_iter)
+
+
+# --------------------------------------------------------------------------- the tables
 
 def measure(algo: str, d: int, p: int, T: int, loops: int = 1, timeout: int = 1800) -> dict:
     """Run one configuration in a fresh interpreter (module docstring); returns ``base_mb``,
@@ -177,7 +188,7 @@ def measure(algo: str, d: int, p: int, T: int, loops: int = 1, timeout: int = 18
     # One OpenBLAS thread: its busy-waiting threads slow LAPACK calls badly on a loaded machine.
     env = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.mmap_threshold=65536",
                MALLOC_MMAP_THRESHOLD_="65536", OPENBLAS_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", CHILD, cfg], cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "experiments.lrvga_table01_memory", "--probe", cfg], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -215,4 +226,7 @@ def run(quick: bool, out: Path) -> dict:
 
 
 if __name__ == "__main__":
-    cli(run, __doc__)
+    if sys.argv[1:2] == ["--probe"]:  # the child process of measure()
+        print("RESULT " + json.dumps(probe(**json.loads(sys.argv[2]))))
+    else:
+        cli(run, __doc__)

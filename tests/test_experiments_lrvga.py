@@ -10,7 +10,7 @@ beyond the size of the measured state.
 import numpy as np
 import pytest
 
-from experiments import (lrvga_fig01_covariance, lrvga_fig02_linear, lrvga_fig03_logistic,
+from experiments import (common, lrvga_fig01_covariance, lrvga_fig02_linear, lrvga_fig03_logistic,
                          lrvga_fig04_sampling, lrvga_fig05_mirror_prox, lrvga_table01_memory,
                          lrvga_table02_memory, lrvga_table03_sampling)
 from experiments.common import quick_fixture
@@ -45,7 +45,7 @@ def test_run_snapshots_absorbs_every_observation():
     X, y = rng.normal(size=(7, 3)), rng.normal(size=7)
     flt = jr.kalman(1.0)
     state0 = flt.init(jnp.zeros(3), jnp.eye(3))
-    final, means, t = lrvga_fig01_covariance.run_snapshots(flt, state0, X, y, 3, lambda s: s.mean)
+    final, means, t = common.run_snapshots(flt, state0, X, y, 3, lambda s: s.mean)
     assert list(t) == [3, 6, 7]
     ref, trace = jr.run(flt, state0, X, y, jr.trace_mean)
     np.testing.assert_allclose(np.asarray(means), np.asarray(trace)[[2, 5, 6]], rtol=1e-12, atol=1e-14)

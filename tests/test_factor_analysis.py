@@ -13,9 +13,7 @@ from scipy.stats import multivariate_normal
 from jaxrvga import blocks, factor_analysis as fa
 from jaxrvga import lowrank
 
-
-def rel(a, b):
-    return float(jnp.linalg.norm(jnp.asarray(a) - jnp.asarray(b)) / jnp.linalg.norm(jnp.asarray(b)))
+from conftest import rel
 
 
 def random_factors(d, p, seed=0):

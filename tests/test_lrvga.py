@@ -22,9 +22,7 @@ from jaxrvga.implicit import solve_logistic
 from jaxrvga import lrvga
 from jaxrvga.special import probit_k, sig1, sigmoid
 
-
-def rel(a, b):
-    return float(jnp.linalg.norm(jnp.asarray(a) - jnp.asarray(b)) / jnp.linalg.norm(jnp.asarray(b)))
+from conftest import lowrank_variants, rel
 
 
 def rotated_inputs(d, N, c=1.0, seed=0):
@@ -352,25 +350,10 @@ def _abstract(tree):
     return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), tree)
 
 
-def _lowrank_filters():
-    h = lambda th, x: jnp.tanh(x @ th)  # noqa: E731
-    return {
-        "linear": lrvga(models.linear_gaussian(1.0), rank=5, inner_loops=2, process_noise=0.01),
-        "implicit": lrvga(models.logistic(), rank=5),
-        "explicit": lrvga(models.logistic(), rank=5, scheme="explicit"),
-        "extragrad": lrvga(models.logistic(), rank=5, scheme="extragrad", update_cov_twice=True),
-        "poisson": lrvga(models.poisson(), rank=5),
-        "ekf_logistic": lrvga(models.logistic(), rank=5, scheme="ekf", inner_loops=3),
-        "ekf_nonlinear": lrvga(models.nonlinear(h, models.poisson_family()), rank=5, scheme="ekf"),
-        "sampled_nonlinear": lrvga(models.nonlinear(h, models.bernoulli()), rank=5, num_samples=10),
-        "sampled_logistic": lrvga(models.logistic(), rank=5, scheme="sampled", num_samples=4),
-    }
-
-
-@pytest.mark.parametrize("name", list(_lowrank_filters()))
+@pytest.mark.parametrize("name", list(lowrank_variants(5)))
 def test_jaxpr_of_lrvga_update_has_no_d_by_d_intermediate(name):
     d, p = 20_000, 5
-    flt = _lowrank_filters()[name]
+    flt = lowrank_variants(5)[name]
     state = jr.LowRankState(jnp.zeros(d), jnp.zeros((d, p)), jnp.ones(d), jnp.asarray(0, jnp.int32),
                             jr.core.solver_info(jnp.float64),
                             jax.random.PRNGKey(0) if name.startswith("sampled") else None)

@@ -26,6 +26,8 @@ from jaxrvga import factor_analysis as fa
 from jaxrvga import lowrank
 from jaxrvga.implicit import solve_logistic
 
+from conftest import rel
+
 lrvga = getattr(jr, "lrvga", None)
 if not callable(lrvga):  # not exported yet (jr.lrvga may be the submodule)
     from jaxrvga import lrvga
@@ -34,11 +36,6 @@ if not callable(lrvga):  # not exported yet (jr.lrvga may be the submodule)
 def prop_settings(n):
     return settings(max_examples=n, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
 
 
 log_uniform = lambda lo, hi: st.floats(np.log10(lo), np.log10(hi)).map(lambda u: 10.0**u)  # noqa: E731

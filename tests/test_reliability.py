@@ -29,9 +29,10 @@ from jaxrvga.models import Family
 from jaxrvga.filters import _guarded
 from jaxrvga.schemes import Increment, absorb
 
+from conftest import FULL_FILTERS, LOGISTIC, LOGISTIC_FILTERS, LOWRANK_SCHEMES, lowrank_filter
+
 lrvga = jr.lrvga
 
-LOGISTIC = jr.models.logistic()
 EPS32 = float(np.finfo(np.float32).eps)
 
 
@@ -82,27 +83,13 @@ def hardest_stream():
     return data.X.astype(np.float32), data.y.astype(np.float32)
 
 
-LONG_FULL = {
-    "rvga_implicit": lambda: jr.rvga(LOGISTIC, "implicit"),
-    "rvga_explicit": lambda: jr.rvga(LOGISTIC, "explicit"),
-    "ekf": lambda: jr.ekf(LOGISTIC),
-    "qkf": lambda: jr.qkf(),
-    "mirror_prox": lambda: jr.mirror_prox(LOGISTIC),
-}
-LONG_LOWRANK = {
-    "lrvga_implicit": dict(scheme="implicit"),
-    "lrvga_explicit": dict(scheme="explicit"),
-    "lrvga_extragrad": dict(scheme="extragrad"),
-    "lrvga_ekf": dict(scheme="ekf"),
-    "lrvga_sampled": dict(scheme="sampled", num_samples=4),
-}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(LONG_FULL))
+@pytest.mark.parametrize("name", sorted(LOGISTIC_FILTERS))
 def test_full_filters_1e5_float32_steps_stay_finite_symmetric_pd(name):
     X, y = hardest_stream()
-    flt = LONG_FULL[name]()
+    flt = LOGISTIC_FILTERS[name]()
     init = flt.init(jnp.zeros(D_LONG, jnp.float32), SIGMA0**2 * jnp.eye(D_LONG, dtype=jnp.float32))
     state, info = jr.run(flt, init, X, y, jr.trace_info)
     assert state.mean.dtype == jnp.float32 and state.cov.dtype == jnp.float32
@@ -116,10 +103,10 @@ def test_full_filters_1e5_float32_steps_stay_finite_symmetric_pd(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(LONG_LOWRANK))
-def test_lrvga_1e5_float32_steps_keep_psi_positive_and_W_finite(name):
+@pytest.mark.parametrize("scheme", sorted(LOWRANK_SCHEMES))
+def test_lrvga_1e5_float32_steps_keep_psi_positive_and_W_finite(scheme):
     X, y = hardest_stream()
-    flt = lrvga(LOGISTIC, rank=RANK_LONG, **LONG_LOWRANK[name])
+    flt = lowrank_filter(scheme, RANK_LONG, num_samples=4)
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), D_LONG, RANK_LONG, SIGMA0**2,
                                     dtype=jnp.float32)
     init = flt.init(jnp.zeros(D_LONG, jnp.float32), W0, psi0, jax.random.PRNGKey(1))
@@ -209,23 +196,13 @@ def test_non_log_concave_update_is_skipped_and_flagged(make):
             np.testing.assert_array_equal(means[t], means[t - 1])
 
 
-OVERFLOW_FILTERS = {
-    "rvga_implicit": lambda: jr.rvga(LOGISTIC, "implicit"),
-    "rvga_explicit": lambda: jr.rvga(LOGISTIC, "explicit"),
-    "ekf": lambda: jr.ekf(LOGISTIC),
-    "qkf": lambda: jr.qkf(),
-    "mirror_prox": lambda: jr.mirror_prox(LOGISTIC),
-    "kalman": lambda: jr.kalman(1.0),
-}
-
-
-@pytest.mark.parametrize("name", sorted(OVERFLOW_FILTERS))
+@pytest.mark.parametrize("name", sorted(FULL_FILTERS))
 def test_update_whose_quadratic_form_overflows_is_skipped_and_flagged(name):
     """float32, P0 = 1e4 I and a finite x with entries 1e18: nu0 = x^T P x = 3e40 overflows.
 
     ``rank_one_update`` promises that an update that is not finite (overflow) is skipped
     and flagged; the belief must stay the finite prior, not become NaN."""
-    flt = OVERFLOW_FILTERS[name]()
+    flt = FULL_FILTERS[name]()
     st = flt.init(jnp.full(3, 0.1, jnp.float32), 1e4 * jnp.eye(3, dtype=jnp.float32))
     out = jax.jit(flt.update)(st, jnp.full(3, 1e18, jnp.float32), jnp.float32(1.0))
     np.testing.assert_array_equal(out.mean, st.mean)

@@ -17,30 +17,22 @@ from jaxrvga import factor_analysis as fa
 from jaxrvga import lowrank
 from jaxrvga import online_em as oem
 
-lrvga = getattr(jr, "lrvga", None)
-if not callable(lrvga):  # not exported yet (jr.lrvga may be the submodule)
-    from jaxrvga import lrvga
+from conftest import FULL_FILTERS, LOGISTIC, LOGISTIC_FILTERS, LOWRANK_SCHEMES, lowrank_filter
+
+lrvga = jr.lrvga
 
 D, P = 3, 2
-LOGISTIC = jr.models.logistic()
 
 # Full-covariance filters: name -> (factory, whether y is a {0, 1} label).
-FULL = {
-    "rvga_implicit": (lambda: jr.rvga(LOGISTIC, "implicit"), True),
-    "rvga_explicit": (lambda: jr.rvga(LOGISTIC, "explicit"), True),
-    "ekf": (lambda: jr.ekf(LOGISTIC), True),
-    "qkf": (lambda: jr.qkf(), True),
-    "mirror_prox": (lambda: jr.mirror_prox(LOGISTIC), True),
-    "kalman": (lambda: jr.kalman(1.0), False),
-    "rvga_linear": (lambda: jr.rvga(jr.models.linear_gaussian(2.0)), False),
-    "rvga_poisson": (lambda: jr.rvga(jr.models.poisson()), False),
-}
-LABEL_FILTERS = sorted(k for k, (_, lab) in FULL.items() if lab)
-LR_SCHEMES = ["implicit", "explicit", "extragrad", "sampled", "ekf"]
+FULL = {**{name: (make, name in LOGISTIC_FILTERS) for name, make in FULL_FILTERS.items()},
+        "rvga_linear": (lambda: jr.rvga(jr.models.linear_gaussian(2.0)), False),
+        "rvga_poisson": (lambda: jr.rvga(jr.models.poisson()), False)}
+LABEL_FILTERS = sorted(LOGISTIC_FILTERS)
+LR_SCHEMES = list(LOWRANK_SCHEMES)
 
 
 def lr_filter(scheme, model=LOGISTIC, **kw):
-    return lrvga(model, rank=P, scheme=scheme, num_samples=3 if scheme == "sampled" else None, **kw)
+    return lowrank_filter(scheme, P, model, **kw)
 
 
 def lr_state(flt, dtype=jnp.float64):
