@@ -167,7 +167,7 @@ def run(quick: bool, out: Path) -> dict:
         rows += [[name, res["d"], res["N"], "KF", "", float(res["curves"]["KF"][1][-1]), ""]]
         rows += [[name, res["d"], res["N"], k[0], k[1], float(kl[-1]), ""]
                  for k, (_, kl) in res["curves"].items() if k != "KF"]
-    plot_panel(axs[-1], check9, f"check 9: p = d = {d9}, N = {N9}, App. D init",
+    plot_panel(axs[-1], check9, f"p = d = {d9} vs KF, N = {N9}, App. D init",
                lambda k: f"L-RVGA p = d, {k[1]} inner loops")
     summary[f"check9_d{d9}_KF"] = float(check9["curves"]["KF"][1][-1])
     for key, (t, kl) in check9["curves"].items():

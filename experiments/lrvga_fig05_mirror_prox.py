@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import (ITERATIONS, M_BIG, MODEL, Problem, authors_w0, cli, label_axes, lrvga_kl_curve,
-                                paired, progress, pyplot, save_figure, write_csv)
-from experiments.rvga_fig03_06_2d import compare, ellipse, log_evidence_2d, posterior_grid
+from experiments.common import (ITERATIONS, M_BIG, MODEL, Problem, authors_w0, cli, compare, ellipse, label_axes,
+                                log_evidence_2d, lrvga_kl_curve, paired, posterior_grid, progress, pyplot,
+                                save_figure, write_csv)
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga import metrics  # noqa: E402

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.common import cli
-from experiments.rvga_fig03_06_2d import compare, figure_hd, final_row, summary_of, write_curves, write_final_hd
+from experiments.common import cli, compare, figure_hd, final_row, summary_of, write_curves, write_final_hd
 
 FULL = {9: dict(d=100, N=200), 10: dict(d=100, N=200)}
 QUICK = {9: dict(d=30, N=200), 10: dict(d=100, N=100)}

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.common import cli, pyplot, save_figure, write_csv
-from experiments.rvga_fig03_06_2d import LABELS, METHODS, compare
+from experiments.common import LABELS, METHODS, cli, compare, pyplot, save_figure, write_csv
 
 import jaxrvga as jr  # noqa: E402
 

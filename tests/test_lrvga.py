@@ -198,6 +198,16 @@ def antithetic(key, K, d, p):
     return jnp.vstack([z, -z]), jnp.vstack([e, -e])
 
 
+def _assert_replay_matches(state, step, W0, psi0, xs, ys):
+    """Replay ``step(mu, W, psi, x, y)`` (the authors' code written out) from ``(0, W0, psi0)`` over
+    the stream: the filter's final ``state`` must match it (rel <= 1e-10)."""
+    mu, W, psi = jnp.zeros(W0.shape[0]), W0, psi0
+    for x, yt in zip(xs, ys):
+        mu, W, psi = step(mu, W, psi, x, yt)
+    assert rel(state.W, W) <= 1e-10 and rel(state.psi, psi) <= 1e-10
+    assert rel(state.mean, mu) <= 1e-10
+
+
 def test_sampled_linear_gaussian_with_antithetic_noise_equals_hand_computed_extragradient():
     """A linear h: the GGN stage equals Algorithm 1 on x/sigma, and the sample means are exact."""
     d, p, N, nv, n_in = 15, 3, 25, 0.5, 2
@@ -214,11 +224,7 @@ def test_sampled_linear_gaussian_with_antithetic_noise_equals_hand_computed_extr
         muhat = mu + Phx * (yt - x @ mu) / nv  # eq. 144
         return mu + Phx * (yt - x @ muhat) / nv, W, psi  # eq. 145
 
-    mu, W, psi = jnp.zeros(d), W0, psi0
-    for x, yt in zip(X, y):
-        mu, W, psi = step(mu, W, psi, x, yt)
-    assert rel(state.W, W) <= 1e-10 and rel(state.psi, psi) <= 1e-10
-    assert rel(state.mean, mu) <= 1e-10
+    _assert_replay_matches(state, step, W0, psi0, X, y)
 
 
 def test_sampled_logistic_with_given_noise_equals_authors_code_d4():
@@ -240,11 +246,7 @@ def test_sampled_logistic_with_given_noise_equals_authors_code_d4():
         m2 = jnp.mean(sigmoid(lowrank.sample_from_noise(muhat, W, psi, z, e) @ x))
         return mu + (yt - m2) * Phx, W, psi
 
-    mu, W, psi = jnp.zeros(d), W0, psi0
-    for x, yt in zip(X, y):
-        mu, W, psi = step(mu, W, psi, x, yt)
-    assert rel(state.W, W) <= 1e-10 and rel(state.psi, psi) <= 1e-10
-    assert rel(state.mean, mu) <= 1e-10
+    _assert_replay_matches(state, step, W0, psi0, X, y)
 
 
 @pytest.mark.parametrize("n_eta,d", [(2, 6), (8, 3)])  # reverse-mode and forward-mode Jacobians
@@ -264,10 +266,7 @@ def test_sampled_vector_output_and_pytree_input(n_eta, d):
         muhat = mu + lowrank.solve(W, psi, A.T @ (yt - A @ mu)) / nv
         return mu + lowrank.solve(W, psi, A.T @ (yt - A @ muhat)) / nv, W, psi
 
-    mu, W, psi = jnp.zeros(d), W0, psi0
-    for A, yt in zip(xs["A"], ys):
-        mu, W, psi = step(mu, W, psi, A, yt)
-    assert rel(state.W, W) <= 1e-10 and rel(state.psi, psi) <= 1e-10 and rel(state.mean, mu) <= 1e-10
+    _assert_replay_matches(state, step, W0, psi0, xs["A"], ys)
 
 
 def test_frozen_noise_reuses_the_same_draws_and_fresh_noise_splits_the_key():
