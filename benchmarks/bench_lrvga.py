@@ -9,7 +9,7 @@ in :mod:`benchmarks.numpy_baselines`:
 
 * ``linear``: linear-Gaussian L-RVGA, scheme ``"exact"`` ([LRVGA] eqs. 23-27) vs
   ``lrvga_linear_step``;
-* ``logistic``: explicit logistic L-RVGA, scheme ``"explicit"`` ([LRVGA] §4.2) vs
+* ``logistic``: explicit logistic L-RVGA, scheme ``"explicit"`` ([LRVGA] §5.3) vs
   ``lrvga_logistic_explicit_step``;
 * ``linear-default``: the library's default (accurate) projection against the same NumPy
   published step: a speed ratio only, ``rel diff`` is not defined.

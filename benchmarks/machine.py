@@ -1,4 +1,4 @@
-"""Machine details and peak memory for benchmark tables."""
+"""Machine details and memory probes for the benchmark and memory tables (Linux ``/proc``)."""
 from __future__ import annotations
 
 import os
@@ -19,6 +19,36 @@ def describe() -> str:
         pass
     return (f"# machine: {cpu}, {os.cpu_count()} cores; Python {platform.python_version()}, "
             f"jax {jax.__version__}, devices {[str(d) for d in jax.devices()]}")
+
+
+def status_bytes(field: str) -> int:
+    """A size field of ``/proc/self/status`` in bytes: ``VmRSS`` (resident now) or ``VmHWM`` (peak
+    resident set since the process started or the last :func:`reset_peak`). Linux only."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise ValueError(f"field: no {field!r} in /proc/self/status")
+
+
+def reset_peak(trim: bool = True) -> bool:
+    """Reset the peak resident set (``VmHWM``) to the current one (Linux >= 4.0); False if unsupported.
+
+    ``trim`` first returns freed heap to the OS (glibc ``malloc_trim``), so that the new baseline
+    is what the process still uses."""
+    if trim:
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def peak_rss_mb() -> float:

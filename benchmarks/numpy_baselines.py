@@ -3,7 +3,7 @@
 They are the baselines of the benchmark tables (run in the same process, on the same data).
 The implicit R-VGA step follows the authors' style: NumPy plus ``scipy.optimize.root``
 (MINPACK hybr) on ``(alpha, log nu)`` per observation ([RVGA] eqs. 69-77).
-Algorithm 1 of [LRVGA] is transcribed directly (spec C4).
+Algorithm 1 of [LRVGA] is transcribed directly.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def implicit_step(mu, P, x, y):
 
 
 def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops):
-    """Algorithm 1 of [LRVGA], transcribed line by line (spec C4). ``X`` is (d, m)."""
+    """Algorithm 1 of [LRVGA], transcribed line by line. ``X`` is (d, m)."""
     W, psi = W_prev, psi_prev
     p = W.shape[1]
     diag_s = beta * np.einsum("ij,ij->i", X, X) + alpha * (np.einsum("ij,ij->i", W_prev, W_prev) + psi_prev)
@@ -79,7 +79,7 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops):
 
 
 def woodbury_apply(W, psi, v):
-    """``(W W^T + diag(psi))^{-1} v`` (spec A2)."""
+    """``(W W^T + diag(psi))^{-1} v`` (Woodbury, [LRVGA] eq. 27)."""
     p = W.shape[1]
     Wp = W / psi[:, None]
     M = np.eye(p) + W.T @ Wp
@@ -93,7 +93,7 @@ def lrvga_linear_step(mu, W, psi, x, y, inner_loops):
 
 
 def lrvga_logistic_explicit_step(mu, W, psi, x, y, inner_loops):
-    """Explicit logistic L-RVGA (spec D3 with extragrad=False)."""
+    """Explicit logistic L-RVGA ([LRVGA] §4.2.1 and §5.3 without the extragradient step)."""
     Px = woodbury_apply(W, psi, x)
     k = _k(x @ Px)
     a = x @ mu

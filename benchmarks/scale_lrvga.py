@@ -37,6 +37,8 @@ import subprocess
 import sys
 import time
 
+from benchmarks.machine import reset_peak, status_bytes
+
 
 def _rss_bytes() -> int:
     """Peak resident set size of this process (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
@@ -44,39 +46,6 @@ def _rss_bytes() -> int:
     return rss if sys.platform == "darwin" else rss * 1024
 
 
-def _reset_peak() -> bool:
-    """Return freed heap to the OS (glibc ``malloc_trim``), then reset the peak resident set
-    (``VmHWM``) to the current one (Linux >= 4.0); False if unsupported."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return _rss_bytes()
-
-
-def _hwm_bytes() -> int:
-    """``VmHWM`` of this process (peak resident set since the last :func:`_reset_peak`)."""
-    return _status_bytes("VmHWM")
-
-
-def _current_rss_bytes() -> int:
-    """``VmRSS`` of this process now."""
-    return _status_bytes("VmRSS")
 
 
 def measure(model_name: str, d: int, p: int, steps: int, dtype_name: str, inner_loops: int,
@@ -141,21 +110,21 @@ def measure(model_name: str, d: int, p: int, steps: int, dtype_name: str, inner_
     xla_temp = exe.memory_analysis().temp_size_in_bytes  # XLA's own account of the step's temporaries
     compile_s = time.perf_counter() - t0
     jax.block_until_ready((keys, ys))
-    reset = _reset_peak()  # returns the compiler's freed memory, so the baseline is what stays
-    baseline = _current_rss_bytes() if reset else _rss_bytes()
+    reset = reset_peak()  # returns the compiler's freed memory, so the baseline is what stays
+    baseline = status_bytes("VmRSS") if reset else _rss_bytes()
 
     # (3) allocate the state (its own peak: App. D draws a d x p matrix), then run
     state = init_exe(jax.random.PRNGKey(1))
     jax.block_until_ready(state)
-    init_peak = _hwm_bytes() if reset else _rss_bytes()
-    _reset_peak()  # from here on, the peak of the filter steps alone
-    after_state = _current_rss_bytes() if reset else _rss_bytes()
+    init_peak = status_bytes("VmHWM") if reset else _rss_bytes()
+    reset_peak()  # from here on, the peak of the filter steps alone
+    after_state = status_bytes("VmRSS") if reset else _rss_bytes()
 
     t0 = time.perf_counter()
     state, _ = core.run(flt, state, keys, ys, donate=True)
     jax.block_until_ready(state)
     run_s = time.perf_counter() - t0
-    peak = _hwm_bytes() if reset else _rss_bytes()
+    peak = status_bytes("VmHWM") if reset else _rss_bytes()
 
     state_bytes = dtype.itemsize * d * (p + 2)
     return {

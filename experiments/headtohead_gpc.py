@@ -41,10 +41,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from experiments.common import Split, cli, progress, pyplot, save_figure, write_csv
+from experiments.common import (STEP_COLUMNS, Split, cli, float64_scalar, progress, pyplot, save_figure, step_report,
+                                timed, write_csv)
 from experiments.common import make_split as common_split
-from experiments.headtohead_logistic import STEP_COLUMNS, _scalar, step_report, timed
-from experiments.headtohead_logistic import trivial_log_loss as split_trivial_log_loss
+from experiments.common import trivial_log_loss as split_trivial_log_loss
 
 import jaxrvga as jr  # noqa: E402
 
@@ -208,11 +208,11 @@ def grid_run(name: str, n_splits: int, log_ls, log_sfs, n_max, quick: bool):
         for m, fn in fits.items():
             if s == 0:  # ahead-of-time compile, timed on its own
                 fits[m], compile_s[m] = timed(lambda: fn.lower(
-                    Xtr, ytr, Xte, yte, _scalar(log_ls[0]), _scalar(log_sfs[0])).compile())
+                    Xtr, ytr, Xte, yte, float64_scalar(log_ls[0]), float64_scalar(log_sfs[0])).compile())
             for ll_ in log_ls:
                 for sf_ in log_sfs:
                     (loss, ev, ok, its, r_final, rejected), t = timed(
-                        fits[m], Xtr, ytr, Xte, yte, _scalar(ll_), _scalar(sf_))
+                        fits[m], Xtr, ytr, Xte, yte, float64_scalar(ll_), float64_scalar(sf_))
                     rows.append([s, m, float(ll_), float(sf_), float(loss), float(ev), t, bool(ok),
                                  int(its), float(r_final), float(rejected)])
     return rows, compile_s

@@ -48,7 +48,6 @@ grid. Fits whose solver did not converge (if any) are excluded from the selectio
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -57,7 +56,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from experiments.common import Split, cli, progress, pyplot, save_figure, write_csv
+from experiments.common import (STEP_COLUMNS, Split, cli, float64_scalar, progress, pyplot, save_figure, step_report,
+                                timed, trivial_log_loss, write_csv)
 from experiments.common import make_split as common_split
 
 import jaxrvga as jr  # noqa: E402
@@ -108,12 +108,6 @@ def elbo_gh(mean, cov, X, y, prior_mean, prior_cov, nodes: int = GH_NODES):
     """
     return (expected_log_lik_gh(mean, cov, X, y, nodes)
             - jr.metrics.gaussian_kl(mean, cov, prior_mean, prior_cov))
-
-
-def trivial_log_loss(y_train, y_test):
-    """Log-loss of the constant predictor ``p = mean(y_train)``."""
-    p = float(np.clip(np.mean(y_train), 1e-12, 1 - 1e-12))
-    return float(-np.mean(y_test * np.log(p) + (1 - y_test) * np.log1p(-p)))
 
 
 def map_log_loss(mean, X, y):
@@ -256,34 +250,6 @@ def klprox_fit(model, X, y, mu0, P0):
                          num_points=GH_NODES)
 
 
-#: KL-prox step-control columns of the CSVs: the final step parameter ``r_k`` (``result.r``; the
-#: requested 0.8 unless the step had to stay shrunk, then larger) and the number of rejected
-#: proposals (nan for the other methods).
-STEP_COLUMNS = ["r_final", "rejected"]
-
-
-def step_report(rows) -> dict:
-    """Summary of KL-prox's step control over the ``"KL-prox"`` rows of a CSV table whose last
-    columns are :data:`STEP_COLUMNS`: total rejected proposals, fits with at least one rejection,
-    largest final ``r`` (the shortest step any fit ended with; the control only shrinks
-    ``1 - r_k`` below ``1 - r``)."""
-    r_final, rejected = np.array([r[-2:] for r in rows if r[1] == "KL-prox"], dtype=float).T
-    return {"rejected": int(np.sum(rejected)), "fits_with_rejections": int(np.sum(rejected > 0)),
-            "r_final_max": float(np.max(r_final))}
-
-
-def _scalar(v):
-    """A strongly typed float64 scalar (matches the avals of an ahead-of-time compiled function)."""
-    return jnp.asarray(float(v), dtype=jnp.float64)
-
-
-def timed(fn, *args):
-    """``(result, seconds)`` of one call, waiting for the device."""
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    return out, time.perf_counter() - t0
-
-
 # ---------------------------------------------------------------------------------------------
 # Data
 
@@ -371,9 +337,9 @@ def delta_sweep(name: str, n_splits: int, deltas, quick: bool, n_max=None):
         Xtr, ytr, Xte, yte = map(jnp.asarray, sp)
         for m in compiled:
             if s == 0:
-                compiled[m] = compiled[m].lower(Xtr, ytr, _scalar(deltas[0])).compile()
+                compiled[m] = compiled[m].lower(Xtr, ytr, float64_scalar(deltas[0])).compile()
             for delta in deltas:
-                dl = _scalar(delta)
+                dl = float64_scalar(delta)
                 (mean, cov, ok, its, res, r_final, rejected), t = timed(compiled[m], Xtr, ytr, dl)
                 elbo = float(elbo_gh(mean, cov, Xtr, ytr, jnp.zeros(d), dl * jnp.eye(d)))
                 ll = float(jr.metrics.logistic_log_loss(mean, cov, Xte, yte))

@@ -11,7 +11,7 @@ eq. 11, :func:`jaxrvga.metrics.fa_kl`) against the number of data processed:
 * batch EM (eqs. 20-21) on the dense S, iteration j drawn over x in [jN, (j+1)N) as in the authors'
   script, plus a long batch-EM run (``BATCH_REF`` iterations) as the best FA fit reference.
 
-Panels and protocols (authors' ``XP_LRVGA_LargeScaleCovariance.py``; [reproduction] §2.4 L-F1):
+Panels and protocols (authors' ``XP_LRVGA_LargeScaleCovariance.py``; [LRVGA] §5.1):
 
 * synthetic, d = 100, p = 10, N = 1000, 5 batch iterations: Dec-2021 protocol (rows divided by the
   mean row norm, ``S += 1e-12 I``, ``psi_0 = 1e-8``, ``W_0 = 1e-8 N(0, 1)`` drawn after the data);
@@ -39,50 +39,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import cli, label_axes, progress, pyplot, save_figure, write_csv
+from experiments.common import cli, label_axes, progress, pyplot, run_snapshots, save_figure, write_csv
 
 from jaxrvga import data, factor_analysis as fa, metrics  # noqa: E402
 
 BATCH_REF = 1000  # iterations of the reference batch-EM run
-
-
-# --------------------------------------------------------------------------- shared helpers
-
-def run_snapshots(flt, state, xs, ys, stride: int, extract=lambda s: s, *args):
-    """Run ``flt`` over ``(xs, ys)`` and return ``extract(state, *args)`` after every ``stride`` steps.
-
-    One jitted nested ``lax.scan`` over ``len(xs) // stride`` chunks, so only ``len(xs) / stride``
-    snapshots are kept in memory: the trajectories of d x p factors at every step would not fit
-    for the larger experiments. The remaining ``len(xs) % stride`` observations are then absorbed
-    and one last snapshot is taken at ``t = len(xs)``. ``extract`` may compute a metric directly
-    (its extra arrays passed as ``args``).
-
-    Returns ``(final_state, snapshots, t)``: snapshots stacked along a leading axis and ``t`` the
-    number of observations absorbed at each snapshot (the last one is ``len(xs)``).
-    """
-    N = len(xs)
-    n = (N // stride) * stride
-    xc = jnp.asarray(xs[:n]).reshape((n // stride, stride) + tuple(np.shape(xs)[1:]))
-    yc = jnp.asarray(ys[:n]).reshape((n // stride, stride) + tuple(np.shape(ys)[1:]))
-    final, snaps = _snapshots(flt, extract, state, xc, yc, args)
-    t = np.arange(1, n // stride + 1) * stride
-    if n < N:
-        final, last = _snapshots(flt, extract, final, jnp.asarray(xs[n:])[None], jnp.asarray(ys[n:])[None],
-                                 args)
-        snaps = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), snaps, last)
-        t = np.append(t, N)
-    return final, snaps, t
-
-
-def _snapshots_impl(flt, extract, state, xs, ys, args):
-    def chunk(s, xy):
-        s, _ = jax.lax.scan(lambda c, z: (flt.update(c, *z), None), s, xy)
-        return s, extract(s, *args)
-
-    return jax.lax.scan(chunk, state, (xs, ys))
-
-
-_snapshots = jax.jit(_snapshots_impl, static_argnums=(0, 1))
 
 
 @jax.jit
@@ -141,8 +102,8 @@ def run_panel(name, d, p, N, loops, batch_iters, quick):
     kl0 = float(metrics.fa_kl(S, W0, psi0, logdet_S))
     curves, firsts = {}, {}
     methods = [(f"recEM_{n}", fa.recursive_em(n, "covariance"), _w_psi) for n in loops]
-    methods += [("onlineEM_code", fa.online_em(averaging="code"), _w_psi_avg),
-                ("onlineEM_paper", fa.online_em(N, averaging="paper"), _w_psi_avg)]
+    methods += [("onlineEM_code", fa.online_fa_em(averaging="code"), _w_psi_avg),
+                ("onlineEM_paper", fa.online_fa_em(N, averaging="paper"), _w_psi_avg)]
     for label, flt, extract in progress(methods, f"Fig 1 {name}", quick):
         state0 = flt.init(W0, psi0)
         first = flt.update(state0, Xj[0])
@@ -182,7 +143,7 @@ def variability(name, d, p, N, loops, n_runs, kind, seed=0):
     logdet_S = float(jnp.linalg.slogdet(S)[1])
     rng = np.random.default_rng(seed)
     flts = [(f"recEM_{n}", fa.recursive_em(n, "covariance"), _w_psi) for n in loops]
-    flts += [("onlineEM_code", fa.online_em(averaging="code"), _w_psi_avg)]
+    flts += [("onlineEM_code", fa.online_fa_em(averaging="code"), _w_psi_avg)]
     finals = {m: [] for m, _, _ in flts}
     for _ in range(n_runs):
         if kind == "shuffle":

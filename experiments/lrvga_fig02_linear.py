@@ -10,16 +10,18 @@ exact KL from the belief at time t to the *final* full-data posterior (the autho
 
 (:func:`jaxrvga.metrics.fa_kl` with ``S = Lam*``, O(d^2 p), no d x d inverse).
 
-Panels ([reproduction] §2.4 L-F2; the paper gives neither sizes nor init for its figure):
+Panels (authors' ``XP_LRVGA_LinearRegression.py``; the paper gives neither sizes nor init for its figure):
 
 * "paper text" d = 1000, N = 3000 ("to find exactly the paper result"), p in {100, 10, 2, 1}, App. D init;
 * "HEAD" d = 100, N = 10000, p in {50, 20, 10, 1}, App. D init (eps = 1e-8), the current script;
 * "shipped PNG" d = 100, N = 1000, p in {100, 10, 2, 1}, Dec-2021 init (``psi_0 = 1/sigma0^2``,
   ``W_0 = 1e-2 N(0, 1)``), the setting of ``outputs/LRVGA_LinReg_KL_1000_100_3.png``;
-* check 9 of [reproduction] §3: p = d with n_in in {1, 3, 10, 100} inner loops against the KF
-  (d = 50, N = 500 in full; d = 20, N = 200 quick), App. D init.
+* ``check9`` (the CSV rows so named): p = d with n_in in {1, 3, 10, 100} inner loops against the KF
+  (d = 50, N = 500 in full; d = 20, N = 200 quick), App. D init. With finite
+  inner loops the FA projection is not exact: "p = d matches the KF" ([LRVGA] §5.2) holds only
+  as n_in -> infinity.
 
-``quick``: the shipped-PNG panel at d = 50, N = 500 (p in {50, 10, 2, 1}) and check 9 at d = 20.
+``quick``: the shipped-PNG panel at d = 50, N = 500 (p in {50, 10, 2, 1}) and ``check9`` at d = 20.
 """
 from __future__ import annotations
 
@@ -29,9 +31,8 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import (ITERATIONS, cli, label_axes, progress, pyplot,
+from experiments.common import (ITERATIONS, cli, label_axes, progress, pyplot, run_snapshots,
                                 save_figure, write_columns, write_csv)
-from experiments.lrvga_fig01_covariance import run_snapshots
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga import data, metrics, models  # noqa: E402
@@ -75,7 +76,7 @@ def _kl_full(state, lam, logdet_lam, m_star):
 
 
 def _precision_kl(state, lam_kf):
-    """``KL(N(0, Lam_KF) || N(0, W W^T + Psi))`` of check 9(b) ([LRVGA] eq. 11)."""
+    """``KL(N(0, Lam_KF) || N(0, W W^T + Psi))`` of the p = d panel ([LRVGA] eq. 11)."""
     return metrics.fa_kl(lam_kf, state.W, state.psi)
 
 
@@ -108,7 +109,7 @@ def run_panel(d, N, ps, init, loops_list=(3,), quick=True, desc=""):
         final, kl, _ = run_snapshots(flt, state0, X, y, stride, _kl_fa, lam_j, logdet_lam, m_j)
         kl0 = float(_kl_fa(state0, lam_j, logdet_lam, m_j))
         curves[(p, n_in)] = (t, np.concatenate([[kl0], np.asarray(kl)]))
-        if p == d:  # check 9(b): the KF started from the same initial precision
+        if p == d:  # the p = d panel: the KF started from the same initial precision
             lam_kf = W0 @ W0.T + jnp.diag(psi0) + X.T @ X
             prec[n_in] = float(_precision_kl(final, lam_kf))
     return dict(d=d, N=N, init=init, curves=curves, prec=prec)
@@ -166,7 +167,7 @@ def run(quick: bool, out: Path) -> dict:
         rows += [[name, res["d"], res["N"], "KF", "", float(res["curves"]["KF"][1][-1]), ""]]
         rows += [[name, res["d"], res["N"], k[0], k[1], float(kl[-1]), ""]
                  for k, (_, kl) in res["curves"].items() if k != "KF"]
-    plot_panel(axs[-1], check9, f"check 9: p = d = {d9}, N = {N9}, App. D init",
+    plot_panel(axs[-1], check9, f"p = d = {d9} vs KF, N = {N9}, App. D init",
                lambda k: f"L-RVGA p = d, {k[1]} inner loops")
     summary[f"check9_d{d9}_KF"] = float(check9["curves"]["KF"][1][-1])
     for key, (t, kl) in check9["curves"].items():

@@ -22,97 +22,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import (ITERATIONS, cli, label_axes, progress, pyplot,
-                                save_figure, write_columns, write_csv)
-from experiments.lrvga_fig01_covariance import run_snapshots
+from experiments.common import (ITERATIONS, M_BIG, M_KL, MODEL, Problem, authors_w0, cli, label_axes,
+                                lrvga_kl_curve, paired, progress, pyplot, save_figure, write_columns,
+                                write_csv)
 
-import jaxrvga as jr  # noqa: E402
-from jaxrvga import data, metrics, models  # noqa: E402
 from jaxrvga import lrvga  # noqa: E402
-
-MODEL = models.logistic()
-M_KL, SEED_KL = 5, 1  # the authors' nbSamplesKL and seed
-M_BIG, SEED_BIG = 1000, 1234  # precise final estimates
-N_POINTS = 100  # MC-KL evaluations along the stream
-
-
-# --------------------------------------------------------------------------- shared helpers
-
-class Problem:
-    """Data, prior, MC-KL normals and Laplace of one logistic experiment."""
-
-    def __init__(self, d, N, coef_s, sigma0, seed=1, c=1.0, mu0=0.0, m_kl=M_KL, seed_kl=None):
-        self.d, self.N, self.sigma0, self.seed = d, N, sigma0, seed
-        self.s = 1.0 / d**coef_s
-        self.ds = data.logistic_data(self.s, N, d, c, seed=seed)
-        self.X, self.y = jnp.asarray(self.ds.X), jnp.asarray(self.ds.y)
-        self.m0 = jnp.asarray(data.prior_mean(mu0, d))
-        self.P0 = sigma0**2 * jnp.eye(d)
-        self.z = jnp.asarray(metrics.base_normals(d, m_kl, seed=seed if seed_kl is None else seed_kl))
-        self.z_big = jax.random.normal(jax.random.PRNGKey(SEED_BIG), (M_BIG, d))
-        lap = jax.jit(lambda X, y, m, P: jr.laplace(MODEL, X, y, m, P))(self.X, self.y, self.m0, self.P0)
-        self.lap_mean, self.lap_cov, self.lap_ok = lap.mean, lap.cov, bool(lap.converged)
-        self.kl_laplace = float(full_kl(self.lap_mean, self.lap_cov, self.z, self.X, self.y, self.m0,
-                                        sigma0**2))
-        self.terms_laplace = kl_terms(self.lap_mean, self.lap_cov, self.z_big, self.X, self.y, self.m0,
-                                      sigma0**2)
-
-    def stride(self):
-        return max(1, self.N // N_POINTS)
-
-
-@jax.jit
-def full_kl(mean, cov, z, X, y, m0, prior_var):
-    return metrics.mc_kl_logistic(mean, cov, z, X, y, m0, prior_var)
-
-
-def _fa_kl(state, z, X, y, m0, prior_var):
-    return metrics.mc_kl_logistic_fa(state.mean, state.W, state.psi, z, X, y, m0, prior_var)
-
-
-def _full_kl_state(state, z, X, y, m0, prior_var):
-    return metrics.mc_kl_logistic(state.mean, state.cov, z, X, y, m0, prior_var)
-
-
-@jax.jit
-def kl_terms(mean, cov, z, X, y, m0, prior_var):
-    """The M terms ``-log ptilde(theta_m) - entropy`` whose mean is the MC-KL (paired standard errors)."""
-    L = jnp.linalg.cholesky(cov)
-    thetas = mean + z @ L.T
-    lp = jax.lax.map(lambda th: metrics.logistic_log_posterior(th, X, y, m0, prior_var), thetas,
-                     batch_size=50)
-    return -lp - metrics.gaussian_entropy(2.0 * jnp.sum(jnp.log(jnp.diagonal(L))), mean.shape[0])
-
-
-def lrvga_kl_curve(prob: Problem, flt, state0, full=False):
-    """Run a filter over the stream; MC-KL (M = 5 normals) at t = 0, stride, ..., N.
-
-    Returns ``(t, kl, final_state, final_terms)`` with the M_BIG terms of the final belief.
-    """
-    extract = _full_kl_state if full else _fa_kl
-    args = (prob.z, prob.X, prob.y, prob.m0, prob.sigma0**2)
-    stride = prob.stride()
-    final, kl, t = run_snapshots(flt, state0, prob.X, prob.y, stride, extract, *args)
-    kl0 = float(jax.jit(extract)(state0, *args))
-    t = np.concatenate([[0], t])
-    cov = final.cov if full else jr.lowrank.to_dense_covariance(final.W, final.psi)
-    terms = kl_terms(final.mean, cov, prob.z_big, prob.X, prob.y, prob.m0, prob.sigma0**2)
-    return t, np.concatenate([[kl0], np.asarray(kl)]), final, np.asarray(terms)
-
-
-def paired(terms_a, terms_b=None):
-    """Mean and MC standard error of the M_BIG-sample KL (of a difference when ``terms_b`` given)."""
-    v = np.asarray(terms_a) - (0.0 if terms_b is None else np.asarray(terms_b))
-    return float(np.mean(v)), float(np.std(v, ddof=1) / np.sqrt(len(v)))
-
-
-def authors_w0(d, p, scale, seed=1):
-    """``np.random.seed(seed); W0 = scale * mvn(0, I_p, d)`` (the authors' logistic init)."""
-    return scale * np.random.RandomState(seed).multivariate_normal(np.zeros(p), np.identity(p), d)
 
 
 def plot_outputs(ax, prob: Problem):

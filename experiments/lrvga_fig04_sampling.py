@@ -26,9 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import (ITERATIONS, cli, label_axes, progress, pyplot,
-                                save_figure, write_columns, write_csv)
-from experiments.lrvga_fig03_logistic import MODEL, M_BIG, Problem, authors_w0, lrvga_kl_curve, paired
+from experiments.common import (ITERATIONS, M_BIG, MODEL, Problem, authors_w0, cli, label_axes, lrvga_kl_curve,
+                                paired, progress, pyplot, save_figure, write_columns, write_csv)
 
 from jaxrvga import lrvga  # noqa: E402
 

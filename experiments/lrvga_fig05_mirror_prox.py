@@ -4,7 +4,7 @@ code-only ``MirrorProxHighDim`` experiment.
 2-D (authors' ``Test=["MirrorProx"]``): N = 10, d = 2, sigma0 = 10, s = 6, c = 1, seed 1, mu0 = 0,
 full covariance. Columns: natural gradient (EKF, [RVGA] eq. 81), R-VGA explicit (eqs. 139-140),
 R-VGA implicit (53-54) and mirror prox (139-142, :func:`jaxrvga.mirror_prox`, the authors'
-``updateCovTwoTimes=True``, without the natural-parameter correction term, [reproduction] B9). Each
+``updateCovTwoTimes=True``, without the natural-parameter correction term, [LRVGA] App. G eq. 142). Each
 panel: the 1-sigma ellipse at t = N, the Laplace ellipse (red) and the true posterior contours.
 KL: MC-KL ([RVGA] eqs. 92-94) with 20000 normals plus ``log Z_p`` by quadrature, i.e. the true
 ``KL(q || p)``; also the distance of the mean to the MAP. Extra rows: mirror prox skipping the
@@ -24,10 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import ITERATIONS, cli, label_axes, progress, pyplot, save_figure, write_csv
-from experiments.lrvga_fig03_logistic import (M_BIG, MODEL, Problem, authors_w0, lrvga_kl_curve,
-                                              paired)
-from experiments.rvga_fig03_06_2d import compare, ellipse, log_evidence_2d, posterior_grid
+from experiments.common import (ITERATIONS, M_BIG, MODEL, Problem, authors_w0, cli, compare, ellipse, label_axes,
+                                log_evidence_2d, lrvga_kl_curve, paired, posterior_grid, progress, pyplot,
+                                save_figure, write_csv)
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga import metrics  # noqa: E402

@@ -28,166 +28,13 @@ quadratic scaling.
 The machine is shared (2 cores, other jobs running): times are indicative only.
 ``quick``: d = 5e4 (batch EM at d = 3000), T = 2; full: d = 1e6 (batch EM at d = 5000), T = 5 steps.
 
-This module also holds :func:`measure`, used by Table 2.
+The probe (:func:`experiments.common.measure_memory`) is shared with Table 2.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from experiments.common import cli, progress, write_csv
-
-ROOT = Path(__file__).resolve().parents[1]
-
-CHILD = r'''
-import gc, json, sys, time
-import numpy as np
-import jax, jax.numpy as jnp
-jax.config.update("jax_enable_x64", True)
-import jaxrvga as jr
-from jaxrvga import factor_analysis as fa, models
-from jaxrvga import lrvga
-
-cfg = json.loads(sys.argv[1])
-algo, d, p, T, loops = cfg["algo"], cfg["d"], cfg["p"], cfg["T"], cfg.get("loops", 1)
-
-def rss_mb(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024 / 1e6
-
-def maxrss_mb():
-    # VmHWM, the peak RSS of this address space. (getrusage's ru_maxrss is not used: after
-    # fork + exec Linux folds the parent's pre-exec RSS into it, so a child of a large process
-    # reports at least the parent's size, and clear_refs cannot reset that part.)
-    return rss_mb("VmHWM")
-
-
-def settled_rss_mb():
-    # XLA frees donated / dropped buffers asynchronously: wait until the RSS stops falling
-    gc.collect()
-    prev = rss_mb("VmRSS")
-    for _ in range(40):
-        time.sleep(0.25)
-        cur = rss_mb("VmRSS")
-        if abs(cur - prev) < 0.5:
-            return cur
-        prev = cur
-    return prev
-
-def reset_peak():
-    # Linux: "5" resets the peak RSS (VmHWM, and ru_maxrss with it) to the current RSS
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-def make(d):
-    if algo == "recem":
-        flt = fa.recursive_em(loops, "covariance")
-        return flt, lambda W, psi: flt.init(W, psi)
-    if algo == "online":
-        flt = fa.online_em(averaging="code")
-        # online_em.init puts the same W (psi) in two fields, which donate=True rejects
-        # ("donate the same buffer twice"): give the running average its own copy.
-        return flt, lambda W, psi: flt.init(W, psi)._replace(W_avg=jnp.array(W, copy=True),
-                                                             psi_avg=jnp.array(psi, copy=True))
-    if algo == "lrvga":
-        flt = lrvga(models.linear_gaussian(1.0), rank=p, inner_loops=loops, published=True)
-        return flt, lambda W, psi: flt.init(jnp.zeros(d), W, psi)
-    if algo == "kalman":
-        flt = jr.kalman(1.0)
-        return flt, lambda W, psi: flt.init(jnp.zeros(d), jnp.eye(d))
-    raise ValueError(algo)
-
-def data(d, T):
-    key = jax.random.PRNGKey(1)
-    return jax.random.normal(key, (T, d)) / np.sqrt(d), jax.random.normal(key, (T,))
-
-def factors(d, p):
-    """Initial ``(W, psi)`` from one fused elementwise kernel: ``W`` is the only d x p buffer created
-    (a random draw would add RNG temporaries of the same size to the measured peak)."""
-    p = min(p, d)
-
-    def make():
-        i = jax.lax.broadcasted_iota(jnp.float64, (d, p), 0)
-        j = jax.lax.broadcasted_iota(jnp.float64, (d, p), 1)
-        return 1e-4 * jnp.cos(0.7071 * i * (j + 1.0) + 1.3 * j), jnp.ones((d,))
-
-    return jax.jit(make)()
-
-def run_batch(S, W, psi, iters):
-    step = jax.jit(fa.batch_em_step, donate_argnums=(1, 2))
-    for _ in range(iters):
-        W, psi = step(S, W, psi)
-    return jax.block_until_ready(W)
-
-# warm-up: the same algorithm at d = max(64, p) (loads XLA, the library, the compiler)
-if algo == "batch":
-    xs, _ = data(64, 8)
-    run_batch(xs.T @ xs + jnp.eye(64), *factors(64, 4), 2)
-else:
-    dw = max(64, p)
-    flt, init = make(dw)
-    xs, ys = data(dw, 3)
-    jax.block_until_ready(jr.run(flt, init(*factors(dw, p)), xs, ys, donate=True)[0])
-xs, ys = data(d, T)
-jax.block_until_ready((xs, ys))
-base_total = settled_rss_mb()
-reset_peak()  # baseline of the whole-process figure: imports, warm-up, data
-
-if algo == "batch":
-    S = xs.T @ xs / T + jnp.eye(d)
-    run_batch(S, *factors(d, p), 1)  # compile + first run
-    total = maxrss_mb() - base_total
-    base = settled_rss_mb()  # S (the batch target) is part of the algorithm's memory
-    reset_peak()
-    base -= 8 * d * d / 1e6
-    W, psi = factors(d, p)
-    state_mb = rss_mb("VmRSS") - base
-    t0 = time.perf_counter()
-    run_batch(S, W, psi, T)
-    per_iter = (time.perf_counter() - t0) / T
-else:
-    flt, init = make(d)
-    jax.block_until_ready(jr.run(flt, init(*factors(d, p)), xs, ys, donate=True)[0])  # compile + run
-    total = maxrss_mb() - base_total
-    base = settled_rss_mb()
-    reset_peak()
-    state = init(*factors(d, p))
-    jax.block_until_ready(state)
-    state_mb = rss_mb("VmRSS") - base
-    t0 = time.perf_counter()
-    jax.block_until_ready(jr.run(flt, state, xs, ys, donate=True)[0])
-    per_iter = (time.perf_counter() - t0) / T
-print("RESULT " + json.dumps(dict(base_mb=base, state_mb=state_mb, peak_mb=maxrss_mb() - base,
-                                  peak_total_mb=total, time_per_iter=per_iter)))
-'''
-
-
-def measure(algo: str, d: int, p: int, T: int, loops: int = 1, timeout: int = 1800) -> dict:
-    """Run one configuration in a fresh interpreter (module docstring); returns ``base_mb``,
-    ``state_mb`` (initial state), ``peak_mb`` (peak RSS of the timed run minus the baseline),
-    ``peak_total_mb`` (whole-process peak minus the post-warm-up RSS) and ``time_per_iter`` (s)."""
-    cfg = json.dumps(dict(algo=algo, d=d, p=p, T=T, loops=loops))
-    # A fixed glibc mmap threshold (64 KiB) disables the dynamic one: every buffer above it is
-    # mmapped and returned to the system when freed, so RSS tracks the live buffers (otherwise a
-    # freed 8-32 MB buffer stays in the heap and a later one reuses it unseen).
-    # One OpenBLAS thread: its busy-waiting threads slow LAPACK calls badly on a loaded machine.
-    env = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.mmap_threshold=65536",
-               MALLOC_MMAP_THRESHOLD_="65536", OPENBLAS_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", CHILD, cfg], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"memory probe {cfg} failed (rc {proc.returncode}):\n{proc.stderr[-2000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
-
-
-HEADER = ["algorithm", "d", "p", "time_per_iteration_s", "measured_peak_MB", "measured_initial_state_MB",
-          "model_MB", "measured_over_model", "whole_process_peak_MB", "baseline_rss_MB"]
-
+from experiments.common import MEMORY_HEADER, cli, measure_memory, progress, write_csv
 
 #: ``(d, d of batch EM, p, T)``.
 QUICK, FULL = (50_000, 3000, 100, 2), (1_000_000, 5000, 100, 5)
@@ -200,7 +47,7 @@ def run(quick: bool, out: Path) -> dict:
                (f"batch EM (measured at d = {d_batch})", "batch", d_batch, 8 * d_batch**2)]
     summary, rows = {}, []
     for label, algo, dd, model in progress(configs, "Table 1", quick):
-        res = measure(algo, dd, p, T)
+        res = measure_memory(algo, dd, p, T)
         rows.append([label, dd, p, res["time_per_iter"], res["peak_mb"], res["state_mb"], model / 1e6,
                      res["peak_mb"] / (model / 1e6), res["peak_total_mb"], res["base_mb"]])
         summary[f"{algo}_d{dd}_peak_mb"] = res["peak_mb"]
@@ -210,7 +57,7 @@ def run(quick: bool, out: Path) -> dict:
         summary[f"{algo}_d{dd}_time_per_iter_s"] = res["time_per_iter"]
     rows.append([f"batch EM at d = {d} (model only)", d, p, "", "", "", 8 * d**2 / 1e6, "", "", ""])
     summary[f"batch_d{d}_model_mb"] = 8 * d**2 / 1e6
-    write_csv(out / "lrvga_table01.csv", HEADER, rows)
+    write_csv(out / "lrvga_table01.csv", MEMORY_HEADER, rows)
     return summary
 
 

@@ -4,7 +4,7 @@ Paper ([LRVGA] Table 2, laptop i7 2.3 GHz): full Kalman (estimated) 8000 GB; L-R
 816 MB; p = 10: 0.7 s, 96 MB; p = 2: 0.2 s, 32 MB; p = 1: 0.06 s, 24 MB. The memory column equals
 the model ``8 d (p + 2)`` bytes (W plus the two d-vectors mu and psi).
 
-Measured exactly as Table 1 (:func:`experiments.lrvga_table01_memory.measure`: a fresh
+Measured exactly as Table 1 (:func:`experiments.common.measure_memory`: a fresh
 interpreter per configuration, peak RSS of the timed run minus the baseline), for the linear L-RVGA
 (:func:`jaxrvga.lrvga`, exact scheme, 3 inner loops) over T steps of random data. The full
 Kalman filter (:func:`jaxrvga.kalman`) is measured at a small d (its d x d covariance) next to its
@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.common import cli, progress, write_csv
-from experiments.lrvga_table01_memory import HEADER, measure
+from experiments.common import MEMORY_HEADER, cli, measure_memory, progress, write_csv
 
 PS = (100, 10, 2, 1)
 PAPER = {100: (6.0, 816), 10: (0.7, 96), 2: (0.2, 32), 1: (0.06, 24)}
@@ -32,7 +31,7 @@ def run(quick: bool, out: Path) -> dict:
     configs.append((f"full Kalman (measured at d = {d_kf})", "kalman", d_kf, 1, 8 * d_kf**2))
     summary, rows = {}, []
     for label, algo, dd, p, model in progress(configs, "Table 2", quick):
-        res = measure(algo, dd, p, T, loops=3)
+        res = measure_memory(algo, dd, p, T, loops=3)
         paper = PAPER.get(p, ("", "")) if algo == "lrvga" else ("", "")
         rows.append([label, dd, p, res["time_per_iter"], res["peak_mb"], res["state_mb"], model / 1e6,
                      res["peak_mb"] / (model / 1e6), res["peak_total_mb"], res["base_mb"], *paper])
@@ -44,7 +43,7 @@ def run(quick: bool, out: Path) -> dict:
     rows.append([f"full Kalman at d = {d} (model only)", d, "", "", "", "", 8 * d**2 / 1e6, "", "", "", "",
                  8e6])
     summary[f"kalman_d{d}_model_mb"] = 8 * d**2 / 1e6
-    write_csv(out / "lrvga_table02.csv", HEADER + ["paper_time_s", "paper_MB"], rows)
+    write_csv(out / "lrvga_table02.csv", MEMORY_HEADER + ["paper_time_s", "paper_MB"], rows)
     return summary
 
 

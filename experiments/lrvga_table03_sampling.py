@@ -1,6 +1,6 @@
 """L-RVGA Table 3: accuracy of ensemble sampling (corrected Proposition 1) in d = 10000, p = 10, K = 10.
 
-Protocol of the authors' ``KUtils.py`` test ``'Sampling3'`` ([reproduction] §2.4 L-T3), replayed on a
+Protocol of the authors' ``KUtils.py`` test ``'Sampling3'`` ([LRVGA] §4.2.2, Table 3), replayed on a
 private ``np.random.RandomState``::
 
     np.random.seed(1); z = mvn(0, I_d, 10); x = 5 uniform(0, 1, d) / d; e = mvn(0, I_p, 10)

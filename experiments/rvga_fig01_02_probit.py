@@ -4,7 +4,7 @@ Fig. 1: ``sig(a)`` against ``Phi(lambda a)``, ``lambda = sqrt(pi/8)`` (left), an
 ``N(a | 0, beta^2)`` = ``d/da Phi(lambda a)``, ``beta = 1/lambda`` (right) ([RVGA] §5.1). A third panel
 checks what the filters actually use, the Gaussian expectations of eq. (58)
 (``jr.special.probit_moments``), against dense quadrature over
-``m in [-10, 10]``, ``v in [1e-4, 1e3]`` ([reproduction] check 19).
+``m in [-10, 10]``, ``v in [1e-4, 1e3]`` (experiments/REPORT.md).
 
 Fig. 2: the lower bound (82)-(83) ``sig(a) >= sig(xi) exp((a - xi)/2 + eta(xi) (a^2 - xi^2))`` and
 the corresponding quadratic upper bound on the logistic loss ``-log sig(a)``, for a few ``xi``.

@@ -3,7 +3,7 @@
 Authors' code (``PaperResults.py``, tests HD3 and HD4): d = 100, N = 200, seed 10, ``mu_0 = 0``.
 
 * Fig. 9 (HD3): s in {1, 3, 5}, c = 0, **sigma0 = 1 in the code** (the caption says sigma0 = 10;
-  [reproduction] §4 item 9). The caption's sigma0 = 10 is run too, as a second figure
+  experiments/REPORT.md). The caption's sigma0 = 10 is run too, as a second figure
   (``rvga_fig09_caption.png``), not in quick mode.
 * Fig. 10 (HD4): s = 2, c in {0, 1, 2}, sigma0 = 10.
 
@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.common import cli
-from experiments.rvga_fig03_06_2d import compare, figure_hd, final_row, summary_of, write_curves, write_final_hd
+from experiments.common import cli, compare, figure_hd, final_row, summary_of, write_curves, write_final_hd
 
 FULL = {9: dict(d=100, N=200), 10: dict(d=100, N=200)}
 QUICK = {9: dict(d=30, N=200), 10: dict(d=100, N=100)}

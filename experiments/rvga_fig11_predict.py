@@ -1,7 +1,7 @@
 """R-VGA Fig. 11: predictive probability maps ``p(y = 1 | x)`` ([RVGA] eqs. 62-63, App. 9.4).
 
 Authors' code (``TestKalmanMachine.py``): d = 2, **N = 100** (the caption says N = 300;
-[reproduction] §4 item 9), s = 5, c = 2, seed 10, sigma0 = 10, mu0 = 0. Maps on the authors' grid
+experiments/REPORT.md), s = 5, c = 2, seed 10, sigma0 = 10, mu0 = 0. Maps on the authors' grid
 ``[-3, 3]^2`` (100 x 100; 40 x 40 in quick mode) for R-VGA implicit, explicit, EKF, QKF and batch
 Laplace, all with the inverse-probit predictive ``sig(k(x^T P x) x^T mu)``.
 
@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.common import cli, pyplot, save_figure, write_csv
-from experiments.rvga_fig03_06_2d import LABELS, METHODS, compare
+from experiments.common import LABELS, METHODS, cli, compare, pyplot, save_figure, write_csv
 
 import jaxrvga as jr  # noqa: E402
 

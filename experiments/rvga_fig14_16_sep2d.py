@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.common import cli
-from experiments.rvga_fig03_06_2d import run_2d_figures
+from experiments.common import cli, run_2d_figures
 
 # (figure, s, c, seed, sigma0, mu0)
 CONFIGS = ((14, 2.0, 1, 1, 10.0, 0.0), (15, 5.0, 1, 1, 10.0, 0.0), (16, 10.0, 1, 1, 10.0, 0.0))

@@ -1,6 +1,6 @@
 """Data sets of the papers: the synthetic generators and the real data.
 
-Synthetic generators ([reproduction] §2.1; the authors' ``KalmanMachine/KDataGenerator.py``
+Synthetic generators ([RVGA] §6, [LRVGA] §5; the authors' ``KalmanMachine/KDataGenerator.py``
 and ``XP_LRVGA_LargeScaleCovariance.py``):
 
 * :func:`covariance` — input covariance ``C = Q^T diag(1, 1/2^c, ..., 1/d^c) Q`` ([RVGA] eq. 91,
@@ -24,7 +24,7 @@ Each generator has two random modes:
 
 Generators return NumPy float64 arrays in small NamedTuples; pass them to JAX as needed.
 
-Real data: :func:`read_libsvm`, :func:`load_breast_cancer` ([reproduction] §2.7) and
+Real data: :func:`read_libsvm`, :func:`load_breast_cancer` (experiments/REPORT.md §1) and
 :func:`load_digits_pair` (scikit-learn's 8x8 digits, a stand-in for USPS 3-vs-5 of [KLPROX]).
 """
 from __future__ import annotations
@@ -129,7 +129,7 @@ def _jax_mvn(key, mean, cov, n):
 
 
 # ---------------------------------------------------------------------------------------------
-# Generators of [reproduction] §2.1
+# Synthetic generators ([RVGA] eq. 91, [LRVGA] eqs. 48-49)
 # ---------------------------------------------------------------------------------------------
 
 def covariance(d: int, c: float, scale: float = 1.0, rotate: bool = True, normalize: bool = True,
@@ -137,8 +137,8 @@ def covariance(d: int, c: float, scale: float = 1.0, rotate: bool = True, normal
     """Input covariance ``C = Q^T diag(v) Q`` of [RVGA] eq. (91) / [LRVGA] eq. (48).
 
     ``v_i = scale^2 / i^c`` (i = 1..d). With ``normalize`` the authors divide ``v`` by its
-    *squared Euclidean norm* ``sum_i v_i^2`` (not by the trace: ``tr C = 1`` only for c = 0,
-    [reproduction] §2.1 and §4 item 5). ``Q`` is a random rotation (:func:`random_rotation`)
+    *squared Euclidean norm* ``sum_i v_i^2`` (not by the trace: ``tr C = 1`` only for c = 0; [RVGA]
+    §6 describes a per-class normalisation instead). ``Q`` is a random rotation (:func:`random_rotation`)
     when ``rotate`` and ``d > 1``; otherwise ``C = diag(v)`` and no random number is drawn.
     """
     vec = (1 / np.arange(1, d + 1) ** c) * scale**2
@@ -179,7 +179,7 @@ class LogisticData(NamedTuple):
 def logistic_data(s: float, N: int, d: int, c: float, seed: Optional[int] = None, *, key=None,
                   scale: float = 1.0, rotate: bool = True, normalize: bool = True,
                   rotation: str = "stewart") -> LogisticData:
-    """Two Gaussian classes at separation ``s`` (``LogisticRegObservations``, [reproduction] §2.1).
+    """Two Gaussian classes at separation ``s`` (``LogisticRegObservations``; [RVGA] §6).
 
     Legacy protocol (``seed``), in the authors' order::
 
@@ -275,7 +275,7 @@ def linear_data(sigma: float, N: int, d: int, c: float, seed: Optional[int] = No
 
 
 def normalize_rows(X: np.ndarray, mode: str = "unit") -> np.ndarray:
-    """Row normalisation of the covariance experiments ([reproduction] §2.1, §4 item 5).
+    """Row normalisation of the covariance experiments ([LRVGA] Fig. 1, §5.1).
 
     ``mode="unit"``: every row to unit Euclidean norm (the [LRVGA] HEAD script, row by row as
     there). ``mode="mean"``: all rows divided by the mean row norm (the Dec-2021 script and the
@@ -355,7 +355,7 @@ def fa_covariance_data(d: int, p: int, N: int, seed: Optional[int] = 1, *, key=N
 
 
 # ---------------------------------------------------------------------------------------------
-# Real data ([reproduction] §2.7)
+# Real data (experiments/REPORT.md §1)
 # ---------------------------------------------------------------------------------------------
 
 class Dataset(NamedTuple):
@@ -371,7 +371,7 @@ def read_libsvm(path, n_features: Optional[int] = None) -> Dataset:
     Each line is ``label index:value index:value ...`` with 1-based, increasing indices; missing
     entries are 0. The dimension is ``n_features`` when given, else the **largest index over all
     records** (the authors' reader took the number of entries of the first record, which truncates
-    sparse files, [reproduction] §2.1). Labels are returned as read (no remapping); blank lines and
+    sparse files). Labels are returned as read (no remapping); blank lines and
     ``#`` comments are skipped. Raises ``ValueError`` on a malformed line or an index out of range.
     """
     labels, rows = [], []

@@ -6,7 +6,7 @@
 * :func:`recursive_em` - Algorithm 1 as a :class:`~jaxrvga.core.Filter` over a data stream,
   accumulating a precision (``alpha = beta = 1``) or a moving-average covariance
   (``alpha = (t-1)/t``, ``beta = 1/t``, [LRVGA] App. C eq. 101).
-* :func:`online_em` - the online EM of Cappé & Moulines for FA ([LRVGA] App. E, eqs. 110-116).
+* :func:`online_fa_em` - the online EM of Cappé & Moulines for FA ([LRVGA] App. E, eqs. 110-116).
 * :func:`batch_em_step`, :func:`batch_em` - batch EM on a dense target ([LRVGA] eqs. 20-21;
   O(d^2 p), a baseline only).
 * :func:`ml_residuals` (App. B eqs. 73-77), :func:`fa_neg_log_lik` (eq. 13) and :func:`fa_kl`
@@ -30,7 +30,7 @@ the dtype (``psi_floor = PSI_FLOOR = 1e-12`` by default, so the float64 floor is
 the float32 floor the rounding level 1.2e-7). Mathematically ``0 <= psi_new_i <= S_ii`` (a
 Schur complement), so the floor only binds when the target is (nearly) representable with
 ``psi_i = 0`` and rounding would make ``psi`` vanish or turn negative, which the authors'
-code does not guard against ([reproduction] C4). It keeps ``1 / psi`` finite.
+code for [LRVGA] Alg. 1 does not guard against. It keeps ``1 / psi`` finite.
 """
 from __future__ import annotations
 
@@ -281,7 +281,7 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
 
     The target ``S = alpha (W_prev W_prev^T + Psi_prev) + beta X X^T`` (eq. 28) is never
     formed. Starting from ``(W, psi) = (W_prev, psi_prev)``, each inner loop is one batch-EM
-    iteration (eqs. 20-21) on ``S``:
+    iteration (eqs. 20-21) on ``S``::
 
         M      = I_p + W^T Psi^{-1} W
         V      = beta X (X^T Psi^{-1} W) + alpha (W_prev (W_prev^T Psi^{-1} W) + Psi_prev Psi^{-1} W)
@@ -301,7 +301,8 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     ``1/sqrt(m)`` (as eq. 46 does) or through ``beta``.
 
     Args:
-      W_prev: (d, p); psi_prev: (d,) positive.
+      W_prev: (d, p).
+      psi_prev: (d,) positive.
       X: (d,) or (d, m).
       alpha, beta: non-negative scalars (may be traced).
       inner_loops: number of EM iterations (a Python int; 1 to 3 suffice per the paper).
@@ -503,8 +504,8 @@ def recursive_em(inner_loops: int = 1, mode: str = "covariance", process_noise=N
     return Filter(init, update)
 
 
-class OnlineEMState(NamedTuple):
-    """State of :func:`online_em`.
+class OnlineFAState(NamedTuple):
+    """State of :func:`online_fa_em`.
 
     ``W, psi``: the parameters used by the next E-step. ``S2`` (d, p), ``S3`` (p, p),
     ``s1`` (d,): running sufficient statistics (eq. 110-111; ``S2`` is stored transposed).
@@ -522,9 +523,9 @@ class OnlineEMState(NamedTuple):
     step: jax.Array
 
 
-def online_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper",
-              average_start: Optional[int] = None, step_exponent: float = 0.6, *,
-              psi_floor: float = PSI_FLOOR) -> Filter:
+def online_fa_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper",
+                 average_start: Optional[int] = None, step_exponent: float = 0.6, *,
+                 psi_floor: float = PSI_FLOOR) -> Filter:
     """Online EM of Cappé & Moulines (2009) for FA, as in [LRVGA] App. E (eqs. 102-116).
 
     For the t-th sample ``v`` (0-based ``t = state.step``), with step
@@ -554,7 +555,7 @@ def online_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper
     if averaging == "paper":
         if average_start is None:
             if num_steps is None:
-                raise ValueError("online_em(averaging='paper') needs num_steps (averaging starts "
+                raise ValueError("online_fa_em(averaging='paper') needs num_steps (averaging starts "
                                  "after num_steps // 2) or average_start")
             average_start = int(num_steps) // 2
     elif averaging == "code" and average_start is None:
@@ -566,7 +567,7 @@ def online_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper
         zeros = jnp.zeros
         # The averages start at (W, psi) but own their buffers: leaves that alias one another
         # cannot be donated to jaxrvga.run(..., donate=True).
-        return OnlineEMState(W, psi, zeros((d, p), W.dtype), zeros((p, p), W.dtype),
+        return OnlineFAState(W, psi, zeros((d, p), W.dtype), zeros((p, p), W.dtype),
                              zeros((d,), W.dtype), jnp.array(W, copy=True), jnp.array(psi, copy=True),
                              jnp.asarray(0, jnp.int32))
 
@@ -574,7 +575,7 @@ def online_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper
         del y
         v = jnp.asarray(v, dtype=state.W.dtype)
         if v.shape != state.psi.shape:
-            raise ValueError(f"online_em: x must have shape {state.psi.shape}, got {v.shape}")
+            raise ValueError(f"online_fa_em: x must have shape {state.psi.shape}, got {v.shape}")
         t = state.step
         tf = t.astype(v.dtype)
         gamma = jnp.where(t == 0, 1.0, jnp.maximum(tf, 1.0) ** (-step_exponent))
@@ -596,10 +597,10 @@ def online_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper
             W_avg = w * state.W_avg + (1 - w) * W_new
             psi_avg = w * state.psi_avg + (1 - w) * psi_new
         W_next, psi_next = (W_avg, psi_avg) if averaging == "code" else (W_new, psi_new)
-        return OnlineEMState(W_next, psi_next, S2, S3, s1, W_avg, psi_avg, t + 1)
+        return OnlineFAState(W_next, psi_next, S2, S3, s1, W_avg, psi_avg, t + 1)
 
     return Filter(init, update)
 
 
 __all__ = ["PSI_FLOOR", "recursive_em_step", "spectral_em_step", "batch_em_step", "batch_em", "ml_residuals", "fa_kl",
-           "fa_neg_log_lik", "FAState", "recursive_em", "OnlineEMState", "online_em"]
+           "fa_neg_log_lik", "FAState", "recursive_em", "OnlineFAState", "online_fa_em"]

@@ -1,5 +1,10 @@
 """Oracle tests run in float64; float32 tests ask for float32 explicitly.
 
+Shared by the test modules (``from conftest import ...``): the catalogue of filters
+(:data:`LOGISTIC_FILTERS`, :data:`FULL_FILTERS`, :data:`LOWRANK_SCHEMES`, :func:`lowrank_filter`,
+:func:`lowrank_variants`)
+and the relative error :func:`rel`.
+
 One BLAS thread: on a loaded 2-core machine a multithreaded OpenBLAS (used by NumPy, SciPy and
 jax's CPU LAPACK kernels) oversubscribes the cores and runs small factorisations many times slower.
 """
@@ -9,9 +14,58 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+
+import jaxrvga as jr  # noqa: E402
+
+LOGISTIC = jr.models.logistic()
+
+#: The full-covariance filters of the logistic model (labels y in {0, 1}): name -> constructor.
+LOGISTIC_FILTERS = {
+    "rvga_implicit": lambda: jr.rvga(LOGISTIC, "implicit"),
+    "rvga_explicit": lambda: jr.rvga(LOGISTIC, "explicit"),
+    "ekf": lambda: jr.ekf(LOGISTIC),
+    "qkf": lambda: jr.qkf(),
+    "mirror_prox": lambda: jr.mirror_prox(LOGISTIC),
+}
+#: The same plus the Kalman filter (linear-Gaussian, noise variance 1).
+FULL_FILTERS = {**LOGISTIC_FILTERS, "kalman": lambda: jr.kalman(1.0)}
+#: The schemes of ``jr.lrvga`` on a GLM (``exact`` is linear-Gaussian only, ``qkf`` dense only).
+LOWRANK_SCHEMES = ("implicit", "explicit", "extragrad", "sampled", "ekf")
+
+
+def lowrank_filter(scheme, rank, model=LOGISTIC, num_samples=3, **kw):
+    """``jr.lrvga(model, rank=rank, scheme=scheme, **kw)``; ``num_samples`` applies to ``sampled`` only."""
+    return jr.lrvga(model, rank=rank, scheme=scheme, num_samples=num_samples if scheme == "sampled" else None,
+                    **kw)
+
+
+def lowrank_variants(rank):
+    """One ``jr.lrvga`` of rank ``rank`` per model kind and scheme (linear, GLMs, nonlinear), by name."""
+    models, lrvga = jr.models, jr.lrvga
+    h = lambda th, x: jnp.tanh(x @ th)  # noqa: E731
+    return {
+        "linear": lrvga(models.linear_gaussian(1.0), rank=rank, inner_loops=2, process_noise=0.01),
+        "implicit": lrvga(models.logistic(), rank=rank),
+        "explicit": lrvga(models.logistic(), rank=rank, scheme="explicit"),
+        "extragrad": lrvga(models.logistic(), rank=rank, scheme="extragrad", update_cov_twice=True),
+        "poisson": lrvga(models.poisson(), rank=rank),
+        "ekf_logistic": lrvga(models.logistic(), rank=rank, scheme="ekf", inner_loops=3),
+        "ekf_nonlinear": lrvga(models.nonlinear(h, models.poisson_family()), rank=rank, scheme="ekf"),
+        "sampled_nonlinear": lrvga(models.nonlinear(h, models.bernoulli()), rank=rank, num_samples=10),
+        "sampled_logistic": lrvga(models.logistic(), rank=rank, scheme="sampled", num_samples=4),
+    }
+
+
+def rel(a, b):
+    """The relative error ``||a - b|| / ||b||`` (Frobenius norm), computed in float64."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -1,9 +1,9 @@
-"""Data generators (reproduction §2.1) and real-data readers (§2.7).
+"""Data generators ([RVGA] eq. 91, [LRVGA] eqs. 48-49) and real-data readers.
 
 The pinned values below were produced by the authors' generator code (KDataGenerator.py @ 960e7b8,
 run verbatim with the global NumPy RNG) under SciPy 1.15.3, whose special_ortho_group is the
 Householder algorithm of the authors' SciPy; at the time of writing our generators matched that
-run bit for bit on all the §2.3/§2.4 configurations tried.
+run bit for bit on all the configurations of the papers' experiments tried.
 """
 import jax
 from pathlib import Path
@@ -67,7 +67,7 @@ def test_logistic_data_structure():
 
 
 def test_covariance_normalisation_is_squared_norm():
-    # d = 2, c = 2: v = (1, 1/4) / (1 + 1/16): trace 1.25 / 1.0625 (reproduction §2.1).
+    # d = 2, c = 2: v = (1, 1/4) / (1 + 1/16): trace 1.25 / 1.0625.
     C = data.covariance(2, 2, seed=0)
     assert np.trace(C) == pytest.approx(1.25 / 1.0625, rel=1e-14)
     np.testing.assert_allclose(np.sort(np.linalg.eigvalsh(C)), np.array([0.25, 1.0]) / 1.0625,

@@ -1,16 +1,16 @@
-"""The L-RVGA paper's figures and tables at quick sizes ([reproduction] §2.4, §3 check 9).
+"""The L-RVGA paper's figures and tables at quick sizes ([LRVGA] §5, App. G).
 
 Each ``experiments/lrvga_*.py`` script runs once (module-scoped fixtures) with ``quick=True``; the
 tests assert what holds robustly: oracles (the Kalman filter reaches the exact posterior), the
-exact identities of the protocol (recursive EM = online EM at t = 1, the Table 3 numbers), check 9
-(p = d approaches the KF monotonically as the inner loops grow) and the orderings that an
+exact identities of the protocol (recursive EM = online EM at t = 1, the Table 3 numbers), the p = d
+panel of Fig. 2 (p = d approaches the KF monotonically as the inner loops grow) and the orderings that an
 independent re-computation also found. The memory tables are timed measurements and are not tested
 beyond the size of the measured state.
 """
 import numpy as np
 import pytest
 
-from experiments import (lrvga_fig01_covariance, lrvga_fig02_linear, lrvga_fig03_logistic,
+from experiments import (common, lrvga_fig01_covariance, lrvga_fig02_linear, lrvga_fig03_logistic,
                          lrvga_fig04_sampling, lrvga_fig05_mirror_prox, lrvga_table01_memory,
                          lrvga_table02_memory, lrvga_table03_sampling)
 from experiments.common import quick_fixture
@@ -45,7 +45,7 @@ def test_run_snapshots_absorbs_every_observation():
     X, y = rng.normal(size=(7, 3)), rng.normal(size=7)
     flt = jr.kalman(1.0)
     state0 = flt.init(jnp.zeros(3), jnp.eye(3))
-    final, means, t = lrvga_fig01_covariance.run_snapshots(flt, state0, X, y, 3, lambda s: s.mean)
+    final, means, t = common.run_snapshots(flt, state0, X, y, 3, lambda s: s.mean)
     assert list(t) == [3, 6, 7]
     ref, trace = jr.run(flt, state0, X, y, jr.trace_mean)
     np.testing.assert_allclose(np.asarray(means), np.asarray(trace)[[2, 5, 6]], rtol=1e-12, atol=1e-14)
@@ -56,7 +56,7 @@ def test_run_snapshots_absorbs_every_observation():
 
 
 def test_fig01_recursive_em_equals_online_em_at_t1(fig01):
-    """[reproduction] C5 / check 13: with gamma_0 = 1 and one inner loop both give the same (W, psi)
+    """[LRVGA] App. C and E: with gamma_0 = 1 and one inner loop both give the same (W, psi)
     after the first sample, hence the same KL (HEAD setting: 486325.99 for both)."""
     summary, out = fig01
     _files(out, ["lrvga_fig01.png", "lrvga_fig01_final.csv"])
@@ -82,7 +82,7 @@ def test_fig01_three_inner_loops_beat_one_and_batch_em_is_monotone(fig01):
     assert np.all(np.diff(batch) <= 1e-9 * batch[:-1])
 
 
-# --------------------------------------------------------------------------- Fig. 2 and check 9
+# --------------------------------------------------------------------------- Fig. 2
 
 
 def test_fig02_kalman_filter_reaches_the_posterior(fig02):
@@ -96,11 +96,11 @@ def test_fig02_larger_p_gives_lower_final_kl(fig02):
     summary, _ = fig02
     kls = [summary[f"shipped_png_d50_N500_p{p}"] for p in (50, 10, 2, 1)]
     assert np.all(np.diff(kls) > 0), kls
-    assert kls[0] > 1.0  # the p = d run with 3 inner loops is still far from the KF (check 9)
+    assert kls[0] > 1.0  # the p = d run with 3 inner loops is still far from the KF
 
 
-def test_check9_p_equal_d_approaches_kf_monotonically_in_inner_loops(fig02):
-    """[reproduction] §3 check 9(b): L-RVGA with p = d is not the KF for finite inner loops; the
+def test_p_equal_d_approaches_kf_monotonically_in_inner_loops(fig02):
+    """L-RVGA with p = d is not the KF for finite inner loops; the
     precision KL to the KF (same initial precision) decreases with n_in and is < 1e-2 at n_in = 100."""
     summary, _ = fig02
     loops = (1, 3, 10, 100)
@@ -155,7 +155,7 @@ def test_fig04_more_samples_approach_the_exact_moment_baseline(fig04):
 
 def test_fig05_2d_kl_ordering(fig05):
     """2-D mirror-prox experiment: implicit < explicit < EKF < mirror prox in true KL, and the
-    natural-parameter (corrected) mirror prox beats the uncorrected one ([reproduction] B9)."""
+    natural-parameter (corrected) mirror prox beats the uncorrected one ([LRVGA] App. G eq. 142)."""
     summary, out = fig05
     _files(out, ["lrvga_fig05.png", "lrvga_fig05_2d.csv", "lrvga_fig05_highdim.png",
                  "lrvga_fig05_highdim.csv"])

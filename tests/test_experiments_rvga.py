@@ -1,4 +1,5 @@
-"""The R-VGA paper's figures at quick sizes: the robust orderings of [reproduction] §2.3 (vi).
+"""The R-VGA paper's figures at quick sizes: the orderings of [RVGA] §6 that hold robustly
+(experiments/REPORT.md).
 
 Each ``experiments/rvga_*.py`` script runs once (module-scoped fixtures) with ``quick=True``.
 

@@ -1,6 +1,8 @@
 """Factor analysis: Algorithm 1, batch EM, online EM and the ML fixed point ([LRVGA] §3, App. A-E).
 
-Checks 10-13 of the reproduction spec, float64.
+float64. Oracles: an exact FA representation is a fixed point, one inner loop of Alg. 1 is
+one batch-EM step, the EM fixed point is the ML fixed point (App. B), online EM = recursive EM
+after the first sample.
 """
 import jax
 import jax.numpy as jnp
@@ -11,9 +13,7 @@ from scipy.stats import multivariate_normal
 from jaxrvga import blocks, factor_analysis as fa
 from jaxrvga import lowrank
 
-
-def rel(a, b):
-    return float(jnp.linalg.norm(jnp.asarray(a) - jnp.asarray(b)) / jnp.linalg.norm(jnp.asarray(b)))
+from conftest import rel
 
 
 def random_factors(d, p, seed=0):
@@ -29,7 +29,7 @@ def fa_samples(d, p, n, seed=0):
     return V, V.T @ V / n
 
 
-def test_check10_exact_representation_is_fixed_point():
+def test_exact_representation_is_fixed_point():
     d, p = 40, 4
     W, psi = random_factors(d, p)
     S = lowrank.to_dense_precision(W, psi)
@@ -41,7 +41,7 @@ def test_check10_exact_representation_is_fixed_point():
         assert rel(W2, W) <= 1e-12 and rel(psi2, psi) <= 1e-12
 
 
-def test_check11_one_inner_loop_alpha0_equals_batch_em_step():
+def test_one_inner_loop_alpha0_equals_batch_em_step():
     d, p, K = 40, 4, 25
     W, psi = random_factors(d, p, seed=1)
     V = np.random.default_rng(2).normal(size=(d, K))
@@ -66,7 +66,7 @@ def test_inner_loops_equal_batch_em_on_dense_target(alpha, beta, m, loops, store
     assert rel(Wr, Wb) <= 1e-11 and rel(psir, psib) <= 1e-11
 
 
-def test_check12_em_fixed_point_is_ml_fixed_point():
+def test_em_fixed_point_is_ml_fixed_point():
     d, p = 40, 4
     _, S = fa_samples(d, p, 2000)
     rng = np.random.default_rng(5)
@@ -109,12 +109,12 @@ def test_fa_kl_and_neg_log_lik_equal_dense_formulas():
     assert abs(float(fa.fa_kl(lowrank.to_dense_precision(W, psi), W, psi))) <= 1e-10
 
 
-def test_check13_online_em_equals_recursive_em_after_first_sample():
+def test_online_fa_em_equals_recursive_em_after_first_sample():
     d, p = 40, 4
     W0, psi0 = random_factors(d, p, seed=11)
     x = np.random.default_rng(12).normal(size=d)
     rec = fa.recursive_em(inner_loops=1, mode="covariance")
-    onl = fa.online_em(averaging=None)
+    onl = fa.online_fa_em(averaging=None)
     sr = rec.update(rec.init(W0, psi0), x)
     so = onl.update(onl.init(W0, psi0), x)
     assert rel(so.W, sr.W) <= 1e-12 and rel(so.psi, sr.psi) <= 1e-12
@@ -140,18 +140,18 @@ def test_recursive_em_filter_modes_match_algorithm1_calls():
         assert rel(state.W, W) <= 1e-13 and rel(state.psi, psi) <= 1e-13
 
 
-def test_online_em_averaging_variants():
+def test_online_fa_em_averaging_variants():
     d, p, N, start = 12, 2, 40, 20
     W0, psi0 = random_factors(d, p, seed=15)
     xs = jnp.asarray(np.random.default_rng(16).normal(size=(N, d)))
     ys = jnp.zeros(N)
 
-    plain = fa.online_em(averaging=None)
+    plain = fa.online_fa_em(averaging=None)
     from jaxrvga import core
     _, iterates = core.run(plain, plain.init(W0, psi0), xs, ys,
                            trace_fn=lambda s, x, y: (s.W, s.psi))
     # paper: post-processing average over iterates t > N/2 (0-based t), E-step unaffected
-    paper = fa.online_em(num_steps=N, averaging="paper")
+    paper = fa.online_fa_em(num_steps=N, averaging="paper")
     sp, _ = core.run(paper, paper.init(W0, psi0), xs, ys)
     # donating the state (whose averages start equal to W, psi) gives the same run
     donated, _ = core.run(paper, paper.init(jnp.array(W0), jnp.array(psi0)), xs, ys, donate=True)
@@ -160,14 +160,14 @@ def test_online_em_averaging_variants():
     assert rel(sp.W_avg, jnp.mean(iterates[0][start + 1:], axis=0)) <= 1e-12
     assert rel(sp.psi_avg, jnp.mean(iterates[1][start + 1:], axis=0)) <= 1e-12
     # code: averaging from t > average_start, fed back into the E-step
-    code = fa.online_em(averaging="code", average_start=start)
+    code = fa.online_fa_em(averaging="code", average_start=start)
     _, cw = core.run(code, code.init(W0, psi0), xs, ys, trace_fn=lambda s, x, y: s.W)
     assert rel(cw[start], iterates[0][start]) <= 1e-13  # identical before averaging starts
     assert rel(cw[-1], iterates[0][-1]) > 1e-6
     with pytest.raises(ValueError, match="num_steps"):
-        fa.online_em(averaging="paper")
+        fa.online_fa_em(averaging="paper")
     with pytest.raises(ValueError, match="averaging"):
-        fa.online_em(averaging="sometimes")
+        fa.online_fa_em(averaging="sometimes")
 
 
 def test_psi_floor_keeps_psi_positive_on_rank_deficient_target():
@@ -193,7 +193,7 @@ def test_validation():
     with pytest.raises(ValueError, match="psi"):
         fa.recursive_em().init(W, -psi)
     with pytest.raises(ValueError, match="W must be"):
-        fa.online_em(averaging=None).init(W, psi[:5])
+        fa.online_fa_em(averaging=None).init(W, psi[:5])
 
 
 @pytest.mark.parametrize("store", [True, False])

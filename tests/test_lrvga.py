@@ -1,6 +1,6 @@
 """L-RVGA ([LRVGA] §3-4): oracles against dense filters, sampling schemes, memory, transforms.
 
-Check 9 of the reproduction spec plus oracle tests: with an exact precision stage (the FA
+Oracle tests: with an exact precision stage (the FA
 step replaced by an exact update, p = d) every scheme must equal its dense R-VGA
 counterpart; the update of every limited-memory filter is traced at d = 20,000 to show
 that no d x d intermediate exists. float64 unless stated.
@@ -22,9 +22,7 @@ from jaxrvga.implicit import solve_logistic
 from jaxrvga import lrvga
 from jaxrvga.special import probit_k, sig1, sigmoid
 
-
-def rel(a, b):
-    return float(jnp.linalg.norm(jnp.asarray(a) - jnp.asarray(b)) / jnp.linalg.norm(jnp.asarray(b)))
+from conftest import lowrank_variants, rel
 
 
 def rotated_inputs(d, N, c=1.0, seed=0):
@@ -60,11 +58,11 @@ def dense_precision(state):
     return np.asarray(lowrank.to_dense_precision(state.W, state.psi))
 
 
-# --------------------------------------------------------------------------- check 9
+# --------------------------------------------------------------------------- p = d vs the Kalman filter
 
 
 @pytest.mark.parametrize("process_noise", [None, 0.05])
-def test_check9a_exact_precision_stage_reproduces_kalman_filter(process_noise):
+def test_exact_precision_stage_reproduces_kalman_filter(process_noise):
     d, N, nv = 20, 200, 1.0
     X, y = linear_data(d, N)
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), d, d, 1.0, eps=1e-8)
@@ -89,7 +87,7 @@ def test_check9a_exact_precision_stage_reproduces_kalman_filter(process_noise):
         assert rel(state.mean, np.linalg.solve(Lam_N, X.T @ y / nv)) <= 1e-10
 
 
-def test_check9b_p_equal_d_precision_kl_decreases_with_inner_loops():
+def test_p_equal_d_precision_kl_decreases_with_inner_loops():
     d, N = 20, 200
     X, y = linear_data(d, N)
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), d, d, 1.0, eps=1e-8)
@@ -201,6 +199,16 @@ def antithetic(key, K, d, p):
     return jnp.vstack([z, -z]), jnp.vstack([e, -e])
 
 
+def _assert_replay_matches(state, step, W0, psi0, xs, ys):
+    """Replay ``step(mu, W, psi, x, y)`` (the authors' code written out) from ``(0, W0, psi0)`` over
+    the stream: the filter's final ``state`` must match it (rel <= 1e-10)."""
+    mu, W, psi = jnp.zeros(W0.shape[0]), W0, psi0
+    for x, yt in zip(xs, ys):
+        mu, W, psi = step(mu, W, psi, x, yt)
+    assert rel(state.W, W) <= 1e-10 and rel(state.psi, psi) <= 1e-10
+    assert rel(state.mean, mu) <= 1e-10
+
+
 def test_sampled_linear_gaussian_with_antithetic_noise_equals_hand_computed_extragradient():
     """A linear h: the GGN stage equals Algorithm 1 on x/sigma, and the sample means are exact."""
     d, p, N, nv, n_in = 15, 3, 25, 0.5, 2
@@ -217,11 +225,7 @@ def test_sampled_linear_gaussian_with_antithetic_noise_equals_hand_computed_extr
         muhat = mu + Phx * (yt - x @ mu) / nv  # eq. 144
         return mu + Phx * (yt - x @ muhat) / nv, W, psi  # eq. 145
 
-    mu, W, psi = jnp.zeros(d), W0, psi0
-    for x, yt in zip(X, y):
-        mu, W, psi = step(mu, W, psi, x, yt)
-    assert rel(state.W, W) <= 1e-10 and rel(state.psi, psi) <= 1e-10
-    assert rel(state.mean, mu) <= 1e-10
+    _assert_replay_matches(state, step, W0, psi0, X, y)
 
 
 def test_sampled_logistic_with_given_noise_equals_authors_code_d4():
@@ -243,11 +247,7 @@ def test_sampled_logistic_with_given_noise_equals_authors_code_d4():
         m2 = jnp.mean(sigmoid(lowrank.sample_from_noise(muhat, W, psi, z, e) @ x))
         return mu + (yt - m2) * Phx, W, psi
 
-    mu, W, psi = jnp.zeros(d), W0, psi0
-    for x, yt in zip(X, y):
-        mu, W, psi = step(mu, W, psi, x, yt)
-    assert rel(state.W, W) <= 1e-10 and rel(state.psi, psi) <= 1e-10
-    assert rel(state.mean, mu) <= 1e-10
+    _assert_replay_matches(state, step, W0, psi0, X, y)
 
 
 @pytest.mark.parametrize("n_eta,d", [(2, 6), (8, 3)])  # reverse-mode and forward-mode Jacobians
@@ -267,10 +267,7 @@ def test_sampled_vector_output_and_pytree_input(n_eta, d):
         muhat = mu + lowrank.solve(W, psi, A.T @ (yt - A @ mu)) / nv
         return mu + lowrank.solve(W, psi, A.T @ (yt - A @ muhat)) / nv, W, psi
 
-    mu, W, psi = jnp.zeros(d), W0, psi0
-    for A, yt in zip(xs["A"], ys):
-        mu, W, psi = step(mu, W, psi, A, yt)
-    assert rel(state.W, W) <= 1e-10 and rel(state.psi, psi) <= 1e-10 and rel(state.mean, mu) <= 1e-10
+    _assert_replay_matches(state, step, W0, psi0, xs["A"], ys)
 
 
 def test_frozen_noise_reuses_the_same_draws_and_fresh_noise_splits_the_key():
@@ -353,25 +350,10 @@ def _abstract(tree):
     return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), tree)
 
 
-def _lowrank_filters():
-    h = lambda th, x: jnp.tanh(x @ th)  # noqa: E731
-    return {
-        "linear": lrvga(models.linear_gaussian(1.0), rank=5, inner_loops=2, process_noise=0.01),
-        "implicit": lrvga(models.logistic(), rank=5),
-        "explicit": lrvga(models.logistic(), rank=5, scheme="explicit"),
-        "extragrad": lrvga(models.logistic(), rank=5, scheme="extragrad", update_cov_twice=True),
-        "poisson": lrvga(models.poisson(), rank=5),
-        "ekf_logistic": lrvga(models.logistic(), rank=5, scheme="ekf", inner_loops=3),
-        "ekf_nonlinear": lrvga(models.nonlinear(h, models.poisson_family()), rank=5, scheme="ekf"),
-        "sampled_nonlinear": lrvga(models.nonlinear(h, models.bernoulli()), rank=5, num_samples=10),
-        "sampled_logistic": lrvga(models.logistic(), rank=5, scheme="sampled", num_samples=4),
-    }
-
-
-@pytest.mark.parametrize("name", list(_lowrank_filters()))
+@pytest.mark.parametrize("name", list(lowrank_variants(5)))
 def test_jaxpr_of_lrvga_update_has_no_d_by_d_intermediate(name):
     d, p = 20_000, 5
-    flt = _lowrank_filters()[name]
+    flt = lowrank_variants(5)[name]
     state = jr.LowRankState(jnp.zeros(d), jnp.zeros((d, p)), jnp.ones(d), jnp.asarray(0, jnp.int32),
                             jr.core.solver_info(jnp.float64),
                             jax.random.PRNGKey(0) if name.startswith("sampled") else None)
@@ -386,7 +368,7 @@ def test_jaxpr_of_fa_filters_has_no_d_by_d_intermediate(name):
     d, p = 20_000, 5
     flt = {"rec_cov": fa.recursive_em(2, "covariance"), "rec_prec": fa.recursive_em(1, "precision"),
            "rec_fading": fa.recursive_em(3, "precision", process_noise=0.1),
-           "online_paper": fa.online_em(num_steps=100), "online_code": fa.online_em(averaging="code")}[name]
+           "online_paper": fa.online_fa_em(num_steps=100), "online_code": fa.online_fa_em(averaging="code")}[name]
     W = jax.ShapeDtypeStruct((d, p), jnp.float64)
     psi = jax.ShapeDtypeStruct((d,), jnp.float64)
     state = jax.eval_shape(lambda W, psi: flt.init(W, psi), W, psi) if name.startswith("online") \

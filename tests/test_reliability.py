@@ -29,9 +29,10 @@ from jaxrvga.models import Family
 from jaxrvga.filters import _guarded
 from jaxrvga.schemes import Increment, absorb
 
+from conftest import FULL_FILTERS, LOGISTIC, LOGISTIC_FILTERS, LOWRANK_SCHEMES, lowrank_filter
+
 lrvga = jr.lrvga
 
-LOGISTIC = jr.models.logistic()
 EPS32 = float(np.finfo(np.float32).eps)
 
 
@@ -106,28 +107,13 @@ def hardest_stream():
     return data.X.astype(np.float32), data.y.astype(np.float32)
 
 
-LONG_FULL = {
-    "rvga_implicit": lambda: jr.rvga(LOGISTIC, "implicit"),
-    "rvga_explicit": lambda: jr.rvga(LOGISTIC, "explicit"),
-    "ekf": lambda: jr.ekf(LOGISTIC),
-    "qkf": lambda: jr.qkf(),
-    "mirror_prox": lambda: jr.mirror_prox(LOGISTIC),
-}
-LONG_LOWRANK = {
-    "lrvga_implicit": dict(scheme="implicit"),
-    "lrvga_explicit": dict(scheme="explicit"),
-    "lrvga_extragrad": dict(scheme="extragrad"),
-    "lrvga_ekf": dict(scheme="ekf"),
-    "lrvga_sampled": dict(scheme="sampled", num_samples=4),
-    "lrvga_explicit_published": dict(scheme="explicit", published=True),
-}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(LONG_FULL))
+@pytest.mark.parametrize("name", sorted(LOGISTIC_FILTERS))
 def test_full_filters_1e5_float32_steps_stay_finite_symmetric_pd(name):
     X, y = hardest_stream()
-    flt = LONG_FULL[name]()
+    flt = LOGISTIC_FILTERS[name]()
     init = flt.init(jnp.zeros(D_LONG, jnp.float32), SIGMA0**2 * jnp.eye(D_LONG, dtype=jnp.float32))
     state, info = jr.run(flt, init, X, y, jr.trace_info)
     assert state.mean.dtype == jnp.float32 and state.cov.dtype == jnp.float32
@@ -141,10 +127,10 @@ def test_full_filters_1e5_float32_steps_stay_finite_symmetric_pd(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(LONG_LOWRANK))
-def test_lrvga_1e5_float32_steps_keep_psi_positive_and_W_finite(name):
+@pytest.mark.parametrize("scheme,published", [(s, False) for s in sorted(LOWRANK_SCHEMES)] + [("explicit", True)])
+def test_lrvga_1e5_float32_steps_keep_psi_positive_and_W_finite(scheme, published):
     X, y = hardest_stream()
-    flt = lrvga(LOGISTIC, rank=RANK_LONG, **LONG_LOWRANK[name])
+    flt = lowrank_filter(scheme, RANK_LONG, num_samples=4, **({"published": True} if published else {}))
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), D_LONG, RANK_LONG, SIGMA0**2,
                                     dtype=jnp.float32)
     init = flt.init(jnp.zeros(D_LONG, jnp.float32), W0, psi0, jax.random.PRNGKey(1))
@@ -153,14 +139,14 @@ def test_lrvga_1e5_float32_steps_keep_psi_positive_and_W_finite(name):
     assert int(state.step) == N_LONG
     assert_lowrank_healthy(state)
     flagged = np.asarray(~info.converged)
-    if LONG_LOWRANK[name].get("published"):
+    if published:
         assert not flagged.any()  # the published projection keeps psi large: never singular here
     else:
         # The default keeps more curvature in W, so psi gets small: where W W^T + diag(psi) is no
         # longer factorisable in float32 (M = I + W^T Psi^-1 W with cond > 1/eps), the step is
         # skipped and flagged rather than applied (0.2 % of the steps for the explicit scheme).
         assert flagged.mean() <= 0.005, f"{flagged.sum()} steps flagged"
-    if name == "lrvga_sampled":  # flagged exactly where the Monte-Carlo iteration moved the mean > tol
+    if scheme == "sampled":  # flagged exactly where the Monte-Carlo iteration moved the mean > tol
         np.testing.assert_array_equal(flagged, np.asarray(info.residual) > 1e-2)
     else:
         assert float(jnp.max(info.residual)) <= 64 * EPS32
@@ -244,23 +230,13 @@ def test_non_log_concave_update_is_skipped_and_flagged(make):
             np.testing.assert_array_equal(means[t], means[t - 1])
 
 
-OVERFLOW_FILTERS = {
-    "rvga_implicit": lambda: jr.rvga(LOGISTIC, "implicit"),
-    "rvga_explicit": lambda: jr.rvga(LOGISTIC, "explicit"),
-    "ekf": lambda: jr.ekf(LOGISTIC),
-    "qkf": lambda: jr.qkf(),
-    "mirror_prox": lambda: jr.mirror_prox(LOGISTIC),
-    "kalman": lambda: jr.kalman(1.0),
-}
-
-
-@pytest.mark.parametrize("name", sorted(OVERFLOW_FILTERS))
+@pytest.mark.parametrize("name", sorted(FULL_FILTERS))
 def test_update_whose_quadratic_form_overflows_is_skipped_and_flagged(name):
     """float32, P0 = 1e4 I and a finite x with entries 1e18: nu0 = x^T P x = 3e40 overflows.
 
-    ``rank_one_update`` promises that an update that is not finite (overflow) is skipped
+    The guard of every filter promises that an update that is not finite (overflow) is skipped
     and flagged; the belief must stay the finite prior, not become NaN."""
-    flt = OVERFLOW_FILTERS[name]()
+    flt = FULL_FILTERS[name]()
     st = flt.init(jnp.full(3, 0.1, jnp.float32), 1e4 * jnp.eye(3, dtype=jnp.float32))
     out = jax.jit(flt.update)(st, jnp.full(3, 1e18, jnp.float32), jnp.float32(1.0))
     np.testing.assert_array_equal(out.mean, st.mean)
@@ -401,7 +377,7 @@ def zoo(key_seed=3):
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(2), d, p, 1.0)
     for name, flt in (("fa_recursive_em_covariance", fa.recursive_em(2, "covariance")),
                       ("fa_recursive_em_precision", fa.recursive_em(1, "precision", process_noise=0.01)),
-                      ("fa_online_em", fa.online_em(num_steps=T))):
+                      ("fa_online_em", fa.online_fa_em(num_steps=T))):
         out[name] = (flt, flt.init(W0, psi0), X64, None)
     g = _gmm_stream(T, 2)
     for name, flt in (("gmm_cappe_moulines", oem.cappe_moulines(0.6, burn_in=5, average_from=10)),

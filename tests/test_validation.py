@@ -17,30 +17,22 @@ from jaxrvga import factor_analysis as fa
 from jaxrvga import lowrank
 from jaxrvga import online_em as oem
 
-lrvga = getattr(jr, "lrvga", None)
-if not callable(lrvga):  # not exported yet (jr.lrvga may be the submodule)
-    from jaxrvga import lrvga
+from conftest import FULL_FILTERS, LOGISTIC, LOGISTIC_FILTERS, LOWRANK_SCHEMES, lowrank_filter
+
+lrvga = jr.lrvga
 
 D, P = 3, 2
-LOGISTIC = jr.models.logistic()
 
 # Full-covariance filters: name -> (factory, whether y is a {0, 1} label).
-FULL = {
-    "rvga_implicit": (lambda: jr.rvga(LOGISTIC, "implicit"), True),
-    "rvga_explicit": (lambda: jr.rvga(LOGISTIC, "explicit"), True),
-    "ekf": (lambda: jr.ekf(LOGISTIC), True),
-    "qkf": (lambda: jr.qkf(), True),
-    "mirror_prox": (lambda: jr.mirror_prox(LOGISTIC), True),
-    "kalman": (lambda: jr.kalman(1.0), False),
-    "rvga_linear": (lambda: jr.rvga(jr.models.linear_gaussian(2.0)), False),
-    "rvga_poisson": (lambda: jr.rvga(jr.models.poisson()), False),
-}
-LABEL_FILTERS = sorted(k for k, (_, lab) in FULL.items() if lab)
-LR_SCHEMES = ["implicit", "explicit", "extragrad", "sampled", "ekf"]
+FULL = {**{name: (make, name in LOGISTIC_FILTERS) for name, make in FULL_FILTERS.items()},
+        "rvga_linear": (lambda: jr.rvga(jr.models.linear_gaussian(2.0)), False),
+        "rvga_poisson": (lambda: jr.rvga(jr.models.poisson()), False)}
+LABEL_FILTERS = sorted(LOGISTIC_FILTERS)
+LR_SCHEMES = list(LOWRANK_SCHEMES)
 
 
 def lr_filter(scheme, model=LOGISTIC, **kw):
-    return lrvga(model, rank=P, scheme=scheme, num_samples=3 if scheme == "sampled" else None, **kw)
+    return lowrank_filter(scheme, P, model, **kw)
 
 
 def lr_state(flt, dtype=jnp.float64):
@@ -356,25 +348,25 @@ def test_fa_filters_validate_at_construction_and_init():
         fa.recursive_em(mode="precision", process_noise=-0.1)
     with pytest.raises(ValueError, match=r"unknown mode"):
         fa.recursive_em(mode="variance")
-    for flt in (fa.recursive_em(), fa.online_em(averaging=None)):
+    for flt in (fa.recursive_em(), fa.online_fa_em(averaging=None)):
         with pytest.raises(ValueError, match=r"rank p = W.shape\[1\] must satisfy 1 <= p <= d"):
             flt.init(jnp.ones((2, 3)), jnp.ones(2))
         with pytest.raises(ValueError, match=r"^W must be \(d, p\) and psi \(d,\)"):
             flt.init(W, psi[:4])
         with pytest.raises(ValueError, match=r"^psi must be positive"):
             flt.init(W, psi.at[0].set(0.0))
-    with pytest.raises(ValueError, match=r"^online_em: x must have shape \(5,\)"):
-        flt = fa.online_em(averaging=None)
+    with pytest.raises(ValueError, match=r"^online_fa_em: x must have shape \(5,\)"):
+        flt = fa.online_fa_em(averaging=None)
         flt.update(flt.init(W, psi), jnp.ones(4))
     with pytest.raises(ValueError, match=r"unknown averaging"):
-        fa.online_em(averaging="sometimes")
+        fa.online_fa_em(averaging="sometimes")
 
 
-def test_online_em_step_exponent_is_a_robbins_monro_exponent():
+def test_online_fa_em_step_exponent_is_a_robbins_monro_exponent():
     """Cappe & Moulines need gamma_t = t^-kappa with kappa in (1/2, 1] (as online_em.cappe_moulines checks)."""
     for bad in (0.5, 1.5, 0.0):
         with pytest.raises(ValueError, match=r"^step_exponent must lie in \(0.5, 1\]"):
-            fa.online_em(averaging=None, step_exponent=bad)
+            fa.online_fa_em(averaging=None, step_exponent=bad)
 
 
 def test_batch_em_step_target_must_be_a_matching_symmetric_matrix():
