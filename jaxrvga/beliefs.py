@@ -32,13 +32,21 @@ import numpy as np
 from . import lowrank
 from .core import GaussianState, LowRankState, solver_info
 from .factor_analysis import PSI_FLOOR, recursive_em_step, spectral_em_step
-from .validation import check_cov, check_positive, check_vector, is_concrete
+from .validation import check_cov, check_finite, check_positive, check_vector, is_concrete
 
 
 def antithetic_normals(key, num: int, dim: int, dtype):
     """``num`` standard normal rows of length ``dim`` in antithetic pairs ``(z, -z)``."""
     half = jax.random.normal(key, ((num + 1) // 2, dim), dtype)
     return jnp.concatenate([half, -half])[:num]
+
+
+def _check_mean(mean):
+    """A finite real vector with at least one entry."""
+    mean = check_finite("mean", check_vector("mean", mean))
+    if mean.shape[0] == 0:
+        raise ValueError("mean must have at least one entry (d >= 1)")
+    return mean
 
 
 def _inflation(process_noise, dtype):
@@ -51,9 +59,11 @@ def _inflation(process_noise, dtype):
 class Dense(NamedTuple):
     """Full-covariance belief ``N(mean, cov)`` ([RVGA] Alg. 1); state :class:`~jaxrvga.core.GaussianState`."""
 
+    state_type = GaussianState
+
     def init(self, mean, cov, key=None) -> GaussianState:
         """Initial state ``N(mean, cov)``; ``cov`` must be symmetric positive definite (checked where concrete)."""
-        mean = check_vector("mean", mean)
+        mean = _check_mean(mean)
         cov = check_cov("cov", cov, mean.shape[0]).astype(mean.dtype)
         return GaussianState(mean, cov, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key)
 
@@ -128,6 +138,8 @@ class LowRank(NamedTuple):
     (:func:`jaxrvga.blocks.num_blocks`; 0 or None as there).
     """
 
+    state_type = LowRankState
+
     rank: int
     inner_loops: int = 1
     published: bool = False
@@ -137,7 +149,7 @@ class LowRank(NamedTuple):
 
     def init(self, mean, W, psi, key=None) -> LowRankState:
         """Initial state ``N(mean, (W W^T + diag(psi))^{-1})`` (shapes and values checked where concrete)."""
-        mean = check_vector("mean", mean)
+        mean = _check_mean(mean)
         d = mean.shape[0]
         W = jnp.asarray(W)
         if jnp.iscomplexobj(W):

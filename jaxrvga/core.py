@@ -184,7 +184,20 @@ def _pad_time(tree, T: int, total: int):
     return jax.tree_util.tree_map(pad, tree)
 
 
+def _as_arrays(name, data):
+    """Nested lists (of numbers) become one array; ragged nesting raises ``ValueError``."""
+    if not isinstance(data, list):
+        return data
+    try:
+        return np.asarray(data, dtype=float) if not np.iscomplexobj(np.asarray(data)) else np.asarray(data)
+    except ValueError as err:
+        raise ValueError(f"{name} must be an array (or a pytree of arrays) with a leading time axis; "
+                         f"the nested lists given are ragged ({err})") from None
+
+
 def _check_run_args(state, xs, ys, bucket, progress, validate) -> int:
+    if any(jnp.ndim(leaf) == 0 for leaf in jax.tree_util.tree_leaves((xs, ys))):
+        raise ValueError("xs and ys must have a leading (time) axis: got a scalar leaf")
     lengths = {jnp.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves((xs, ys))}
     if len(lengths) != 1:
         raise ValueError(f"xs and ys must share their leading (time) axis, got lengths {sorted(lengths)}")
@@ -228,6 +241,7 @@ def run(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None, *,
     Returns:
       ``(final_state, trace)`` with ``trace = None`` when no ``trace_fn`` is given.
     """
+    xs, ys = _as_arrays("xs", xs), _as_arrays("ys", ys)
     T = _check_run_args(state, xs, ys, bucket, progress, validate)
     if flt.check is not None:
         flt.check(state, xs, ys)

@@ -153,9 +153,14 @@ def _guarded(prior, new, ok, info, dropped):
 
 def _update(spec: Spec, state, x, y):
     """One R-VGA step of ``spec`` (module docstring)."""
+    want = spec.belief.state_type
+    if not isinstance(state, want):
+        raise ValueError(f"state must be a {want.__name__} (from this filter's init), got {type(state).__name__}")
     if spec.model.is_glm:
         x, y = _glm_inputs(state, x, y, spec.model)
     else:
+        if jnp.iscomplexobj(jnp.asarray(y)):
+            raise ValueError("y must be real")
         spec.model.family.check_y("y", y)
         y = jnp.asarray(y, state.mean.dtype)
     if spec.scheme == "sampled" and state.key is None and spec.cfg.frozen_noise in (False, True):

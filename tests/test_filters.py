@@ -248,3 +248,48 @@ def test_explicit_row_blocks_give_the_same_filter():
     np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="lrvga"):
         jr.filters.with_block_rows(jr.ekf(jr.models.logistic()), 0)
+
+
+def test_bad_inputs_raise_value_errors_naming_the_argument():
+    dense = jr.rvga(jr.models.logistic())
+    low = jr.lrvga(jr.models.logistic(), rank=2)
+    st = dense.init(jnp.zeros(3), jnp.eye(3))
+    with pytest.raises(ValueError, match="mean must be finite"):
+        dense.init(jnp.array([0.0, jnp.nan, 0.0]), jnp.eye(3))
+    with pytest.raises(ValueError, match="at least one entry"):
+        dense.init(jnp.zeros(0), jnp.eye(0))
+    with pytest.raises(ValueError, match="state must be a LowRankState"):
+        low.update(st, jnp.ones(3), 1.0)
+    with pytest.raises(ValueError, match="ragged"):
+        jr.run(dense, st, [[1.0, 2.0, 3.0], [1.0, 2.0]], [0.0, 1.0])
+    with pytest.raises(ValueError, match="leading"):
+        jr.run(dense, st, jnp.array(1.0), jnp.array(1.0))
+    nonlinear = jr.rvga(jr.models.nonlinear(lambda th, x: x @ th), "ekf")
+    with pytest.raises(ValueError, match="y must be real"):
+        nonlinear.update(nonlinear.init(jnp.zeros(3), jnp.eye(3)), jnp.ones(3), 1 + 2j)
+    with pytest.raises(ValueError, match="more components"):  # a scalar output given two labels
+        nonlinear.update(nonlinear.init(jnp.zeros(3), jnp.eye(3)), jnp.ones(3), jnp.ones(2))
+    # Lists of numbers are data: the same result as arrays.
+    a, _ = jr.run(dense, st, [[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], [0.0, 1.0])
+    b, _ = jr.run(dense, st, jnp.array([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]]), jnp.array([0.0, 1.0]))
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-13)
+
+
+def test_hessian_curvature_on_a_non_log_concave_model_stays_finite_and_flags():
+    """A bimodal likelihood: -E[hess] can be indefinite, so some steps cannot be applied. They are
+    skipped and flagged (the dense belief stays finite and positive definite), never NaN."""
+    from jaxrvga.models import Family
+
+    def log_prob(y, eta):
+        return jnp.logaddexp(-0.5 * (y - eta - 3.0) ** 2, -0.5 * (y - eta + 3.0) ** 2)
+
+    ones = jnp.ones_like
+    family = Family("bimodal", log_prob, lambda e: e, ones, ones, lambda name, y: y)
+    flt = jr.rvga(jr.models.nonlinear(lambda th, x: x @ th, family), "sampled", curvature="hessian",
+                  num_samples=10)
+    rng = np.random.default_rng(0)
+    X, y = jnp.asarray(rng.normal(size=(20, 3))), jnp.asarray(3.0 * rng.normal(size=20))
+    s, info = jr.run(flt, flt.init(jnp.zeros(3), 10.0 * jnp.eye(3), key=jax.random.PRNGKey(0)), X, y,
+                     trace_fn=jr.trace_info)
+    assert bool(jnp.all(jnp.isfinite(s.mean))) and np.linalg.eigvalsh(np.asarray(s.cov))[0] > 0
+    assert int(jnp.sum(~info.converged)) > 0
