@@ -9,8 +9,6 @@ accuracy, log-loss and expected calibration error (ECE).
 """
 from __future__ import annotations
 
-import argparse
-import time
 
 import flax.linen as nn
 import jax
@@ -19,7 +17,7 @@ from jax.flatten_util import ravel_pytree
 from sklearn.datasets import load_digits
 
 import jaxrvga as jr
-from examples.common import as_f32, expected_calibration_error, log_loss, lowrank_init, split
+from examples.common import digits_cli, expected_calibration_error, fit_and_score, log_loss, split
 
 
 class MLP(nn.Module):
@@ -46,30 +44,8 @@ def main(num_train: int = 1200, num_test: int = 597, hidden: int = 32, rank: int
     net = MLP(hidden)
     theta0, unravel = ravel_pytree(net.init(jax.random.PRNGKey(seed), Xtr[0]))
     model = jr.models.nonlinear(net.apply, jr.models.bernoulli(), unravel=unravel)
-    flt = jr.lrvga(model, rank=rank, scheme=scheme)
-    state = lowrank_init(flt, theta0, rank, prior_var, jax.random.PRNGKey(seed + 1))
-    start = time.perf_counter()
-    state, _ = jr.run(flt, state, *as_f32(Xtr, ytr))
-    seconds = time.perf_counter() - start
-    Xte_j, = as_f32(Xte)
-    out = {"linearised": scores(jr.predictive(state, Xte_j, model=model).mean, yte),
-           "monte_carlo": scores(jr.predictive(state, Xte_j, model=model, key=jax.random.PRNGKey(seed + 2),
-                                               num_samples=256).mean, yte),
-           "seconds": seconds, "dim": int(theta0.shape[0]), "dropped": float(state.info.dropped)}
-    if verbose:
-        print(f"d = {out['dim']}, rank {rank}, scheme {scheme!r}: {num_train} images in {seconds:.1f} s "
-              "(compile included)")
-        for name in ("linearised", "monte_carlo"):
-            s = out[name]
-            print(f"  {name:12s} accuracy {s['accuracy']:.3f}  log-loss {s['log_loss']:.3f}  ECE {s['ece']:.3f}")
-    return out
+    return fit_and_score(model, theta0, (Xtr, ytr), (Xte, yte), rank, scheme, prior_var, seed, scores, verbose)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--num-train", type=int, default=1200)
-    parser.add_argument("--hidden", type=int, default=32)
-    parser.add_argument("--rank", type=int, default=10)
-    parser.add_argument("--scheme", default="ekf", choices=["ekf", "sampled"])
-    a = parser.parse_args()
-    main(a.num_train, hidden=a.hidden, rank=a.rank, scheme=a.scheme)
+    digits_cli(main, __doc__)
