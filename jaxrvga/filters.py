@@ -338,7 +338,8 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
     """L-RVGA ([LRVGA]): the low-rank belief ``(W W^T + diag(psi))^{-1}`` times ``scheme``.
 
     Same schemes and options as :func:`rvga` (``curvature="hessian"`` is refused: the low-rank
-    precision needs a PSD curvature factor), plus:
+    precision needs a PSD curvature factor; ``num_samples`` defaults to 10, since every draw adds
+    a column to the step's factor), plus:
 
     Args:
       rank: ``p``, the columns of ``W`` (1 <= p <= d).
