@@ -142,13 +142,22 @@ def _belief_fields(state):
     return tuple(getattr(state, f) for f in ("mean", "cov", "W", "psi") if hasattr(state, f))
 
 
-def _guarded(prior, new, ok, info, dropped):
-    """Skip and flag: keep ``prior`` unless ``new`` is finite and valid; advance the step either way."""
-    ok = ok & _all_finite(*_belief_fields(new))
-    fields = jax.lax.cond(ok, lambda a, b: a, lambda a, b: b, _belief_fields(new), _belief_fields(prior))
-    names = [f for f in ("mean", "cov", "W", "psi") if hasattr(prior, f)]
-    info = info._replace(converged=info.converged & ok, dropped=jnp.where(ok, dropped, 0.0).astype(dropped.dtype))
-    return prior._replace(**dict(zip(names, fields)), step=prior.step + 1, info=info, key=new.key)
+def _guarded(belief, prior, new, ok, info):
+    """Skip and flag: finish (project) ``new`` only if it is finite and valid, else keep ``prior``.
+
+    The decision is taken before the projection, so a low-rank projection can rewrite the prior's
+    ``W`` in place (no second d x p buffer). A projection that still yields a non-finite result (it
+    does not for finite input, up to overflow) is flagged. The step counter advances either way.
+    """
+    ok = ok & _all_finite(*jax.tree_util.tree_leaves(_belief_fields(new)))
+
+    def keep(new, prior):
+        return prior._replace(key=new.key), jnp.zeros((), prior.mean.dtype)
+
+    out, dropped = jax.lax.cond(ok, lambda new, prior: belief.finish(new), keep, new, prior)
+    ok = ok & _all_finite(*_belief_fields(out))
+    info = info._replace(converged=info.converged & ok, dropped=dropped)
+    return out._replace(step=prior.step + 1, info=info)
 
 
 def _update(spec: Spec, state, x, y):
@@ -167,8 +176,7 @@ def _update(spec: Spec, state, x, y):
         raise ValueError("key: the sampled scheme needs a PRNG key; call init(..., key=...)")
     prior = spec.belief.predict(state, spec.process_noise)
     new, ok, info = _STEPS[spec.scheme](spec, prior, x, y)
-    new, dropped = spec.belief.finish(new)
-    return _guarded(prior, new, ok, info, dropped)
+    return _guarded(spec.belief, prior, new, ok, info)
 
 
 def _glm_inputs(state, x, y, model):
@@ -236,6 +244,8 @@ def _check_process_noise(process_noise):
 def _configure(model, scheme, dense, published, *, num_iters, num_samples, curvature, max_iter,
                correction, update_cov_twice, tol, frozen_noise, process_noise):
     """Validate the options once for both beliefs; returns ``(scheme, Config)``."""
+    if not isinstance(model, Model):
+        raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
     scheme = _default_scheme(model) if scheme is None else scheme
     _check_model_scheme(model, scheme)
     _check_process_noise(process_noise)
@@ -379,6 +389,9 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
                              process_noise=process_noise)
     belief = LowRank(rank, inner_loops, bool(published), fa_step, float(psi_floor), block_rows)
     given_noise = not isinstance(cfg.frozen_noise, bool)
+    if given_noise and cfg.frozen_noise[1].shape[1] != rank:
+        raise ValueError(f"frozen_noise must be a pair (z, e) of shapes (K, d) and (K, {rank}), "
+                         f"got {cfg.frozen_noise[0].shape} and {cfg.frozen_noise[1].shape}")
 
     def init(mean, W, psi, key=None):
         if scheme == "sampled" and key is None and not given_noise:

@@ -61,7 +61,7 @@ def test_skipped_update_is_flagged_and_keeps_the_belief():
     belief = jr.beliefs.Dense()
     s0 = belief.init(np.zeros(2), np.eye(2))
     inc = Increment(jnp.array([[1.0], [0.0]]), jnp.array([-2.0]), jnp.array([0.3]))  # 1 + c nu0 = -1
-    bad = _guarded(s0, *absorb(belief, s0, inc), s0.info, jnp.zeros(()))
+    bad = _guarded(belief, s0, *absorb(belief, s0, inc), s0.info)
     assert not bool(bad.info.converged)
     np.testing.assert_array_equal(bad.cov, s0.cov)
     np.testing.assert_array_equal(bad.mean, s0.mean)

@@ -175,7 +175,7 @@ def test_dense_step_skips_and_flags_an_update_that_breaks_pd():
 
     def step(c, coef):
         new, ok = absorb(belief, st, Increment(x[:, None], jnp.array([c]), jnp.array([coef])))
-        return _guarded(st, new, ok, st.info, jnp.zeros(()))
+        return _guarded(belief, st, new, ok, st.info)
 
     for c, coef in ((-1.5 / nu0, 0.3), (0.1, jnp.nan), (jnp.inf, 0.3), (0.1, jnp.inf)):
         out = step(c, coef)

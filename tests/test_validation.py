@@ -93,7 +93,7 @@ def test_logistic_labels_outside_01_are_rejected_where_concrete(name):
             flt.update(st, jnp.ones(D), bad)
     with pytest.raises(ValueError, match=r"^ys must contain labels in \{0, 1\}"):
         jr.run(flt, st, np.ones((4, D)), np.array([0.0, 1.0, 2.0, 0.0]))
-    with pytest.raises(ValueError, match=r"^y must be a scalar"):
+    with pytest.raises(ValueError, match=r"^y must have shape \(\)"):
         flt.update(st, jnp.ones(D), jnp.ones(2))
     # Inside jit the label is a tracer: the value check is skipped, not guessed ...
     jax.jit(flt.update)(st, jnp.ones(D), 2.0)
@@ -113,7 +113,7 @@ def test_poisson_counts_must_be_non_negative_integers():
 def test_kalman_vector_observation_shapes():
     flt = jr.kalman(1.0)
     st = full_state(flt)
-    with pytest.raises(ValueError, match=r"^y must have 2 entries to match x"):
+    with pytest.raises(ValueError, match=r"^y must have shape \(2,\) to match x"):
         flt.update(st, jnp.ones((2, D)), jnp.ones(3))
     with pytest.raises(ValueError, match=r"^x must have shape \(3,\) or \(m, 3\)"):
         flt.update(st, jnp.ones((2, D + 1)), jnp.ones(2))
@@ -134,8 +134,10 @@ def test_full_constructors_reject_bad_options():
             factory("logistic")
     with pytest.raises(ValueError, match=r"^model must be a GLM"):
         jr.mirror_prox(jr.models.nonlinear(lambda th, x: x @ th))
-    with pytest.raises(ValueError, match=r"^num_iters must be >= 1"):
-        jr.rvga(jr.models.poisson(), num_iters=0)
+    with pytest.raises(ValueError, match=r"^num_iters must be a positive integer"):
+        jr.rvga(jr.models.nonlinear(lambda th, x: x @ th), num_iters=0)
+    with pytest.raises(ValueError, match=r"^num_iters is not used by scheme 'implicit'"):
+        jr.rvga(jr.models.poisson(), num_iters=3)
     with pytest.raises(ValueError, match=r"^num_samples must be >= 2"):
         jr.rvga(jr.models.nonlinear(lambda th, x: x @ th), num_samples=1)
     factories = [lambda pn: jr.rvga(LOGISTIC, process_noise=pn), lambda pn: jr.ekf(LOGISTIC, process_noise=pn),
@@ -174,16 +176,19 @@ def test_lrvga_constructor_rejects_bad_options():
             lrvga(LOGISTIC, rank=bad)
     with pytest.raises(ValueError, match=r"unknown scheme 'newton'"):
         lrvga(LOGISTIC, rank=P, scheme="newton")
-    with pytest.raises(ValueError, match=r"unknown scheme 'implicit'"):
-        lrvga(jr.models.poisson(), rank=P, scheme="implicit")  # no exact implicit form for Poisson
+    with pytest.raises(ValueError, match=r"scheme 'qkf' does not apply"):
+        lrvga(jr.models.poisson(), rank=P, scheme="qkf")  # the Jaakkola-Jordan bound is logistic only
     with pytest.raises(ValueError, match=r"^inner_loops must be a positive integer"):
-        lrvga(LOGISTIC, rank=P, inner_loops=0)
+        lrvga(LOGISTIC, rank=P, inner_loops=0, published=True)
+    with pytest.raises(ValueError, match=r"^inner_loops must be an integer >= 0"):
+        lrvga(LOGISTIC, rank=P, inner_loops=-1)
     with pytest.raises(ValueError, match=r"^num_samples must be a positive integer"):
         lrvga(LOGISTIC, rank=P, scheme="sampled", num_samples=0)
-    with pytest.raises(ValueError, match=r"^num_samples is only used by scheme='sampled'"):
+    with pytest.raises(ValueError, match=r"^num_samples is not used by scheme 'explicit'"):
         lrvga(LOGISTIC, rank=P, scheme="explicit", num_samples=3)
     with pytest.raises(ValueError, match=r"^frozen_noise must be a pair"):
-        lrvga(LOGISTIC, rank=P, scheme="sampled", frozen_noise=(np.ones((4, D)), np.ones((4, P + 1))))
+        lrvga(LOGISTIC, rank=P, scheme="sampled", frozen_noise=(np.ones((4, D)), np.ones((4, P + 1))),
+              published=True)
     with pytest.raises(ValueError, match=r"^noise_var must be positive"):
         lrvga(jr.models.linear_gaussian(0.0), rank=P)
 
@@ -204,7 +209,7 @@ def test_lrvga_init_rejects_bad_factors(scheme):
     flt = lr_filter(scheme)
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), D, P, 1.0)
     key = jax.random.PRNGKey(1)
-    with pytest.raises(ValueError, match=r"^mean must be a float vector"):
+    with pytest.raises(ValueError, match=r"^mean must be a vector"):
         flt.init(np.zeros((D, 1)), W0, psi0, key)
     with pytest.raises(ValueError, match=r"^W must have shape \(d, rank\) = \(3, 2\)"):
         flt.init(np.zeros(D), W0[:, :1], psi0, key)
@@ -240,19 +245,21 @@ def test_lrvga_sampled_needs_a_key():
 def test_lrvga_update_rejects_x_of_wrong_length(scheme, jit):
     flt = lr_filter(scheme)
     update = jax.jit(flt.update) if jit else flt.update
-    with pytest.raises(ValueError, match=r"^x must have length d = 3"):
+    with pytest.raises(ValueError, match=r"^x must have shape \(3,\) or \(m, 3\)"):
         update(lr_state(flt), jnp.ones(D + 1), 1.0)
 
 
 @pytest.mark.parametrize("scheme", LR_SCHEMES)
 def test_lrvga_glm_update_rejects_x_matrix_and_y_vector(scheme):
-    """GLM kinds take ``x`` of shape (d,) and a scalar ``y`` (lrvga docstring)."""
+    """GLMs take ``x`` (d,) with a scalar ``y``, or a minibatch (m, d) with ``y`` (m,) (filters docstring)."""
     flt = lr_filter(scheme)
     st = lr_state(flt)
-    with pytest.raises(ValueError, match=r"^x must"):
+    with pytest.raises(ValueError, match=r"^y must have shape \(2,\) to match x"):
         flt.update(st, jnp.ones((2, D)), 1.0)
-    with pytest.raises(ValueError, match=r"^y must be a scalar"):
+    with pytest.raises(ValueError, match=r"^y must have shape \(\)"):
         flt.update(st, jnp.ones(D), jnp.ones(2))
+    with pytest.raises(ValueError, match=r"^x must have shape"):
+        flt.update(st, jnp.ones((2, 2, D)), jnp.ones((2, 2)))
 
 
 @pytest.mark.parametrize("scheme", LR_SCHEMES)
@@ -263,7 +270,7 @@ def test_lrvga_labels_and_data_set_checks(scheme):
         flt.update(st, jnp.ones(D), 2.0)
     with pytest.raises(ValueError, match=r"^ys must contain labels in \{0, 1\}"):
         jr.run(flt, st, np.ones((4, D)), np.array([0.0, 1.0, 0.5, 0.0]))
-    with pytest.raises(ValueError, match=r"^xs must have length d = 3"):
+    with pytest.raises(ValueError, match=r"^xs must have shape \(T, 3\)"):
         jr.run(flt, st, np.ones((4, D + 1)), np.zeros(4))
 
 
