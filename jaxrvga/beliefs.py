@@ -101,13 +101,19 @@ class Dense(NamedTuple):
             ok = ok & self._resolvable(state.cov, X, nu[None])
             s, v = jax.lax.cond(ok, lambda s, v: (s, v), lambda s, v: (0.0 * s, 0.0 * v), s, V[:, 0])
             cov = state.cov - s * jnp.outer(v, v)
-        else:
+        elif X.shape[1] <= X.shape[0]:  # Woodbury in the m-dimensional space of the columns
             A = X.T @ V
             K = jnp.linalg.solve(jnp.eye(X.shape[1], dtype=A.dtype) + c[:, None] * A, jnp.diag(c))
             cov = state.cov - V @ (0.5 * (K + K.T)) @ V.T
             cov = 0.5 * (cov + cov.T)
             nu = jnp.diagonal(A) - jnp.sum(A * (A @ (0.5 * (K + K.T))), axis=0)  # diag(X^T P_new X)
             ok = jnp.all(jnp.isfinite(cov)) & jnp.all(jnp.diagonal(cov) > 0) & self._resolvable(state.cov, X, nu)
+        else:  # more columns than parameters (many samples): information form, d x d solves
+            eye = jnp.eye(X.shape[0], dtype=X.dtype)
+            prec = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(state.cov), True), eye) + (X * c) @ X.T
+            cov = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(0.5 * (prec + prec.T)), True), eye)
+            cov = 0.5 * (cov + cov.T)
+            ok = jnp.all(jnp.isfinite(cov)) & jnp.all(jnp.diagonal(cov) > 0)
         return state._replace(cov=cov), ok
 
     @staticmethod

@@ -194,9 +194,9 @@ def test_softmax_regression_is_a_linear_multiclass_model():
 
 
 def test_elementwise_families_get_a_diagonal_fisher_root():
-    from jaxrvga.klprox import laplace_family
+    from jaxrvga.klprox import laplace_likelihood_family
     eta = jnp.array([-2.0, 0.1, 3.0])
-    for fam in (models.gaussian(0.5), models.bernoulli(), models.poisson_family(), laplace_family(2.0)):
+    for fam in (models.gaussian(0.5), models.bernoulli(), models.poisson_family(), laplace_likelihood_family(2.0)):
         R = fam.fisher_root(eta)
         assert R.shape == (3, 3) and np.allclose(R.T @ R, jnp.diag(fam.fisher(eta)), rtol=1e-14, atol=0)
     assert models.bernoulli().fisher_root(0.3).shape == (1, 1)  # a scalar eta is (1,)
