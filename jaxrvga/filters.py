@@ -27,7 +27,6 @@ scheme takes one observation); nonlinear models take any ``x`` pytree their ``h`
 """
 from __future__ import annotations
 
-import functools
 from typing import Callable, NamedTuple, Optional
 
 import jax
@@ -300,8 +299,16 @@ def _frozen(frozen_noise):
 
 
 def _filter(belief, model, scheme, cfg, process_noise, init) -> Filter:
-    spec = Spec(model, belief, scheme, cfg, process_noise)
-    return Filter(init, functools.partial(_update, spec), _make_check(model))
+    return Filter(init, _update_fn(Spec(model, belief, scheme, cfg, process_noise)), _make_check(model))
+
+
+def _update_fn(spec: Spec):
+    """``update(state, x, y)`` of ``spec`` as a plain function (``update.spec`` holds the configuration)."""
+    def update(state, x, y):
+        return _update(spec, state, x, y)
+
+    update.spec = spec
+    return update
 
 
 # --------------------------------------------------------------------------- public factories
@@ -413,13 +420,12 @@ def with_block_rows(flt: Filter, block_rows: Optional[int]) -> Filter:
     ``block_rows=0`` traces one block (what :mod:`jaxrvga.sharding` needs: row blocks of an axis
     sharded across devices would gather rows between them). Raises ``ValueError`` for other filters.
     """
-    spec = getattr(flt.update, "args", (None,))[0] if getattr(flt.update, "func", None) is _update else None
-    if spec is None or not isinstance(spec.belief, LowRank):
+    spec = getattr(flt.update, "spec", None)
+    if not isinstance(spec, Spec) or not isinstance(spec.belief, LowRank):
         raise ValueError("flt must be a filter built by jaxrvga.lrvga")
     if block_rows is not None and block_rows != 0:
         block_rows = positive_int("block_rows", block_rows)
-    return Filter(flt.init, functools.partial(_update, spec._replace(belief=spec.belief._replace(block_rows=block_rows))),
-                  flt.check)
+    return Filter(flt.init, _update_fn(spec._replace(belief=spec.belief._replace(block_rows=block_rows))), flt.check)
 
 
 def kalman(noise_var=1.0, process_noise=None) -> Filter:

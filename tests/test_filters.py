@@ -202,10 +202,10 @@ def test_low_rank_skips_and_flags_non_finite_input(scheme):
 def test_published_option_keeps_the_papers_defaults():
     """published=True: one EM loop from W_{t-1}, no mirror-prox correction (experiments/REPORT.md)."""
     flt = jr.lrvga(jr.models.logistic(), rank=2, scheme="extragrad", published=True)
-    spec = flt.update.args[0]
+    spec = flt.update.spec
     assert spec.belief.published and spec.belief.inner_loops == 1
     assert not spec.cfg.correction and not spec.cfg.update_cov_twice
-    default = jr.lrvga(jr.models.logistic(), rank=2, scheme="extragrad").update.args[0]
+    default = jr.lrvga(jr.models.logistic(), rank=2, scheme="extragrad").update.spec
     assert default.cfg.correction and default.cfg.update_cov_twice and not default.belief.published
 
 
