@@ -141,7 +141,13 @@ class LowRank(NamedTuple):
     Algorithm 1's ``n_in`` with ``published=True``). ``published``: the published two-stage scheme
     (module docstring). ``fa_step(W, psi, X) -> (W, psi)``: replaces the projection (for oracle
     tests). ``psi_floor``: relative floor of ``psi``. ``block_rows``: row blocks of Algorithm 1
-    (:func:`jaxrvga.blocks.num_blocks`; 0 or None as there).
+    (:func:`jaxrvga.blocks.num_blocks`; 0 or None as there). ``buffer``: curvature columns held
+    unprojected between projections (:meth:`finish`); the state's ``W`` then has ``rank + buffer``
+    columns, the last ``buffer`` of them zero right after a projection.
+
+    The default scheme keeps the whitened Gram ``W^T Psi^{-1} W`` in the state (``state.gram``), so
+    that a step's mean solve and projection share one Gram of ``[W, X]``, bordered in one pass
+    over the rows for the new columns.
     """
 
     state_type = LowRankState
@@ -152,6 +158,12 @@ class LowRank(NamedTuple):
     fa_step: Optional[Callable] = None
     psi_floor: float = PSI_FLOOR
     block_rows: Optional[int] = None
+    buffer: int = 0
+
+    @property
+    def keeps_gram(self) -> bool:
+        """Whether the state carries the whitened Gram (the default projection)."""
+        return not self.published and self.fa_step is None
 
     def init(self, mean, W, psi, key=None) -> LowRankState:
         """Initial state ``N(mean, (W W^T + diag(psi))^{-1})`` (shapes and values checked where concrete)."""
@@ -163,6 +175,8 @@ class LowRank(NamedTuple):
         W, psi = W.astype(mean.dtype), jnp.asarray(psi, dtype=mean.dtype)
         if self.rank > d:
             raise ValueError(f"rank must satisfy rank <= d = {d}, got rank={self.rank}")
+        if self.rank + self.buffer > d:
+            raise ValueError(f"rank + buffer must be <= d = {d}, got rank={self.rank}, buffer={self.buffer}")
         if W.shape != (d, self.rank):
             raise ValueError(f"W must have shape (d, rank) = {(d, self.rank)}, got {W.shape}")
         if is_concrete(W) and not np.all(np.isfinite(np.asarray(W))):
@@ -170,20 +184,36 @@ class LowRank(NamedTuple):
         if psi.shape != (d,):
             raise ValueError(f"psi must have shape (d,) = {(d,)}, got {psi.shape}")
         check_positive("psi", psi)
-        return LowRankState(mean, W, psi, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key)
+        gram = None
+        if self.keeps_gram:
+            W = jnp.pad(W, ((0, 0), (0, self.buffer))) if self.buffer else W
+            gram = lowrank.whitened_gram(W, psi, self.block_rows)
+        return LowRankState(mean, W, psi, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key, gram)
 
     def predict(self, state, process_noise):
-        """``(W W^T + Psi) / (1 + eta)`` as ``(W / sqrt(1 + eta), psi / (1 + eta))`` ([LRVGA] Remark 1)."""
+        """``(W W^T + Psi) / (1 + eta)`` as ``(W / sqrt(1 + eta), psi / (1 + eta))`` ([LRVGA] Remark 1).
+
+        The whitened Gram is unchanged by the common scale; a state without it (built by hand) gets it here.
+        """
+        if self.keeps_gram and state.gram is None:
+            state = state._replace(gram=lowrank.whitened_gram(state.W, state.psi, self.block_rows))
         grow = _inflation(process_noise, state.W.dtype)
         return state if grow is None else state._replace(W=state.W / jnp.sqrt(grow), psi=state.psi / grow)
 
+    def _factor(self, state) -> lowrank.Woodbury:
+        """Woodbury factorisation of the state's precision, from its cached Gram where it has one."""
+        if state.gram is None:
+            return lowrank.factorize(state.W, state.psi)
+        eye = jnp.eye(state.gram.shape[0], dtype=state.gram.dtype)
+        return lowrank.Woodbury(state.W, state.psi, jnp.linalg.cholesky(eye + state.gram))
+
     def marginal(self, state, X):
         """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d), by Woodbury ([LRVGA] eq. 27)."""
-        return X @ state.mean, lowrank.factorize(state.W, state.psi).quad_form(X.T)
+        return X @ state.mean, self._factor(state).quad_form(X.T)
 
     def solve(self, state, g):
-        """``P g`` by Woodbury ([LRVGA] eq. 27), O(d p^2)."""
-        return lowrank.solve(state.W, state.psi, g)
+        """``P g`` by Woodbury ([LRVGA] eq. 27), O(d p^2) (O(d p) with a cached Gram)."""
+        return self._factor(state).solve(g)
 
     def sample(self, state, key, num: int):
         """``num`` draws by the corrected Proposition 1 of [LRVGA] with antithetic base noise, shape (num, d).
@@ -204,15 +234,18 @@ class LowRank(NamedTuple):
         """The precision step with ``X diag(c) X^T`` (``c`` clipped at 0: a factor needs a PSD increment).
 
         Default: the exact sum as the factor ``[W, X sqrt(c)]`` of rank ``p + m``, held as the pair of
-        its column blocks (never joined into a new d x (p + m) array). ``published``: projected at once
-        by Algorithm 1 from ``W``. Returns ``(state, ok)``.
+        its column blocks (never joined into a new d x (p + m) array), with its whitened Gram.
+        ``published``: projected at once by Algorithm 1 from ``W``. Returns ``(state, ok)``.
         """
+        width = self.rank + (self.buffer if self.keeps_gram else 0)
+        if state.W.shape[-1] != width:
+            raise ValueError(f"state: W has {state.W.shape[-1]} columns, this filter keeps rank + buffer = {width}")
         root = X if c is None else X * jnp.sqrt(jnp.maximum(c, 0.0))
         if self.published:
             W, psi = self._project_published(state.W, state.psi, root)
-        else:
-            W, psi = (state.W, root), state.psi
-        return state._replace(W=W, psi=psi), jnp.asarray(True)
+            return state._replace(W=W, psi=psi), jnp.asarray(True)
+        gram = None if state.gram is None else lowrank.bordered_gram(state.gram, state.W, state.psi, root)
+        return state._replace(W=(state.W, root), gram=gram), jnp.asarray(True)
 
     def _project_published(self, W, psi, X):
         if self.fa_step is not None:
@@ -223,19 +256,49 @@ class LowRank(NamedTuple):
     def finish(self, state):
         """Projection of the factor ``[W, X]`` of :meth:`add` back to rank p; returns ``(state, dropped)``.
 
-        ``dropped`` is the fraction of the step's whitened curvature that rank p could not keep
+        With a ``buffer``, the new columns are stored in the first free columns of ``W`` instead
+        while they fit (nothing is projected, nothing dropped), and the projection takes the
+        buffer and the new columns together when they do not. ``dropped`` is the fraction of the
+        projected curvature's whitened trace that rank p could not keep
         (:func:`jaxrvga.factor_analysis.spectral_em_step`); 0 with ``published`` or ``fa_step``.
         """
-        dropped = jnp.zeros((), state.psi.dtype)
         if not isinstance(state.W, tuple):
-            return state, dropped
-        W, X = state.W
+            return state, jnp.zeros((), state.psi.dtype)
         if self.fa_step is not None:
-            W, psi = self.fa_step(W, state.psi, X)
-        else:
-            W, psi, dropped = spectral_em_step(W, state.psi, X, 1.0, 1.0, self.inner_loops,
-                                               psi_floor=self.psi_floor, block_rows=self.block_rows)
-        return state._replace(W=W, psi=psi), dropped
+            W, psi = self.fa_step(state.W[0], state.psi, state.W[1])
+            return state._replace(W=W, psi=psi), jnp.zeros((), state.psi.dtype)
+        m = state.W[1].shape[1]
+        if self.buffer < m:
+            return self._project(state)
+        fits = _buffer_fill(state.gram, self.rank, state.W[0].shape[1]) + m <= self.buffer
+        return jax.lax.cond(fits, self._store, self._project, state)
+
+    def _project(self, state):
+        """The spectral projection of the pending factor (the buffer's columns and the new ones) to rank p."""
+        (W, X), p = state.W, self.rank
+        lead, pending = (W, X) if not self.buffer else (W[:, :p], jnp.concatenate([W[:, p:], X], axis=1))
+        W, psi, dropped, gram = spectral_em_step(lead, state.psi, pending, 1.0, 1.0, self.inner_loops,
+                                                 psi_floor=self.psi_floor, block_rows=self.block_rows,
+                                                 gram=state.gram, return_gram=True)
+        if self.buffer:
+            W, gram = jnp.pad(W, ((0, 0), (0, self.buffer))), jnp.pad(gram, ((0, self.buffer), (0, self.buffer)))
+        return state._replace(W=W, psi=psi, gram=gram), dropped
+
+    def _store(self, state):
+        """The new columns written into the buffer's first free columns; their Gram moved with them."""
+        W, X = state.W
+        q, m = W.shape[1], X.shape[1]
+        start = self.rank + _buffer_fill(state.gram, self.rank, q)
+        W = jax.lax.dynamic_update_slice(W, X, (jnp.zeros((), start.dtype), start))
+        offset = jnp.arange(q) - start
+        order = jnp.where((offset >= 0) & (offset < m), q + offset, jnp.arange(q))
+        return state._replace(W=W, gram=state.gram[order][:, order]), jnp.zeros((), state.psi.dtype)
+
+
+def _buffer_fill(gram, rank: int, width: int):
+    """Columns of the buffer in use: one past the last column of ``W[:, rank:width]`` with a nonzero Gram diagonal."""
+    used = jnp.diagonal(gram)[rank:width] > 0
+    return jnp.max(jnp.where(used, jnp.arange(1, width - rank + 1), 0), initial=0)
 
 
 __all__ = ["Dense", "LowRank", "antithetic_normals"]

@@ -70,7 +70,10 @@ class GaussianState(NamedTuple):
 class LowRankState(NamedTuple):
     """State of a limited-memory filter: ``N(mean, (W W^T + diag(psi))^{-1})``.
 
-    ``W`` is (d, p) and ``psi`` (d,); nothing of size d x d is ever stored.
+    ``W`` is (d, p) and ``psi`` (d,); nothing of size d x d is ever stored. ``gram`` is a cache
+    of the whitened Gram ``W^T diag(psi)^{-1} W`` (p x p) that the default L-RVGA update keeps
+    (it saves that update a pass over ``W``); ``None`` where it is not kept. Set it to ``None``
+    when you change ``W`` or ``psi`` by hand.
     """
 
     mean: jax.Array
@@ -79,6 +82,7 @@ class LowRankState(NamedTuple):
     step: jax.Array
     info: SolverInfo
     key: Optional[jax.Array] = None
+    gram: Optional[jax.Array] = None
 
 
 def _all_finite(tree):

@@ -167,7 +167,7 @@ def _iterate_rows(Wp_b, pp_b, X_b, psi_bs, terms):
     return W
 
 
-def _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb: int):
+def _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb: int, gram=None):
     """The spectral warm start of the projection ([LRVGA] Algorithm 1 started from the target's own factor).
 
     The target is ``S = D + L L^T`` with ``D = alpha Psi_prev`` and ``L = [sqrt(alpha) W_prev, sqrt(beta) X]``
@@ -179,15 +179,14 @@ def _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb: int):
     as ``start = (KX, KP, None)`` (the form of :func:`_iterate_terms`), ``rest = (Mr, Nr)`` with
     ``L V_r = W_prev Mr + X Nr``, and ``dropped``, the fraction of the whitened trace
     ``tr(beta X^T D^{-1} X)`` of the increment that the rank-p start leaves to the diagonal.
+    ``gram``: ``[W_prev, X]^T Psi_prev^{-1} [W_prev, X]`` when the caller has it (no pass over the rows).
     """
     p = W_prev.shape[1]
-
-    def gram(W_b, psi_b, X_b):
-        root = jnp.sqrt(alpha * psi_b)[:, None]
-        B = jnp.concatenate([jnp.sqrt(alpha) * W_b, jnp.sqrt(beta) * X_b], axis=1) / root
-        return B.T @ B
-
-    G = blocks.block_sum(gram, (W_prev, psi_prev, X), nb)
+    if gram is None:
+        G = lowrank.whitened_gram((W_prev, jnp.sqrt(beta / alpha) * X), psi_prev, nb=nb)
+    else:
+        scale = jnp.concatenate([jnp.ones(p, gram.dtype), jnp.full(X.shape[1], jnp.sqrt(beta / alpha), gram.dtype)])
+        G = scale[:, None] * gram * scale
     lam, V = jnp.linalg.eigh(_sym(G))  # ascending
     q = G.shape[0]
     Vp, Vr = V[:, q - p:], V[:, :q - p]
@@ -199,8 +198,13 @@ def _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb: int):
     return start, rest, jnp.minimum(dropped, 1.0)
 
 
+def _last_sums(W_b, psi_b, out_gram: bool):
+    """What the last pass sums: the whitened Gram ``W^T Psi^{-1} W`` of the result if asked for."""
+    return {"out": lowrank.whitened_gram(W_b, psi_b, nb=1)} if out_gram else {}
+
+
 def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, nb: int,
-              store_iterate: bool, spectral: bool = False):
+              store_iterate: bool, spectral: bool = False, gram=None, out_gram: bool = False):
     """The inner loops of Algorithm 1 as passes over the row blocks.
 
     Pass 0 sums the Grams of ``W_prev``. Pass k computes the rows of the iterate ``W_k``, writes
@@ -218,14 +222,16 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
       (the rows are read as often), but the work of K loops grows like K^2.
 
     ``spectral``: the EM starts from :func:`_spectral_gains` instead of ``W_prev`` (one more pass,
-    which writes ``W_0`` and ``psi_0``), and ``inner_loops`` EM loops follow (0 allowed). Returns
-    ``(W, psi, dropped)`` (``dropped = 0`` without the spectral start).
+    which writes ``W_0`` and ``psi_0``), and ``inner_loops`` EM loops follow (0 allowed); ``gram``
+    is the start's Gram if known (:func:`_spectral_gains`). With ``out_gram`` the last pass also sums
+    the whitened Gram of the result. Returns ``(W, psi, dropped, gram_out)`` (``dropped = 0`` without
+    the spectral start, ``gram_out = None`` without ``out_gram``).
     """
     dropped = jnp.zeros((), W_prev.dtype)
     gains, psis = [], []
     W, psi = W_prev, psi_prev
     if spectral:
-        start, (Mr, Nr), dropped = _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb)
+        start, (Mr, Nr), dropped = _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb, gram)
         gains.append(start)
         last = inner_loops == 0
 
@@ -235,7 +241,7 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
             R_b = Wp_b @ Mr + X_b @ Nr
             psi_b = jnp.maximum(alpha * pp_b + jnp.sum(R_b * R_b, axis=1), floor)
             new = (W_b, psi_b) if last or store_iterate else (psi_b,)
-            return new, ({} if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
+            return new, (_last_sums(W_b, psi_b, out_gram) if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
 
         new, grams = blocks.block_map(warm, (W_prev, psi_prev, X), nb, in_place=2 if last else 0)
         W, psi = new if len(new) == 2 else (None, new[0])
@@ -253,7 +259,7 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
             """``psi_k`` of the rows, the outputs of the pass and the Grams of the next loop."""
             psi_b = jnp.maximum(dS_b - _rowdot(W_b, W_b @ C), floor)
             new = (W_b, psi_b) if last or store_iterate else (psi_b,)
-            return new, ({} if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
+            return new, (_last_sums(W_b, psi_b, out_gram) if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
 
         if store_iterate and k > 0:
             def rewrite(rows, KX=KX, KP=KP, KW=KW, finish=finish):
@@ -272,7 +278,7 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
                                           in_place=2 if last else 0)
             W, psi = new if len(new) == 2 else (None, new[0])
             psis.append(psi)
-    return W, psi, dropped
+    return W, psi, dropped, grams.get("out")
 
 
 def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
@@ -337,7 +343,8 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
 
 
 def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int = 1, *,
-                     psi_floor: float = PSI_FLOOR, block_rows=None, store_iterate=None):
+                     psi_floor: float = PSI_FLOOR, block_rows=None, store_iterate=None, gram=None,
+                     return_gram: bool = False):
     """Algorithm 1 started from the spectral warm start: FA of ``alpha (W_prev W_prev^T + Psi_prev) + beta X X^T``.
 
     Same target and EM loops as :func:`recursive_em_step`, but the EM starts from the rank-p
@@ -350,6 +357,10 @@ def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int 
     Returns ``(W, psi, dropped)``: ``dropped`` is the fraction of the increment's whitened
     trace ``tr(beta X^T (alpha Psi_prev)^{-1} X)`` that the rank-p start left to the diagonal
     (0 when nothing is lost; near 1 when p is far too small).
+
+    ``gram``: the whitened Gram ``[W_prev, X]^T Psi_prev^{-1} [W_prev, X]`` if the caller has it
+    (it then skips the first pass over the rows). ``return_gram``: also return the whitened Gram
+    ``W^T Psi^{-1} W`` of the result, summed in the last pass: ``(W, psi, dropped, gram_out)``.
     """
     if not isinstance(inner_loops, int) or isinstance(inner_loops, bool) or inner_loops < 0:
         raise ValueError(f"inner_loops must be an integer >= 0, got {inner_loops!r}")
@@ -360,8 +371,11 @@ def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int 
     nb = blocks.num_blocks(*W_prev.shape, block_rows)
     if store_iterate is None:
         store_iterate = W_prev.size < blocks.BLOCK_MIN_ELEMENTS
-    return _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, _floor(diagS, psi_floor), inner_loops, nb,
-                     bool(store_iterate), spectral=True)
+    if gram is not None and jnp.shape(gram) != (W_prev.shape[1] + X.shape[1],) * 2:
+        raise ValueError(f"gram must be the (p + m) x (p + m) Gram of [W_prev, X], got shape {jnp.shape(gram)}")
+    out = _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, _floor(diagS, psi_floor), inner_loops, nb,
+                    bool(store_iterate), spectral=True, gram=gram, out_gram=return_gram)
+    return out if return_gram else out[:3]
 
 
 def _check_em_inputs(W_prev, psi_prev, X):

@@ -138,22 +138,37 @@ def _all_finite(*arrays):
 
 
 def _belief_fields(state):
-    return tuple(getattr(state, f) for f in ("mean", "cov", "W", "psi") if hasattr(state, f))
+    """The arrays whose finiteness decides a step: a pending low-rank factor ``(W, X)`` is checked
+    by its new columns ``X`` (``W`` is the prior's), and a ``W`` with a cached whitened Gram by that
+    Gram, which is finite exactly when ``W / sqrt(psi)`` is (up to overflow): a p x p check instead
+    of a pass over the d x p rows."""
+    fields = [getattr(state, f) for f in ("mean", "cov", "psi") if hasattr(state, f)]
+    W = getattr(state, "W", None)
+    if isinstance(W, tuple):
+        fields += list(W[1:])
+    elif W is not None:
+        fields.append(W if state.gram is None else state.gram)
+    return tuple(fields)
 
 
 def _guarded(belief, prior, new, ok, info):
     """Skip and flag: finish (project) ``new`` only if it is finite and valid, else keep ``prior``.
 
     The decision is taken before the projection, so a low-rank projection can rewrite the prior's
-    ``W`` in place (no second d x p buffer). A projection that still yields a non-finite result (it
-    does not for finite input, up to overflow) is flagged. The step counter advances either way.
+    ``W`` in place (no second d x p buffer): when ``new`` holds the prior's ``W`` in its pending
+    factor, ``W`` enters the branch once, through ``new``. A projection that still yields a
+    non-finite result (it does not for finite input, up to overflow) is flagged. The step counter
+    advances either way.
     """
-    ok = ok & _all_finite(*jax.tree_util.tree_leaves(_belief_fields(new)))
+    ok = ok & _all_finite(*_belief_fields(new))
+    shared = isinstance(getattr(new, "W", None), tuple) and new.W[0] is prior.W
+    rest = prior._replace(W=None) if shared else prior
 
-    def keep(new, prior):
-        return prior._replace(key=new.key), jnp.zeros((), prior.mean.dtype)
+    def keep(new, rest):
+        back = rest._replace(W=new.W[0]) if shared else rest
+        return back._replace(key=new.key), jnp.zeros((), prior.mean.dtype)
 
-    out, dropped = jax.lax.cond(ok, lambda new, prior: belief.finish(new), keep, new, prior)
+    out, dropped = jax.lax.cond(ok, lambda new, rest: belief.finish(new), keep, new, rest)
     ok = ok & _all_finite(*_belief_fields(out))
     info = info._replace(converged=info.converged & ok, dropped=dropped)
     return out._replace(step=prior.step + 1, info=info)
@@ -175,7 +190,10 @@ def _update(spec: Spec, state, x, y):
         raise ValueError("key: the sampled scheme needs a PRNG key; call init(..., key=...)")
     prior = spec.belief.predict(state, spec.process_noise)
     new, ok, info = _STEPS[spec.scheme](spec, prior, x, y)
-    return _guarded(spec.belief, prior, new, ok, info)
+    out = _guarded(spec.belief, prior, new, ok, info)
+    if getattr(state, "gram", 0) is None and getattr(out, "gram", None) is not None:
+        out = out._replace(gram=None)  # the state's own structure (a scan carry): no cache in, none out
+    return out
 
 
 def _glm_inputs(state, x, y, model):
@@ -351,7 +369,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
           published: bool = False, num_iters: Optional[int] = None, max_iter: Optional[int] = None,
           correction: Optional[bool] = None, update_cov_twice: Optional[bool] = None,
           tol: Optional[float] = None, curvature: str = "ggn", fa_step: Optional[Callable] = None,
-          psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None) -> Filter:
+          psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None, buffer: int = 0) -> Filter:
     """L-RVGA ([LRVGA]): the low-rank belief ``(W W^T + diag(psi))^{-1}`` times ``scheme``.
 
     Same schemes and options as :func:`rvga` (``curvature="hessian"`` is refused: the low-rank
@@ -373,6 +391,13 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
       fa_step: ``fa_step(W, psi, X) -> (W, psi)`` replaces the projection (oracle tests).
       psi_floor: relative floor of ``psi`` (:mod:`jaxrvga.factor_analysis`).
       block_rows: row blocks of the projection (:func:`jaxrvga.blocks.num_blocks`; 0: one block).
+      buffer: hold up to this many curvature columns unprojected (default 0): the new columns of
+        a step go into a buffer of ``buffer`` extra columns of ``W`` (the belief stays exact) and
+        the buffer is projected with the step that would overflow it, so a projection happens once
+        per ``buffer + 1`` observations of one column (GLMs, scalar-output networks with
+        ``scheme="ekf"``). The mean steps stay exact (Woodbury at rank ``p + buffer + m``). Fewer,
+        larger projections: faster per observation for neural networks (BENCHMARKS.md, "Neural
+        network online"). ``state.W`` has ``rank + buffer`` columns. Not with ``published``.
 
     ``init(mean, W, psi, key=None)``; ``key`` is required by ``sampled`` (unless the noise is given).
     """
@@ -390,11 +415,15 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
         block_rows = positive_int("block_rows", block_rows)
     if fa_step is not None and not callable(fa_step):
         raise ValueError("fa_step must be callable: fa_step(W, psi, X) -> (W, psi)")
+    if isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer)) or buffer < 0:
+        raise ValueError(f"buffer must be an integer >= 0, got {buffer!r}")
+    if buffer and (published or fa_step is not None):
+        raise ValueError("buffer: the published projection and fa_step project every step (buffer=0)")
     scheme, cfg = _configure(model, scheme, False, published, num_iters=num_iters, num_samples=num_samples,
                              curvature=curvature, max_iter=max_iter, correction=correction,
                              update_cov_twice=update_cov_twice, tol=tol, frozen_noise=frozen_noise,
                              process_noise=process_noise)
-    belief = LowRank(rank, inner_loops, bool(published), fa_step, float(psi_floor), block_rows)
+    belief = LowRank(rank, inner_loops, bool(published), fa_step, float(psi_floor), block_rows, int(buffer))
     given_noise = not isinstance(cfg.frozen_noise, bool)
     if given_noise and cfg.frozen_noise[1].shape[1] != rank:
         raise ValueError(f"frozen_noise must be a pair (z, e) of shapes (K, d) and (K, {rank}), "

@@ -141,6 +141,10 @@ def _check_lowrank(st):
           f"W has shape {W}, expected {m} + (p,) with 1 <= p <= d for a mean of shape {m}")
     _need(_shape(st.psi) == m, f"psi has shape {_shape(st.psi)}, expected {m}")
     _need(_dtype_of(st.W) == _dtype_of(st.mean) == _dtype_of(st.psi), "mean, W and psi must share one dtype")
+    if st.gram is not None:
+        _floating("gram", st.gram)
+        _need(_shape(st.gram) == W[:-2] + (W[-1], W[-1]),
+              f"gram has shape {_shape(st.gram)}, expected {W[:-2] + (W[-1], W[-1])} for W of shape {W}")
     _check_info_and_step(st, m[:-1])
 
 
@@ -390,9 +394,12 @@ class _Decoder:
         if entry is None:  # never imported: only registered classes are built
             self._fail(f"the state class {name!r:.80} is not registered (jaxrvga.io.register)")
         cls, check = entry
-        fields = list(cls._fields)
-        if fields != spec.get("fields") or len(children) != len(fields):
-            self._fail(f"{name} has fields {fields}, the file has {spec.get('fields')!r:.80}")
+        fields, stored = list(cls._fields), spec.get("fields")
+        # a file written before trailing fields with defaults were added (LowRankState.gram) lacks them
+        older = isinstance(stored, list) and fields[:len(stored)] == stored \
+            and all(f in cls._field_defaults for f in fields[len(stored):])
+        if not older or len(children) != len(stored):
+            self._fail(f"{name} has fields {fields}, the file has {stored!r:.80}")
         obj = cls(*children)
         if check is not None:
             try:

@@ -105,11 +105,12 @@ class Woodbury(NamedTuple):
         return matvec(self.W, self.psi, v)
 
 
-def gram_m(W, psi, block_rows=None):
-    """``M = I_p + W^T Psi^{-1} W`` as the exactly symmetric Gram ``I + B^T B``, ``B = W / sqrt(psi)``.
+def whitened_gram(W, psi, block_rows=None, nb=None):
+    """``W^T Psi^{-1} W`` as the exactly symmetric Gram ``B^T B``, ``B = W / sqrt(psi)``.
 
-    Large ``W`` are streamed over row blocks (:func:`jaxrvga.blocks.num_blocks`), so ``B``
-    never exists as a whole ``d x p`` array.
+    ``W`` may be a tuple of column blocks (:func:`_tmatmul`). Large ``W`` are streamed over row
+    blocks (:func:`jaxrvga.blocks.num_blocks`, or ``nb`` of them), so ``B`` never exists as a
+    whole ``d x p`` array.
     """
     parts = W if isinstance(W, tuple) else (W,)
 
@@ -117,9 +118,25 @@ def gram_m(W, psi, block_rows=None):
         B = jnp.concatenate(parts_b, axis=1) / jnp.sqrt(psi_b)[:, None]  # a block of rows only
         return B.T @ B
 
-    q = width(W)
-    nb = blocks.num_blocks(psi.shape[0], q, block_rows)
-    return jnp.eye(q, dtype=psi.dtype) + blocks.block_sum(gram, (psi, *parts), nb)
+    if nb is None:
+        nb = blocks.num_blocks(psi.shape[0], width(W), block_rows)
+    return blocks.block_sum(gram, (psi, *parts), nb)
+
+
+def bordered_gram(gram, W, psi, X):
+    """The whitened Gram of ``[W, X]`` from that of ``W`` (``gram``): only ``X``'s border is summed.
+
+    ``[[gram, W^T Psi^{-1} X], [X^T Psi^{-1} W, X^T Psi^{-1} X]]``, exactly symmetric; one pass
+    over the rows of ``W`` for an ``X`` (d, m) of a few columns instead of a whole Gram.
+    """
+    B = X / jnp.sqrt(psi)[:, None]
+    cross = _tmatmul(B / jnp.sqrt(psi)[:, None], W)  # (q, m) = W^T Psi^{-1} X
+    return jnp.block([[gram, cross], [cross.T, B.T @ B]])
+
+
+def gram_m(W, psi, block_rows=None):
+    """``M = I_p + W^T Psi^{-1} W`` (:func:`whitened_gram`), exactly symmetric."""
+    return jnp.eye(width(W), dtype=psi.dtype) + whitened_gram(W, psi, block_rows)
 
 
 def check_factors(W, psi):
@@ -300,7 +317,7 @@ def to_dense_covariance(W, psi):
     return factorize(W, psi).solve(jnp.eye(W.shape[0], dtype=W.dtype))
 
 
-__all__ = ["Woodbury", "check_factors", "factorize", "gram_m", "solve", "quad_form", "logdet",
+__all__ = ["Woodbury", "check_factors", "factorize", "gram_m", "whitened_gram", "bordered_gram", "solve", "quad_form", "logdet",
            "inverse_diag", "matvec",
            "ensemble_gain", "sample", "sample_from_noise", "init_factors", "init_factors_plain",
            "to_dense_precision", "to_dense_covariance"]

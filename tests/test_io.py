@@ -276,7 +276,7 @@ def test_inconsistent_leaves_are_refused(tmp_path):
         tree = meta["tree"]
         tree["qualname"] = "LowRankState"
         tree["fields"] = list(LowRankState._fields)
-        tree["children"] = tree["children"][:3] + tree["children"][3:] + [{"t": "none"}]
+        tree["children"] = tree["children"] + [{"t": "none"}] * (len(LowRankState._fields) - len(tree["children"]))
 
     _rewrite_meta(path, relabel)
     with pytest.raises(ValueError, match="inconsistent LowRankState"):

@@ -1,0 +1,153 @@
+"""The default L-RVGA's cached whitened Gram and its column buffer (``lrvga(..., buffer=b)``).
+
+Oracles: between projections the buffered belief is the exact precision step (linear model:
+the Kalman posterior); the cached Gram equals ``W^T Psi^{-1} W`` after every step; a buffer
+that overflows projects the same factor the unbuffered filter would from the same columns.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrvga as jr
+from jaxrvga import factor_analysis, io, lowrank
+
+jax.config.update("jax_enable_x64", True)
+
+
+def _linear(n=12, d=8, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) / np.sqrt(d)
+    return X, X @ rng.normal(size=d) + rng.normal(size=n), rng
+
+
+def _prior(rng, d, p):
+    return rng.normal(size=(d, p)), rng.uniform(0.5, 2.0, size=d)
+
+
+def test_buffered_belief_is_exact_until_the_buffer_overflows():
+    X, y, rng = _linear()
+    d, p, b = X.shape[1], 2, 5
+    W0, psi0 = _prior(rng, d, p)
+    flt = jr.lrvga(jr.models.linear_gaussian(1.0), rank=p, buffer=b)
+    state = flt.init(jnp.zeros(d), W0, psi0)
+    prec = W0 @ W0.T + np.diag(psi0)
+    mean = np.zeros(d)
+    for t in range(b):  # b observations of one column each fill the buffer exactly
+        state = flt.update(state, X[t], y[t])
+        prec_new = prec + np.outer(X[t], X[t])
+        mean = np.linalg.solve(prec_new, prec @ mean + X[t] * y[t])  # Kalman / Bayes, noise variance 1
+        prec = prec_new
+        np.testing.assert_allclose(lowrank.to_dense_precision(state.W, state.psi), prec, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(state.mean, mean, rtol=1e-10, atol=1e-12)
+        assert state.W.shape == (d, p + b) and float(state.info.dropped) == 0.0
+    state = flt.update(state, X[b], y[b])  # overflow: projected back to rank p
+    assert np.allclose(state.W[:, p:], 0.0) and float(state.info.dropped) > 0.0
+
+
+@pytest.mark.parametrize("buffer", [0, 3])
+@pytest.mark.parametrize("process_noise", [None, 0.05])
+def test_cached_gram_is_the_whitened_gram_after_every_step(buffer, process_noise):
+    rng = np.random.default_rng(1)
+    d, p, n = 10, 3, 40
+    X = rng.normal(size=(n, d))
+    y = (rng.random(n) < 0.5).astype(float)
+    flt = jr.lrvga(jr.models.logistic(), rank=p, scheme="ekf", buffer=buffer, process_noise=process_noise)
+    W0, psi0 = _prior(rng, d, p)
+    state, trace = jr.run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y,
+                          trace_fn=lambda s, x, y: (s.W, s.psi, s.gram))
+    for W, psi, gram in zip(*trace):
+        np.testing.assert_allclose(gram, W.T @ (W / psi[:, None]), rtol=1e-10, atol=1e-12)
+
+
+def test_buffer_overflow_projects_what_the_unbuffered_projection_would():
+    """Projecting the buffer and the new column at once is the spectral step of ``[W_p, B, x]``."""
+    X, y, rng = _linear(n=4)
+    d, p, b = X.shape[1], 2, 3
+    W0, psi0 = _prior(rng, d, p)
+    flt = jr.lrvga(jr.models.linear_gaussian(1.0), rank=p, buffer=b)
+    state = flt.init(jnp.zeros(d), W0, psi0)
+    for t in range(b):
+        state = flt.update(state, X[t], y[t])
+    out = flt.update(state, X[b], y[b])
+    pending = jnp.concatenate([state.W[:, p:], jnp.asarray(X[b])[:, None]], axis=1)
+    W, psi, _ = factor_analysis.spectral_em_step(state.W[:, :p], state.psi, pending, 1.0, 1.0, 0)
+    np.testing.assert_allclose(out.W[:, :p] @ out.W[:, :p].T, W @ W.T, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(out.psi, psi, rtol=1e-9)
+
+
+def test_minibatch_columns_that_do_not_fit_project_with_the_buffer():
+    X, y, rng = _linear(n=12)
+    d, p = X.shape[1], 2
+    W0, psi0 = _prior(rng, d, p)
+    flt = jr.lrvga(jr.models.linear_gaussian(1.0), rank=p, buffer=3)
+    state = flt.init(jnp.zeros(d), W0, psi0)
+    state = flt.update(state, X[:2], y[:2])  # 2 of 3 columns used
+    assert np.allclose(state.W[:, p + 2:], 0.0) and not np.allclose(state.W[:, p:p + 2], 0.0)
+    prec = W0 @ W0.T + np.diag(psi0) + X[:2].T @ X[:2]
+    np.testing.assert_allclose(lowrank.to_dense_precision(state.W, state.psi), prec, rtol=1e-12)
+    state = flt.update(state, X[2:4], y[2:4])  # 2 more do not fit: all 4 projected
+    assert np.allclose(state.W[:, p:], 0.0) and float(state.info.dropped) > 0.0
+
+
+def test_gram_cache_matches_the_uncached_default_and_float32_runs():
+    """A state without the cache (built by hand) gives the same run as the cached one, and keeps its structure."""
+    rng = np.random.default_rng(2)
+    d, p, n = 12, 3, 60
+    X = rng.normal(size=(n, d))
+    y = (rng.random(n) < 1 / (1 + np.exp(-X @ rng.normal(size=d)))).astype(float)
+    flt = jr.lrvga(jr.models.logistic(), rank=p, scheme="explicit")
+    W0, psi0 = _prior(rng, d, p)
+    cached = flt.init(jnp.zeros(d), W0, psi0)
+    bare = cached._replace(gram=None)
+    a, _ = jr.run(flt, cached, X, y)
+    b, _ = jr.run(flt, bare, X, y)
+    assert a.gram is not None and b.gram is None
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-9, atol=1e-12)
+    f32 = jr.lrvga(jr.models.logistic(), rank=p, scheme="ekf", buffer=4)
+    s32, info = jr.run(f32, f32.init(jnp.zeros(d, jnp.float32), W0.astype(np.float32), psi0.astype(np.float32)),
+                       X.astype(np.float32), y.astype(np.float32), trace_fn=jr.trace_info)
+    assert s32.W.dtype == jnp.float32 and bool(info.converged.all())
+    np.testing.assert_allclose(s32.gram, s32.W.T @ (s32.W / s32.psi[:, None]), rtol=2e-4, atol=1e-4)
+
+
+def test_buffer_options_are_checked():
+    model = jr.models.logistic()
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="buffer"):
+            jr.lrvga(model, rank=2, buffer=bad)
+    with pytest.raises(ValueError, match="buffer"):
+        jr.lrvga(model, rank=2, buffer=2, published=True)
+    flt = jr.lrvga(model, rank=2, buffer=3)
+    with pytest.raises(ValueError, match="rank \\+ buffer"):
+        flt.init(jnp.zeros(4), jnp.zeros((4, 2)), jnp.ones(4))
+    other = jr.lrvga(model, rank=2).init(jnp.zeros(6), jnp.zeros((6, 2)), jnp.ones(6))
+    with pytest.raises(ValueError, match="columns"):
+        flt.update(other, jnp.ones(6), 1.0)
+
+
+def test_state_with_gram_round_trips_and_older_files_load(tmp_path):
+    import json
+    flt = jr.lrvga(jr.models.logistic(), rank=2, buffer=1)
+    state = flt.update(flt.init(jnp.zeros(5), np.eye(5)[:, :2], np.ones(5)), jnp.ones(5), 1.0)
+    io.save(tmp_path / "s.npz", state)
+    back = io.load(tmp_path / "s.npz")
+    np.testing.assert_array_equal(back.gram, state.gram)
+    # a file of the format before the gram field: LowRankState with six fields
+    old = jr.lrvga(jr.models.logistic(), rank=2, published=True).init(jnp.zeros(5), np.eye(5)[:, :2], np.ones(5))
+    io.save(tmp_path / "o.npz", old)
+    with np.load(tmp_path / "o.npz", allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    meta = json.loads(str(arrays[io.META_KEY]))
+    assert meta["tree"]["fields"][-1] == "gram" and meta["tree"]["children"][-1]["t"] == "none"
+    meta["tree"]["fields"].pop()
+    meta["tree"]["children"].pop()
+    arrays[io.META_KEY] = np.array(json.dumps(meta))
+    np.savez(tmp_path / "o.npz", **arrays)
+    loaded = io.load(tmp_path / "o.npz")
+    assert loaded.gram is None
+    np.testing.assert_array_equal(loaded.W, old.W)
+    # a gram of the wrong shape is refused
+    io.save(tmp_path / "b.npz", state._replace(gram=jnp.zeros((2, 2))))
+    with pytest.raises(ValueError, match="gram"):
+        io.load(tmp_path / "b.npz")
