@@ -12,7 +12,9 @@ Both offer the same operations:
 * ``marginal(state, X)``: means and variances of ``x_i^T theta`` for the rows of ``X`` (m, d);
 * ``solve(state, g)``: ``P g``; ``sample(state, key, num)``: draws of ``theta`` (antithetic pairs);
 * ``add(state, X, c)``: the precision step ``P^{-1} + X diag(c) X^T`` ([RVGA] eq. 29, [LRVGA] eq. 7),
-  the mean unchanged; ``finish(state)``: the belief's own projection of the result.
+  the mean unchanged; ``absorb(state, X, c, g, prior_gain)``: ``add`` and the mean step
+  ``mu + P g`` (with the new ``P``, or the previous one with ``prior_gain``, [RVGA] eq. 76);
+  ``finish(state)``: the belief's own projection of the result.
 
 For the low-rank belief, ``add`` keeps the sum exactly, as the factors ``[W, X diag(sqrt c)]`` of a
 higher rank, so that the mean step that follows uses the unprojected precision (by Woodbury, still
@@ -39,6 +41,13 @@ def antithetic_normals(key, num: int, dim: int, dtype):
     """``num`` standard normal rows of length ``dim`` in antithetic pairs ``(z, -z)``."""
     half = jax.random.normal(key, ((num + 1) // 2, dim), dtype)
     return jnp.concatenate([half, -half])[:num]
+
+
+def add_then_solve(belief, prior, X, c, g, prior_gain: bool = False):
+    """``belief.add`` then the mean step ``mu + P g`` (``P`` the new covariance, or the prior's with
+    ``prior_gain``). Returns ``(state, ok)``."""
+    pre, ok = belief.add(prior, X, c)
+    return pre._replace(mean=prior.mean + belief.solve(prior if prior_gain else pre, g)), ok
 
 
 def _check_mean(mean):
@@ -128,6 +137,10 @@ class Dense(NamedTuple):
         eps = jnp.finfo(cov.dtype).eps
         floor = 2.0 * cov.shape[0] * eps * jnp.max(jnp.diagonal(cov))
         return jnp.all(nu >= floor * jnp.sum(X * X, axis=0))
+
+    def absorb(self, prior, X, c, g, prior_gain: bool = False):
+        """:meth:`add` and the mean step ``mu + P g`` (:func:`add_then_solve`); returns ``(state, ok)``."""
+        return add_then_solve(self, prior, X, c, g, prior_gain)
 
     def finish(self, state):
         """Nothing to project: returns ``(state, dropped = 0)``."""
@@ -230,22 +243,43 @@ class LowRank(NamedTuple):
         e = column(jnp.arange(q)).T
         return lowrank.sample_from_noise(state.mean, W, state.psi, z, e)
 
+    def _pending_root(self, state, X, c):
+        """``X sqrt(c)`` (``c`` clipped at 0: a factor needs a PSD increment); checks the state's width."""
+        width = self.rank + (self.buffer if self.keeps_gram else 0)
+        if state.W.shape[-1] != width:
+            raise ValueError(f"state: W has {state.W.shape[-1]} columns, this filter keeps rank + buffer = {width}")
+        return X if c is None else X * jnp.sqrt(jnp.maximum(c, 0.0))
+
     def add(self, state, X, c):
-        """The precision step with ``X diag(c) X^T`` (``c`` clipped at 0: a factor needs a PSD increment).
+        """The precision step with ``X diag(c) X^T`` (``c`` clipped at 0).
 
         Default: the exact sum as the factor ``[W, X sqrt(c)]`` of rank ``p + m``, held as the pair of
         its column blocks (never joined into a new d x (p + m) array), with its whitened Gram.
         ``published``: projected at once by Algorithm 1 from ``W``. Returns ``(state, ok)``.
         """
-        width = self.rank + (self.buffer if self.keeps_gram else 0)
-        if state.W.shape[-1] != width:
-            raise ValueError(f"state: W has {state.W.shape[-1]} columns, this filter keeps rank + buffer = {width}")
-        root = X if c is None else X * jnp.sqrt(jnp.maximum(c, 0.0))
+        root = self._pending_root(state, X, c)
         if self.published:
             W, psi = self._project_published(state.W, state.psi, root)
             return state._replace(W=W, psi=psi), jnp.asarray(True)
         gram = None if state.gram is None else lowrank.bordered_gram(state.gram, state.W, state.psi, root)
         return state._replace(W=(state.W, root), gram=gram), jnp.asarray(True)
+
+    def absorb(self, prior, X, c, g, prior_gain: bool = False):
+        """:meth:`add` and the mean step ``mu + P g`` by Woodbury, with the pending factor ``L = [W, X sqrt(c)]``.
+
+        With the cached Gram, ``W^T Psi^{-1} [X sqrt(c), g]`` is one pass over ``W`` that gives
+        both the border of the Gram and the projection of ``g``
+        (:func:`jaxrvga.lowrank.bordered_gram`); the mean step is a second pass (``W`` times a
+        vector). Returns ``(state, ok)``.
+        """
+        if prior.gram is None:
+            return add_then_solve(self, prior, X, c, g, prior_gain)
+        root = self._pending_root(prior, X, c)
+        gram, Lg = lowrank.bordered_gram(prior.gram, prior.W, prior.psi, root, g)
+        pre = prior._replace(W=(prior.W, root), gram=gram)
+        source, projection = (prior, Lg[:prior.gram.shape[0]]) if prior_gain else (pre, Lg)
+        step = self._factor(source).solve_given(g, projection)
+        return pre._replace(mean=prior.mean + step), jnp.asarray(True)
 
     def _project_published(self, W, psi, X):
         if self.fa_step is not None:
@@ -301,4 +335,4 @@ def _buffer_fill(gram, rank: int, width: int):
     return jnp.max(jnp.where(used, jnp.arange(1, width - rank + 1), 0), initial=0)
 
 
-__all__ = ["Dense", "LowRank", "antithetic_normals"]
+__all__ = ["Dense", "LowRank", "antithetic_normals", "add_then_solve"]

@@ -77,7 +77,11 @@ class Woodbury(NamedTuple):
     def solve(self, v):
         """``P v = Psi^{-1} v - Psi^{-1} W M^{-1} W^T Psi^{-1} v`` ([LRVGA] eq. 27); ``v`` (d,) or (d, k)."""
         u = self._scale(jnp.asarray(v))
-        return u - self._scale(_matmul(self.W, cho_solve((self.chol, True), _tmatmul(u, self.W))))
+        return self.solve_given(v, _tmatmul(u, self.W))
+
+    def solve_given(self, v, projection):
+        """:meth:`solve` when ``W^T Psi^{-1} v`` (``projection``) is already known: one pass over ``W``."""
+        return self._scale(jnp.asarray(v)) - self._scale(_matmul(self.W, cho_solve((self.chol, True), projection)))
 
     def quad_form(self, x):
         """``x^T P x`` for a vector ``x`` (or the diagonal of ``X^T P X`` for (d, k))."""
@@ -123,15 +127,19 @@ def whitened_gram(W, psi, block_rows=None, nb=None):
     return blocks.block_sum(gram, (psi, *parts), nb)
 
 
-def bordered_gram(gram, W, psi, X):
-    """The whitened Gram of ``[W, X]`` from that of ``W`` (``gram``): only ``X``'s border is summed.
+def bordered_gram(gram, W, psi, X, rhs=None):
+    """The whitened Gram of ``L = [W, X]`` from that of ``W`` (``gram``): only ``X``'s border is summed.
 
     ``[[gram, W^T Psi^{-1} X], [X^T Psi^{-1} W, X^T Psi^{-1} X]]``, exactly symmetric; one pass
-    over the rows of ``W`` for an ``X`` (d, m) of a few columns instead of a whole Gram.
+    over the rows of ``W`` for an ``X`` (d, m) of a few columns instead of a whole Gram. With a
+    vector ``rhs``, the same pass also gives ``L^T Psi^{-1} rhs``: returns ``(gram, that)``.
     """
-    B = X / jnp.sqrt(psi)[:, None]
-    cross = _tmatmul(B / jnp.sqrt(psi)[:, None], W)  # (q, m) = W^T Psi^{-1} X
-    return jnp.block([[gram, cross], [cross.T, B.T @ B]])
+    m = X.shape[1]
+    V = (X if rhs is None else jnp.concatenate([X, rhs[:, None]], axis=1)) / psi[:, None]
+    VW, VX = V.T @ W, V.T @ X  # (m [+ 1], q), (m [+ 1], m): one pass over W (V^T W, not W^T V: XLA's fast form)
+    XX = 0.5 * (VX[:m] + VX[:m].T)
+    bordered = jnp.block([[gram, VW[:m].T], [VW[:m], XX]])
+    return bordered if rhs is None else (bordered, jnp.concatenate([VW[m], VX[m]]))
 
 
 def gram_m(W, psi, block_rows=None):

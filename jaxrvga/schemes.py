@@ -79,9 +79,7 @@ def absorb(belief, prior, inc: Increment):
 
     Returns ``(state, ok)``; ``ok`` is False where the step is not positive definite.
     """
-    pre, ok = belief.add(prior, inc.X, inc.c)
-    source = prior if inc.prior_gain else pre
-    return pre._replace(mean=prior.mean + belief.solve(source, inc.gradient())), ok
+    return belief.absorb(prior, inc.X, inc.c, inc.gradient(), inc.prior_gain)
 
 
 def iterate(belief, prior, evaluate: Callable, cfg: Config):

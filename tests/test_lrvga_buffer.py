@@ -151,3 +151,34 @@ def test_state_with_gram_round_trips_and_older_files_load(tmp_path):
     io.save(tmp_path / "b.npz", state._replace(gram=jnp.zeros((2, 2))))
     with pytest.raises(ValueError, match="gram"):
         io.load(tmp_path / "b.npz")
+
+
+def test_whitened_and_bordered_gram():
+    rng = np.random.default_rng(3)
+    d, p, m = 64, 4, 2
+    W, X, psi = rng.normal(size=(d, p)), rng.normal(size=(d, m)), rng.uniform(0.5, 2.0, size=d)
+    full = np.concatenate([W, X], 1)
+    want = full.T @ (full / psi[:, None])
+    np.testing.assert_allclose(lowrank.whitened_gram((W, X), psi), want, rtol=1e-12)
+    np.testing.assert_allclose(lowrank.whitened_gram(full, psi, block_rows=16), want, rtol=1e-12)  # 4 row blocks
+    bordered = lowrank.bordered_gram(lowrank.whitened_gram(W, psi), W, psi, X)
+    np.testing.assert_allclose(bordered, want, rtol=1e-12)
+    np.testing.assert_array_equal(bordered, bordered.T)
+    np.testing.assert_allclose(lowrank.gram_m(W, psi), np.eye(p) + want[:p, :p], rtol=1e-12)
+
+
+@pytest.mark.parametrize("loops", [0, 2])
+def test_spectral_em_step_takes_and_returns_the_gram(loops):
+    rng = np.random.default_rng(4)
+    d, p, m = 30, 3, 2
+    W, X, psi = rng.normal(size=(d, p)), rng.normal(size=(d, m)), rng.uniform(0.5, 2.0, size=d)
+    alpha, beta = 0.8, 1.3
+    plain = factor_analysis.spectral_em_step(W, psi, X, alpha, beta, loops)
+    G = lowrank.whitened_gram((W, X), psi)
+    W1, psi1, dropped, G1 = factor_analysis.spectral_em_step(W, psi, X, alpha, beta, loops, gram=G, return_gram=True)
+    np.testing.assert_allclose(W1 @ W1.T, plain[0] @ plain[0].T, rtol=1e-10, atol=1e-12)  # columns up to sign
+    np.testing.assert_allclose(psi1, plain[1], rtol=1e-10)
+    np.testing.assert_allclose(dropped, plain[2], rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(G1, W1.T @ (W1 / psi1[:, None]), rtol=1e-10)
+    with pytest.raises(ValueError, match="gram"):
+        factor_analysis.spectral_em_step(W, psi, X, gram=G[:p, :p])
