@@ -2,7 +2,8 @@
 
 Three problems, each run with the published L-RVGA (Algorithm 1 from ``W_{t-1}``, mean step with
 the projected precision) and with the default (spectral warm start of the projection, mean step
-with the unprojected precision):
+with the unprojected precision; also with ``buffer=9``, one projection per 10 observations,
+where ``p + 9 <= d``):
 
 * a correlated linear-Gaussian problem (d = 20, N = 300, prior variance 9): KL(q || exact
   posterior) and the relative error of the mean, for p = 20, 10, 5, 2;
@@ -23,7 +24,8 @@ import jaxrvga as jr
 from experiments.common import cli, make_split, write_csv
 
 VARIANTS = {"published": dict(published=True), "published, 3 loops": dict(published=True, inner_loops=3),
-            "default": dict(), "default, 1 loop": dict(inner_loops=1), "default, 3 loops": dict(inner_loops=3)}
+            "default": dict(), "default, 1 loop": dict(inner_loops=1), "default, 3 loops": dict(inner_loops=3),
+            "default, buffer 9": dict(buffer=9)}
 
 
 def exact_posterior(X, y, prior_var, noise_var=1.0):
@@ -54,6 +56,8 @@ def linear_table(ranks, N):
     for p in ranks:
         W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(0), d, p, prior_var=prior_var)
         for name, kw in VARIANTS.items():
+            if p + kw.get("buffer", 0) > d:
+                continue  # the buffer's columns do not fit beside rank p
             flt = jr.lrvga(jr.models.linear_gaussian(), rank=p, **kw)
             s, _ = jr.run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
             cov = np.asarray(jr.lowrank.to_dense_covariance(s.W, s.psi))

@@ -278,8 +278,9 @@ class LowRank(NamedTuple):
         gram, Lg = lowrank.bordered_gram(prior.gram, prior.W, prior.psi, root, g)
         pre = prior._replace(W=(prior.W, root), gram=gram)
         source, projection = (prior, Lg[:prior.gram.shape[0]]) if prior_gain else (pre, Lg)
-        step = self._factor(source).solve_given(g, projection)
-        return pre._replace(mean=prior.mean + step), jnp.asarray(True)
+        fac = self._factor(source)
+        step = fac.solve_given(g, projection)
+        return pre._replace(mean=prior.mean + step), _resolved(fac.chol, source.gram)
 
     def _project_published(self, W, psi, X):
         if self.fa_step is not None:
@@ -327,6 +328,17 @@ class LowRank(NamedTuple):
         offset = jnp.arange(q) - start
         order = jnp.where((offset >= 0) & (offset < m), q + offset, jnp.arange(q))
         return state._replace(W=W, gram=state.gram[order][:, order]), jnp.zeros((), state.psi.dtype)
+
+
+def _resolved(chol, gram):
+    """Every pivot of the Cholesky factor of ``M = I + gram`` exceeds the rounding of its diagonal.
+
+    The exact pivots of ``M >= I`` are >= 1; one below ``2 q eps M_jj`` is rounding noise (a new
+    column in the span of the others at a scale the dtype cannot resolve, e.g. ``psi = 1e-30``), so
+    the Woodbury solve is meaningless there and the step is refused (and flagged). NaN fails too.
+    """
+    eps = jnp.finfo(chol.dtype).eps
+    return jnp.all(jnp.diagonal(chol) ** 2 >= 2 * chol.shape[0] * eps * (1.0 + jnp.diagonal(gram)))
 
 
 def _buffer_fill(gram, rank: int, width: int):

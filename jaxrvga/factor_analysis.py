@@ -237,8 +237,9 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
 
         def warm(rows, terms=_iterate_terms(gains), last=last):
             Wp_b, pp_b, X_b = rows
-            W_b = _iterate_rows(Wp_b, pp_b, X_b, (), terms)
-            R_b = Wp_b @ Mr + X_b @ Nr
+            # [W_0, L V_r] as one product, so that the rows of L are read once
+            both = Wp_b @ jnp.concatenate([terms[0], Mr], 1) + X_b @ jnp.concatenate([terms[1], Nr], 1)
+            W_b, R_b = both[:, :Mr.shape[0]], both[:, Mr.shape[0]:]
             psi_b = jnp.maximum(alpha * pp_b + jnp.sum(R_b * R_b, axis=1), floor)
             new = (W_b, psi_b) if last or store_iterate else (psi_b,)
             return new, (_last_sums(W_b, psi_b, out_gram) if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
