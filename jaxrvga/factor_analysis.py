@@ -244,7 +244,7 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
             new = (W_b, psi_b) if last or store_iterate else (psi_b,)
             return new, (_last_sums(W_b, psi_b, out_gram) if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
 
-        new, grams = blocks.block_map(warm, (W_prev, psi_prev, X), nb, in_place=2 if last else 0)
+        new, grams = blocks.block_map(warm, (W_prev, psi_prev, X), nb, in_place=1 if last else 0)
         W, psi = new if len(new) == 2 else (None, new[0])
         psis.append(psi)
     else:
@@ -269,14 +269,14 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
                 W_b = X_b @ KX + Wp_b @ KP + pp_b[:, None] * (W_b @ KW) / psi_b[:, None]
                 return finish(W_b, Wp_b, pp_b, X_b, dS_b)
 
-            (W, psi), grams = blocks.block_map(rewrite, (W, psi, W_prev, psi_prev, X, diagS), nb, in_place=2)
+            (W, psi), grams = blocks.block_map(rewrite, (W, psi, W_prev, psi_prev, X, diagS), nb, in_place=1)
         else:
             def rewrite(rows, terms=_iterate_terms(gains), finish=finish):
                 Wp_b, pp_b, X_b, dS_b, *psi_bs = rows
                 return finish(_iterate_rows(Wp_b, pp_b, X_b, psi_bs, terms), Wp_b, pp_b, X_b, dS_b)
 
             new, grams = blocks.block_map(rewrite, (W_prev, psi_prev, X, diagS, *psis), nb,
-                                          in_place=2 if last else 0)
+                                          in_place=1 if last else 0)
             W, psi = new if len(new) == 2 else (None, new[0])
             psis.append(psi)
     return W, psi, dropped, grams.get("out")

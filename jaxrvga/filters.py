@@ -155,17 +155,19 @@ def _guarded(belief, prior, new, ok, info):
     """Skip and flag: finish (project) ``new`` only if it is finite and valid, else keep ``prior``.
 
     The decision is taken before the projection, so a low-rank projection can rewrite the prior's
-    ``W`` in place (no second d x p buffer): when ``new`` holds the prior's ``W`` in its pending
-    factor, ``W`` enters the branch once, through ``new``. A projection that still yields a
+    ``W`` and ``psi`` in place (no second d x p buffer): when ``new`` holds them in its pending
+    factor, they enter the branch once, through ``new`` (passed twice, XLA copies them, and the
+    projection's row-block loop then copied ``psi`` in every block). A projection that still yields a
     non-finite result (it does not for finite input, up to overflow) is flagged. The step counter
     advances either way.
     """
     ok = ok & _all_finite(*_belief_fields(new))
-    shared = isinstance(getattr(new, "W", None), tuple) and new.W[0] is prior.W
-    rest = prior._replace(W=None) if shared else prior
+    # a pending low-rank factor holds the prior's W and psi: they enter the branch once, through new
+    shared = isinstance(getattr(new, "W", None), tuple) and new.W[0] is prior.W and new.psi is prior.psi
+    rest = prior._replace(W=None, psi=None) if shared else prior
 
     def keep(new, rest):
-        back = rest._replace(W=new.W[0]) if shared else rest
+        back = rest._replace(W=new.W[0], psi=new.psi) if shared else rest
         return back._replace(key=new.key), jnp.zeros((), prior.mean.dtype)
 
     out, dropped = jax.lax.cond(ok, lambda new, rest: belief.finish(new), keep, new, rest)

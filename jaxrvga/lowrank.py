@@ -135,8 +135,9 @@ def bordered_gram(gram, W, psi, X, rhs=None):
     vector ``rhs``, the same pass also gives ``L^T Psi^{-1} rhs``: returns ``(gram, that)``.
     """
     m = X.shape[1]
-    V = (X if rhs is None else jnp.concatenate([X, rhs[:, None]], axis=1)) / psi[:, None]
-    VW, VX = V.T @ W, V.T @ X  # (m [+ 1], q), (m [+ 1], m): one pass over W (V^T W, not W^T V: XLA's fast form)
+    # V^T = [X, rhs]^T Psi^{-1} built as rows: V^T W, not W^T V, is XLA's fast form, and no transposed copy
+    Vt = (X.T if rhs is None else jnp.concatenate([X.T, rhs[None, :]], axis=0)) / psi
+    VW, VX = Vt @ W, Vt @ X  # (m [+ 1], q), (m [+ 1], m): one pass over W
     XX = 0.5 * (VX[:m] + VX[:m].T)
     bordered = jnp.block([[gram, VW[:m].T], [VW[:m], XX]])
     return bordered if rhs is None else (bordered, jnp.concatenate([VW[m], VX[m]]))
