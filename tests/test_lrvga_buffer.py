@@ -182,3 +182,22 @@ def test_spectral_em_step_takes_and_returns_the_gram(loops):
     np.testing.assert_allclose(G1, W1.T @ (W1 / psi1[:, None]), rtol=1e-10)
     with pytest.raises(ValueError, match="gram"):
         factor_analysis.spectral_em_step(W, psi, X, gram=G[:p, :p])
+
+
+def test_predictive_and_sampling_of_a_state_with_a_partly_filled_buffer():
+    """Zero buffer columns change nothing: predictions equal those of the dense covariance."""
+    rng = np.random.default_rng(6)
+    d, p = 7, 2
+    X = rng.normal(size=(3, d))
+    y = (rng.random(3) < 0.5).astype(float)
+    flt = jr.lrvga(jr.models.logistic(), rank=p, scheme="ekf", buffer=4)
+    W0, psi0 = _prior(rng, d, p)
+    state, _ = jr.run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)  # 3 of 4 buffer columns used
+    assert not np.allclose(state.W[:, p + 2], 0.0) and np.allclose(state.W[:, p + 3], 0.0)
+    cov = np.asarray(lowrank.to_dense_covariance(state.W, state.psi))
+    dense = jr.GaussianState(state.mean, jnp.asarray(cov), state.step, state.info)
+    Xq = rng.normal(size=(4, d))
+    for a, b in zip(jr.predictive(state, Xq), jr.predictive(dense, Xq)):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+    draws = flt.update.spec.belief.sample(state, jax.random.PRNGKey(0), 20000)
+    np.testing.assert_allclose(np.cov(np.asarray(draws).T), cov, atol=0.05 * np.abs(cov).max())
