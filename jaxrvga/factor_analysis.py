@@ -86,8 +86,22 @@ def _m_step(Q, C, diagS, psi_floor):
 
 def _floor(diagS, psi_floor):
     """The floor of ``psi`` (module docstring): ``max(psi_floor, eps) * mean(Diag(S))``."""
-    finfo = jnp.finfo(diagS.dtype)
-    return jnp.maximum(psi_floor, finfo.eps) * jnp.mean(diagS) + finfo.tiny
+    return _floor_at(jnp.mean(diagS), psi_floor)
+
+
+def _floor_at(mean_diag, psi_floor):
+    """:func:`_floor` from ``mean(Diag(S))``."""
+    finfo = jnp.finfo(mean_diag.dtype)
+    return jnp.maximum(psi_floor, finfo.eps) * mean_diag + finfo.tiny
+
+
+def _mean_diag(W_prev, psi_prev, X, alpha, beta):
+    """``mean(Diag(S))`` of the target ``alpha (W W^T + Psi) + beta X X^T`` from whole-array dot
+    products (a row-wise ``Diag(S)`` is a slow minor-axis reduction on CPU)."""
+    def sq(A):
+        flat = A.reshape(-1)
+        return flat @ flat
+    return (alpha * (sq(W_prev) + jnp.sum(psi_prev)) + beta * sq(X)) / psi_prev.shape[0]
 
 
 def _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, first: bool):
@@ -368,13 +382,17 @@ def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int 
     W_prev, psi_prev, X = _check_em_inputs(W_prev, psi_prev, X)
     check_positive("alpha", alpha)
     check_nonnegative("beta", beta)
-    diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
+    if inner_loops:
+        diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
+        floor = _floor(diagS, psi_floor)
+    else:  # the start alone needs only the mean of Diag(S), for the floor of psi
+        diagS, floor = None, _floor_at(_mean_diag(W_prev, psi_prev, X, alpha, beta), psi_floor)
     nb = blocks.num_blocks(*W_prev.shape, block_rows)
     if store_iterate is None:
         store_iterate = W_prev.size < blocks.BLOCK_MIN_ELEMENTS
     if gram is not None and jnp.shape(gram) != (W_prev.shape[1] + X.shape[1],) * 2:
         raise ValueError(f"gram must be the (p + m) x (p + m) Gram of [W_prev, X], got shape {jnp.shape(gram)}")
-    out = _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, _floor(diagS, psi_floor), inner_loops, nb,
+    out = _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb,
                     bool(store_iterate), spectral=True, gram=gram, out_gram=return_gram)
     return out if return_gram else out[:3]
 
