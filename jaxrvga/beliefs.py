@@ -213,20 +213,13 @@ class LowRank(NamedTuple):
         grow = _inflation(process_noise, state.W.dtype)
         return state if grow is None else state._replace(W=state.W / jnp.sqrt(grow), psi=state.psi / grow)
 
-    def _factor(self, state) -> lowrank.Woodbury:
-        """Woodbury factorisation of the state's precision, from its cached Gram where it has one."""
-        if state.gram is None:
-            return lowrank.factorize(state.W, state.psi)
-        eye = jnp.eye(state.gram.shape[0], dtype=state.gram.dtype)
-        return lowrank.Woodbury(state.W, state.psi, jnp.linalg.cholesky(eye + state.gram))
-
     def marginal(self, state, X):
         """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d), by Woodbury ([LRVGA] eq. 27)."""
-        return X @ state.mean, self._factor(state).quad_form(X.T)
+        return X @ state.mean, lowrank.factorize(state.W, state.psi, state.gram).quad_form(X.T)
 
     def solve(self, state, g):
         """``P g`` by Woodbury ([LRVGA] eq. 27), O(d p^2) (O(d p) with a cached Gram)."""
-        return self._factor(state).solve(g)
+        return lowrank.factorize(state.W, state.psi, state.gram).solve(g)
 
     def sample(self, state, key, num: int):
         """``num`` draws by the corrected Proposition 1 of [LRVGA] with antithetic base noise, shape (num, d).
@@ -278,7 +271,7 @@ class LowRank(NamedTuple):
         gram, Lg = lowrank.bordered_gram(prior.gram, prior.W, prior.psi, root, g)
         pre = prior._replace(W=(prior.W, root), gram=gram)
         source, projection = (prior, Lg[:prior.gram.shape[0]]) if prior_gain else (pre, Lg)
-        fac = self._factor(source)
+        fac = lowrank.factorize(source.W, source.psi, source.gram)
         step = fac.solve_given(g, projection)
         return pre._replace(mean=prior.mean + step), _resolved(fac.chol, source.gram)
 
@@ -305,8 +298,8 @@ class LowRank(NamedTuple):
         m = state.W[1].shape[1]
         if self.buffer < m:
             return self._project(state)
-        fits = _buffer_fill(state.gram, self.rank, state.W[0].shape[1]) + m <= self.buffer
-        return jax.lax.cond(fits, self._store, self._project, state)
+        fill = _buffer_fill(state.gram, self.rank, state.W[0].shape[1])
+        return jax.lax.cond(fill + m <= self.buffer, self._store, lambda s, _: self._project(s), state, fill)
 
     def _project(self, state):
         """The spectral projection of the pending factor (the buffer's columns and the new ones) to rank p."""
@@ -319,11 +312,11 @@ class LowRank(NamedTuple):
             W, gram = jnp.pad(W, ((0, 0), (0, self.buffer))), jnp.pad(gram, ((0, self.buffer), (0, self.buffer)))
         return state._replace(W=W, psi=psi, gram=gram), dropped
 
-    def _store(self, state):
-        """The new columns written into the buffer's first free columns; their Gram moved with them."""
+    def _store(self, state, fill):
+        """The new columns written into the buffer's free columns from ``fill`` on; their Gram moved with them."""
         W, X = state.W
         q, m = W.shape[1], X.shape[1]
-        start = self.rank + _buffer_fill(state.gram, self.rank, q)
+        start = self.rank + fill
         W = jax.lax.dynamic_update_slice(W, X, (jnp.zeros((), start.dtype), start))
         offset = jnp.arange(q) - start
         order = jnp.where((offset >= 0) & (offset < m), q + offset, jnp.arange(q))

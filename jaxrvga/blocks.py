@@ -102,13 +102,13 @@ def block_map(fn: Callable, arrays: Sequence, nb: int, in_place: int = 0):
 
     With ``in_place = k > 0`` the first ``k`` new blocks overwrite the first ``k`` arrays (same
     shapes): each block is read before it is written, so XLA updates those buffers in place
-    (a ``lax.scan`` over the block index with dynamic-update-slices of the carry; a buffer the caller
-    still uses afterwards is copied once); the other new blocks are the scan's outputs (fresh buffers). Overwrite only an array
-    whose new block is a materialised result (a matrix product): when the new block is an
-    elementwise function of the old one, XLA fuses the two and copies the whole carried array in
-    every block to stay safe (measured: ``psi`` copied 2 x 1250 times per step at d = 1e7). With
-    ``in_place = 0`` the new arrays are fresh buffers written block by block (``lax.scan``
-    outputs). With ``nb = 1`` it is ``fn(arrays)``.
+    (a ``lax.scan`` over the block index with dynamic-update-slices of the carry; a buffer the
+    caller still uses afterwards is copied once); the other new blocks are the scan's outputs
+    (fresh buffers). Overwrite only an array whose new block is a materialised result (a matrix
+    product): when the new block is an elementwise function of the old one, XLA fuses the two and
+    copies the whole carried array in every block to stay safe (measured: ``psi`` copied
+    2 x 1250 times per step at d = 1e7). With ``in_place = 0`` the new arrays are fresh buffers
+    written block by block (``lax.scan`` outputs). With ``nb = 1`` it is ``fn(arrays)``.
     """
     arrays = tuple(arrays)
     if nb == 1:

@@ -173,14 +173,16 @@ def _check_rhs(name, v, d):
     return v
 
 
-def factorize(W, psi) -> Woodbury:
-    """Cholesky-factorise ``M = I_p + W^T Psi^{-1} W`` once; O(d p^2 + p^3).
+def factorize(W, psi, gram=None) -> Woodbury:
+    """Cholesky-factorise ``M = I_p + W^T Psi^{-1} W`` ([LRVGA] eq. 27) once; O(d p^2 + p^3).
 
     ``M`` is symmetric to the last bit (:func:`gram_m`) and positive definite whenever
-    ``psi > 0``; its Gram is streamed over row blocks at large ``d p``.
+    ``psi > 0``; its Gram is streamed over row blocks at large ``d p``. ``gram``: the whitened
+    Gram ``W^T Psi^{-1} W`` when the caller has it (O(p^3), no pass over ``W``).
     """
     W, psi = check_factors(W, psi)
-    return Woodbury(W, psi, jnp.linalg.cholesky(gram_m(W, psi)))
+    M = gram_m(W, psi) if gram is None else jnp.eye(width(W), dtype=psi.dtype) + gram
+    return Woodbury(W, psi, jnp.linalg.cholesky(M))
 
 
 def solve(W, psi, v):
@@ -326,7 +328,7 @@ def to_dense_covariance(W, psi):
     return factorize(W, psi).solve(jnp.eye(W.shape[0], dtype=W.dtype))
 
 
-__all__ = ["Woodbury", "check_factors", "factorize", "gram_m", "whitened_gram", "bordered_gram", "solve", "quad_form", "logdet",
-           "inverse_diag", "matvec",
+__all__ = ["Woodbury", "check_factors", "factorize", "gram_m", "whitened_gram", "bordered_gram", "solve",
+           "quad_form", "logdet", "inverse_diag", "matvec",
            "ensemble_gain", "sample", "sample_from_noise", "init_factors", "init_factors_plain",
            "to_dense_precision", "to_dense_covariance"]

@@ -165,6 +165,11 @@ def test_whitened_and_bordered_gram():
     np.testing.assert_allclose(bordered, want, rtol=1e-12)
     np.testing.assert_array_equal(bordered, bordered.T)
     np.testing.assert_allclose(lowrank.gram_m(W, psi), np.eye(p) + want[:p, :p], rtol=1e-12)
+    given = lowrank.factorize(W, psi, lowrank.whitened_gram(W, psi))  # a known Gram: no pass over W
+    np.testing.assert_allclose(given.chol, lowrank.factorize(W, psi).chol, rtol=1e-12)
+    v = rng.normal(size=d)
+    P = np.linalg.inv(W @ W.T + np.diag(psi))
+    np.testing.assert_allclose(given.solve(v), P @ v, rtol=1e-10)
 
 
 @pytest.mark.parametrize("loops", [0, 2])
