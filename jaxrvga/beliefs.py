@@ -254,7 +254,8 @@ class LowRank(NamedTuple):
         if self.published:
             W, psi = self._project_published(state.W, state.psi, root)
             return state._replace(W=W, psi=psi), jnp.asarray(True)
-        gram = None if state.gram is None else lowrank.bordered_gram(state.gram, state.W, state.psi, root)
+        gram = None if state.gram is None else lowrank.bordered_gram(state.gram, state.W, state.psi, root,
+                                                                           block_rows=self.block_rows)
         return state._replace(W=(state.W, root), gram=gram), jnp.asarray(True)
 
     def absorb(self, prior, X, c, g, prior_gain: bool = False):
@@ -268,7 +269,7 @@ class LowRank(NamedTuple):
         if prior.gram is None:
             return add_then_solve(self, prior, X, c, g, prior_gain)
         root = self._pending_root(prior, X, c)
-        gram, Lg = lowrank.bordered_gram(prior.gram, prior.W, prior.psi, root, g)
+        gram, Lg = lowrank.bordered_gram(prior.gram, prior.W, prior.psi, root, g, self.block_rows)
         pre = prior._replace(W=(prior.W, root), gram=gram)
         source, projection = (prior, Lg[:prior.gram.shape[0]]) if prior_gain else (pre, Lg)
         fac = lowrank.factorize(source.W, source.psi, source.gram)

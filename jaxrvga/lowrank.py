@@ -127,17 +127,24 @@ def whitened_gram(W, psi, block_rows=None, nb=None):
     return blocks.block_sum(gram, (psi, *parts), nb)
 
 
-def bordered_gram(gram, W, psi, X, rhs=None):
+def bordered_gram(gram, W, psi, X, rhs=None, block_rows=None):
     """The whitened Gram of ``L = [W, X]`` from that of ``W`` (``gram``): only ``X``'s border is summed.
 
     ``[[gram, W^T Psi^{-1} X], [X^T Psi^{-1} W, X^T Psi^{-1} X]]``, exactly symmetric; one pass
     over the rows of ``W`` for an ``X`` (d, m) of a few columns instead of a whole Gram. With a
     vector ``rhs``, the same pass also gives ``L^T Psi^{-1} rhs``: returns ``(gram, that)``.
+    Large ``W`` are streamed over row blocks (``block_rows`` as in :func:`whitened_gram`): a
+    product with the whole ``W`` may make the CPU backend pack a copy of it (float32).
     """
     m = X.shape[1]
-    # V^T = [X, rhs]^T Psi^{-1} built as rows: V^T W, not W^T V, is XLA's fast form, and no transposed copy
-    Vt = (X.T if rhs is None else jnp.concatenate([X.T, rhs[None, :]], axis=0)) / psi
-    VW, VX = Vt @ W, Vt @ X  # (m [+ 1], q), (m [+ 1], m): one pass over W
+
+    def border(psi_b, W_b, X_b, *rhs_b):
+        # V^T = [X, rhs]^T Psi^{-1} built as rows: V^T W, not W^T V, is XLA's fast form, and no transposed copy
+        Vt = jnp.concatenate([X_b.T] + [r[None, :] for r in rhs_b], axis=0) / psi_b
+        return Vt @ W_b, Vt @ X_b  # (m [+ 1], q), (m [+ 1], m)
+
+    nb = blocks.num_blocks(psi.shape[0], W.shape[1] + m, block_rows)
+    VW, VX = blocks.block_sum(border, (psi, W, X) + (() if rhs is None else (rhs,)), nb)
     XX = 0.5 * (VX[:m] + VX[:m].T)
     bordered = jnp.block([[gram, VW[:m].T], [VW[:m], XX]])
     return bordered if rhs is None else (bordered, jnp.concatenate([VW[m], VX[m]]))

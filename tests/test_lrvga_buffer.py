@@ -164,10 +164,15 @@ def test_whitened_and_bordered_gram():
     bordered = lowrank.bordered_gram(lowrank.whitened_gram(W, psi), W, psi, X)
     np.testing.assert_allclose(bordered, want, rtol=1e-12)
     np.testing.assert_array_equal(bordered, bordered.T)
+    v = rng.normal(size=d)
+    for rows in (0, 16):  # one block, 4 row blocks: the border and L^T Psi^{-1} v summed over the blocks
+        blocked, Lv = lowrank.bordered_gram(lowrank.whitened_gram(W, psi), W, psi, X, v, block_rows=rows)
+        np.testing.assert_allclose(blocked, want, rtol=1e-12)
+        np.testing.assert_array_equal(blocked, blocked.T)
+        np.testing.assert_allclose(Lv, full.T @ (v / psi), rtol=1e-12)
     np.testing.assert_allclose(lowrank.gram_m(W, psi), np.eye(p) + want[:p, :p], rtol=1e-12)
     given = lowrank.factorize(W, psi, lowrank.whitened_gram(W, psi))  # a known Gram: no pass over W
     np.testing.assert_allclose(given.chol, lowrank.factorize(W, psi).chol, rtol=1e-12)
-    v = rng.normal(size=d)
     P = np.linalg.inv(W @ W.T + np.diag(psi))
     np.testing.assert_allclose(given.solve(v), P @ v, rtol=1e-10)
 
