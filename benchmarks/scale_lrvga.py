@@ -22,7 +22,7 @@ shapes, (2) records ``ru_maxrss`` as the baseline (interpreter + JAX + compiled 
 no state allocated), (3) allocates the state, resets the peak (``/proc/self/clear_refs``,
 Linux) and runs the scan with the state donated. Reported: the peak of the initialisation and
 the peak of the steps above the baseline (which includes the state itself), the state size and
-their ratio (target <= 2).
+their ratio (target <= 2). The time per step includes the data draw, which is also timed alone.
 
 Usage::
 
@@ -48,6 +48,21 @@ def _rss_bytes() -> int:
     return rss if sys.platform == "darwin" else rss * 1024
 
 
+
+
+def _time_draws(draw_input, keys, dtype) -> float:
+    """Seconds that the data draws of the scan take alone (a scan that sums ``x^T theta*``), after the run."""
+    import jax
+    import jax.numpy as jnp
+
+    def step(total, key):
+        return total + draw_input(jax.random.split(key)[0])[1], None
+
+    draws = jax.jit(lambda keys: jax.lax.scan(step, jnp.zeros((), dtype), keys)[0]).lower(keys).compile()
+    jax.block_until_ready(draws(keys))
+    t0 = time.perf_counter()
+    jax.block_until_ready(draws(keys))
+    return time.perf_counter() - t0
 
 
 def measure(model_name: str, d: int, p: int, steps: int, dtype_name: str, inner_loops: int,
@@ -142,12 +157,13 @@ def measure(model_name: str, d: int, p: int, steps: int, dtype_name: str, inner_
     jax.block_until_ready(state)
     run_s = time.perf_counter() - t0
     peak = status_bytes("VmHWM") if reset else _rss_bytes()
+    draw_s = _time_draws(draw_input, keys, dtype)  # after the peak was read
 
     state_bytes = dtype.itemsize * d * (p + 2)
     return {
         "model": model_name, "d": d, "p": p, "steps": steps, "dtype": dtype_name,
         "inner_loops": inner_loops, "published": published, "compile_s": compile_s, "run_s": run_s,
-        "ms_per_step": 1e3 * run_s / steps, "baseline_MB": baseline / 1e6,
+        "ms_per_step": 1e3 * run_s / steps, "draw_ms": 1e3 * draw_s / steps, "baseline_MB": baseline / 1e6,
         "state_alloc_MB": (after_state - baseline) / 1e6, "init_peak_MB": (init_peak - baseline) / 1e6,
         "peak_above_baseline_MB": (peak - baseline) / 1e6, "run_peak_only": reset,
         "xla_temp_MB": xla_temp / 1e6,
@@ -180,7 +196,7 @@ def main(argv=None):
     print(f"L-RVGA at d = {args.d:,}, p = {args.p}, {args.steps} steps, {args.dtype}, "
           f"{args.inner_loops} inner loop(s), {'published' if args.published else 'default'} projection; "
           "data drawn inside the scan; state donated")
-    header = (f"{'model':<9} {'ms/step':>9} {'compile s':>9} {'baseline MB':>11} {'init MB':>8} "
+    header = (f"{'model':<9} {'ms/step':>9} {'draw ms':>8} {'compile s':>9} {'baseline MB':>11} {'init MB':>8} "
               f"{'peak-base MB':>12} {'state MB':>9} {'ratio':>6} {'XLA temp':>8}")
     print(header)
     print("-" * len(header))
@@ -196,10 +212,11 @@ def main(argv=None):
             status = 1
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"{name:<9} {r['ms_per_step']:>9.1f} {r['compile_s']:>9.1f} {r['baseline_MB']:>11.0f} "
+        print(f"{name:<9} {r['ms_per_step']:>9.1f} {r['draw_ms']:>8.1f} {r['compile_s']:>9.1f} {r['baseline_MB']:>11.0f} "
               f"{r['init_peak_MB']:>8.0f} {r['peak_above_baseline_MB']:>12.0f} {r['state_MB']:>9.0f} {r['ratio']:>6.2f} {r['xla_temp_MB'] / r['state_MB']:>8.2f}"
               f"{'' if r['finite'] else '  NON-FINITE'}")
-    print("ratio = (peak RSS of the filter steps - baseline RSS) / state size (target <= 2); "
+    print("ms/step includes the data draw; draw ms = the draws alone (a scan without the filter). "
+          "ratio = (peak RSS of the filter steps - baseline RSS) / state size (target <= 2); "
           "XLA temp = XLA's own account of the scan's temporary buffers / state size; "
           "init MB = peak of the initialisation, before the steps. "
           f"Device: {r['device'] if status == 0 else '?'}")

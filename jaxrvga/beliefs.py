@@ -43,6 +43,11 @@ def antithetic_normals(key, num: int, dim: int, dtype):
     return jnp.concatenate([half, -half])[:num]
 
 
+def no_projection(dtype):
+    """The report ``(dropped, em_loops) = (0, 0)`` of a step whose belief projected nothing."""
+    return jnp.zeros((), dtype), jnp.zeros((), jnp.int32)
+
+
 def add_then_solve(belief, prior, X, c, g, prior_gain: bool = False):
     """``belief.add`` then the mean step ``mu + P g`` (``P`` the new covariance, or the prior's with
     ``prior_gain``). Returns ``(state, ok)``."""
@@ -143,8 +148,8 @@ class Dense(NamedTuple):
         return add_then_solve(self, prior, X, c, g, prior_gain)
 
     def finish(self, state):
-        """Nothing to project: returns ``(state, dropped = 0)``."""
-        return state, jnp.zeros((), state.mean.dtype)
+        """Nothing to project: returns ``(state, (dropped, em_loops) = (0, 0))``."""
+        return state, no_projection(state.mean.dtype)
 
 
 class LowRank(NamedTuple):
@@ -156,7 +161,9 @@ class LowRank(NamedTuple):
     tests). ``psi_floor``: relative floor of ``psi``. ``block_rows``: row blocks of Algorithm 1
     (:func:`jaxrvga.blocks.num_blocks`; 0 or None as there). ``buffer``: curvature columns held
     unprojected between projections (:meth:`finish`); the state's ``W`` then has ``rank + buffer``
-    columns, the last ``buffer`` of them zero right after a projection.
+    columns, the last ``buffer`` of them zero right after a projection. ``em_tol``: ``inner_loops``
+    is a maximum and the EM stops at this relative change of ``W``
+    (:func:`jaxrvga.factor_analysis.spectral_em_step`).
 
     The default scheme keeps the whitened Gram ``W^T Psi^{-1} W`` in the state (``state.gram``), so
     that a step's mean solve and projection share one Gram of ``[W, X]``, bordered in one pass
@@ -172,6 +179,7 @@ class LowRank(NamedTuple):
     psi_floor: float = PSI_FLOOR
     block_rows: Optional[int] = None
     buffer: int = 0
+    em_tol: Optional[float] = None
 
     @property
     def keeps_gram(self) -> bool:
@@ -283,19 +291,21 @@ class LowRank(NamedTuple):
                                  block_rows=self.block_rows)
 
     def finish(self, state):
-        """Projection of the factor ``[W, X]`` of :meth:`add` back to rank p; returns ``(state, dropped)``.
+        """Projection of the factor ``[W, X]`` of :meth:`add` back to rank p; returns ``(state, (dropped, em_loops))``.
 
         With a ``buffer``, the new columns are stored in the first free columns of ``W`` instead
         while they fit (nothing is projected, nothing dropped), and the projection takes the
         buffer and the new columns together when they do not. ``dropped`` is the fraction of the
         projected curvature's whitened trace that rank p could not keep
         (:func:`jaxrvga.factor_analysis.spectral_em_step`); 0 with ``published`` or ``fa_step``.
+        ``em_loops``: the EM loops run after the spectral start (``inner_loops``, or fewer with
+        ``em_tol``); with ``published``, Algorithm 1's ``n_in``, run in :meth:`add`.
         """
         if not isinstance(state.W, tuple):
-            return state, jnp.zeros((), state.psi.dtype)
+            return state, (jnp.zeros((), state.psi.dtype), jnp.asarray(self.inner_loops if self.published else 0, jnp.int32))
         if self.fa_step is not None:
             W, psi = self.fa_step(state.W[0], state.psi, state.W[1])
-            return state._replace(W=W, psi=psi), jnp.zeros((), state.psi.dtype)
+            return state._replace(W=W, psi=psi), no_projection(state.psi.dtype)
         m = state.W[1].shape[1]
         if self.buffer < m:
             return self._project(state)
@@ -306,12 +316,12 @@ class LowRank(NamedTuple):
         """The spectral projection of the pending factor (the buffer's columns and the new ones) to rank p."""
         (W, X), p = state.W, self.rank
         lead, pending = (W, X) if not self.buffer else (W[:, :p], jnp.concatenate([W[:, p:], X], axis=1))
-        W, psi, dropped, gram = spectral_em_step(lead, state.psi, pending, 1.0, 1.0, self.inner_loops,
-                                                 psi_floor=self.psi_floor, block_rows=self.block_rows,
-                                                 gram=state.gram, return_gram=True)
+        W, psi, dropped, gram, loops = spectral_em_step(lead, state.psi, pending, 1.0, 1.0, self.inner_loops,
+                                                        psi_floor=self.psi_floor, block_rows=self.block_rows,
+                                                        gram=state.gram, tol=self.em_tol, details=True)
         if self.buffer:
             W, gram = jnp.pad(W, ((0, 0), (0, self.buffer))), jnp.pad(gram, ((0, self.buffer), (0, self.buffer)))
-        return state._replace(W=W, psi=psi, gram=gram), dropped
+        return state._replace(W=W, psi=psi, gram=gram), (dropped, loops)
 
     def _store(self, state, fill):
         """The new columns written into the buffer's free columns from ``fill`` on; their Gram moved with them."""
@@ -321,7 +331,7 @@ class LowRank(NamedTuple):
         W = jax.lax.dynamic_update_slice(W, X, (jnp.zeros((), start.dtype), start))
         offset = jnp.arange(q) - start
         order = jnp.where((offset >= 0) & (offset < m), q + offset, jnp.arange(q))
-        return state._replace(W=W, gram=state.gram[order][:, order]), jnp.zeros((), state.psi.dtype)
+        return state._replace(W=W, gram=state.gram[order][:, order]), no_projection(state.psi.dtype)
 
 
 def _resolved(chol, gram):
@@ -341,4 +351,4 @@ def _buffer_fill(gram, rank: int, width: int):
     return jnp.max(jnp.where(used, jnp.arange(1, width - rank + 1), 0), initial=0)
 
 
-__all__ = ["Dense", "LowRank", "antithetic_normals", "add_then_solve"]
+__all__ = ["Dense", "LowRank", "antithetic_normals", "add_then_solve", "no_projection"]

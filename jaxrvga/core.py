@@ -38,19 +38,22 @@ class SolverInfo(NamedTuple):
 
     ``dropped`` (float): for low-rank beliefs, the fraction of the step's whitened curvature that
     the rank-p projection could not keep (0 for dense beliefs; near 1: the rank is too small).
+    ``em_loops`` (int): the EM loops of the step's low-rank projection (0 when it did not project).
     """
 
     converged: jax.Array
     residual: jax.Array
     iterations: jax.Array
     dropped: Optional[jax.Array] = None
+    em_loops: Optional[jax.Array] = None
 
 
-def solver_info(dtype=None, converged=True, residual=0.0, iterations=0, dropped=0.0) -> SolverInfo:
+def solver_info(dtype=None, converged=True, residual=0.0, iterations=0, dropped=0.0, em_loops=0) -> SolverInfo:
     """A :class:`SolverInfo` of scalars (the default marks an update with no inner solve)."""
     dtype = jnp.result_type(float) if dtype is None else dtype
     return SolverInfo(jnp.asarray(converged, dtype=bool), jnp.asarray(residual, dtype=dtype),
-                      jnp.asarray(iterations, dtype=jnp.int32), jnp.asarray(dropped, dtype=dtype))
+                      jnp.asarray(iterations, dtype=jnp.int32), jnp.asarray(dropped, dtype=dtype),
+                      jnp.asarray(em_loops, dtype=jnp.int32))
 
 
 class GaussianState(NamedTuple):

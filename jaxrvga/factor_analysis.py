@@ -217,8 +217,32 @@ def _last_sums(W_b, psi_b, out_gram: bool):
     return {"out": lowrank.whitened_gram(W_b, psi_b, nb=1)} if out_gram else {}
 
 
+def _spectral_pass(W_prev, psi_prev, X, alpha, beta, floor, nb: int, gram, last: bool, store: bool, out_gram: bool):
+    """The pass that writes the spectral start ``(W_0, psi_0)`` (:func:`_spectral_gains`).
+
+    ``last``: no EM loop follows (``W_0`` overwrites ``W_prev``, and the sums are :func:`_last_sums`);
+    else the sums are the Grams of the first loop and ``W_0`` is written to a fresh array if
+    ``store``, or not at all (``W = None``). Returns ``(start, W, psi, dropped, grams)``.
+    """
+    start, (Mr, Nr), dropped = _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb, gram)
+    terms = _iterate_terms([start])
+
+    def warm(rows):
+        Wp_b, pp_b, X_b = rows
+        # [W_0, L V_r] as one product, so that the rows of L are read once
+        both = Wp_b @ jnp.concatenate([terms[0], Mr], 1) + X_b @ jnp.concatenate([terms[1], Nr], 1)
+        W_b, R_b = both[:, :Mr.shape[0]], both[:, Mr.shape[0]:]
+        psi_b = jnp.maximum(alpha * pp_b + jnp.sum(R_b * R_b, axis=1), floor)
+        new = (W_b, psi_b) if last or store else (psi_b,)
+        return new, (_last_sums(W_b, psi_b, out_gram) if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
+
+    new, grams = blocks.block_map(warm, (W_prev, psi_prev, X), nb, in_place=1 if last else 0)
+    W, psi = new if len(new) == 2 else (None, new[0])
+    return start, W, psi, dropped, grams
+
+
 def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, nb: int,
-              store_iterate: bool, spectral: bool = False, gram=None, out_gram: bool = False):
+              store_iterate: bool, spectral: bool = False, gram=None, out_gram: bool = False, tol=None):
     """The inner loops of Algorithm 1 as passes over the row blocks.
 
     Pass 0 sums the Grams of ``W_prev``. Pass k computes the rows of the iterate ``W_k``, writes
@@ -239,27 +263,18 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
     which writes ``W_0`` and ``psi_0``), and ``inner_loops`` EM loops follow (0 allowed); ``gram``
     is the start's Gram if known (:func:`_spectral_gains`). With ``out_gram`` the last pass also sums
     the whitened Gram of the result. Returns ``(W, psi, dropped, gram_out)`` (``dropped = 0`` without
-    the spectral start, ``gram_out = None`` without ``out_gram``).
+    the spectral start, ``gram_out = None`` without ``out_gram``). With ``tol`` (spectral start
+    only) the loops stop early (:func:`_em_until`) and a fifth output is the number of loops run.
     """
+    if tol is not None:
+        return _em_to_tolerance(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb, gram, tol)
     dropped = jnp.zeros((), W_prev.dtype)
     gains, psis = [], []
     W, psi = W_prev, psi_prev
     if spectral:
-        start, (Mr, Nr), dropped = _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb, gram)
+        start, W, psi, dropped, grams = _spectral_pass(W_prev, psi_prev, X, alpha, beta, floor, nb, gram,
+                                                       inner_loops == 0, store_iterate, out_gram)
         gains.append(start)
-        last = inner_loops == 0
-
-        def warm(rows, terms=_iterate_terms(gains), last=last):
-            Wp_b, pp_b, X_b = rows
-            # [W_0, L V_r] as one product, so that the rows of L are read once
-            both = Wp_b @ jnp.concatenate([terms[0], Mr], 1) + X_b @ jnp.concatenate([terms[1], Nr], 1)
-            W_b, R_b = both[:, :Mr.shape[0]], both[:, Mr.shape[0]:]
-            psi_b = jnp.maximum(alpha * pp_b + jnp.sum(R_b * R_b, axis=1), floor)
-            new = (W_b, psi_b) if last or store_iterate else (psi_b,)
-            return new, (_last_sums(W_b, psi_b, out_gram) if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
-
-        new, grams = blocks.block_map(warm, (W_prev, psi_prev, X), nb, in_place=1 if last else 0)
-        W, psi = new if len(new) == 2 else (None, new[0])
         psis.append(psi)
     else:
         grams = blocks.block_sum(lambda W_b, psi_b, X_b: _block_grams(W_b, psi_b, X_b, W_b, psi_b, True),
@@ -294,6 +309,48 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
             W, psi = new if len(new) == 2 else (None, new[0])
             psis.append(psi)
     return W, psi, dropped, grams.get("out")
+
+
+def _em_to_tolerance(W_prev, psi_prev, X, diagS, alpha, beta, floor, max_loops: int, nb: int, gram, tol):
+    """The spectral start (stored) and then :func:`_em_until`; returns ``(W, psi, dropped, gram_out, loops)``."""
+    if max_loops == 0:
+        return _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, 0, nb, False, True, gram, True) \
+            + (jnp.zeros((), jnp.int32),)
+    _, W, psi, dropped, grams = _spectral_pass(W_prev, psi_prev, X, alpha, beta, floor, nb, gram, False, True, False)
+    W, psi, gram_out, loops = _em_until(W, psi, grams, (W_prev, psi_prev, X, diagS), alpha, beta, floor,
+                                        max_loops, nb, tol)
+    return W, psi, dropped, gram_out, loops
+
+
+def _em_until(W, psi, grams, target, alpha, beta, floor, max_loops: int, nb: int, tol):
+    """EM loops from ``(W, psi)`` (with its ``grams``) until ``|W_k - W_{k-1}|_F <= tol |W_k|_F``, at most ``max_loops``.
+
+    ``target = (W_prev, psi_prev, X, Diag(S))``. The iterate is stored and rewritten in place in each
+    pass (one ``d x p`` array besides ``W_prev``), so the number of loops can be decided at run time
+    (a ``lax.while_loop``). Returns ``(W, psi, gram, loops)``, ``gram`` the whitened Gram of the result.
+    """
+    def loop(carry):
+        W, psi, grams, k, _ = carry
+        C, KX, KP, KW = _em_gains(grams, alpha, beta, False)
+
+        def rewrite(rows):
+            W_b, psi_b, Wp_b, pp_b, X_b, dS_b = rows
+            new_b = X_b @ KX + Wp_b @ KP + pp_b[:, None] * (W_b @ KW) / psi_b[:, None]
+            new_psi = jnp.maximum(dS_b - _rowdot(new_b, new_b @ C), floor)
+            sums = _block_grams(Wp_b, pp_b, X_b, new_b, new_psi, False)
+            sums.update(moved=jnp.sum((new_b - W_b) ** 2), size=jnp.sum(new_b ** 2))
+            return (new_b, new_psi), sums
+
+        (W, psi), sums = blocks.block_map(rewrite, (W, psi) + tuple(target), nb, in_place=1)
+        change = jnp.sqrt(sums.pop("moved") / jnp.maximum(sums.pop("size"), jnp.finfo(W.dtype).tiny))
+        return W, psi, sums, k + 1, change
+
+    def going(carry):
+        return (carry[3] < max_loops) & ~(carry[4] <= tol)  # a NaN change stops at max_loops
+
+    start = (W, psi, grams, jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, W.dtype))
+    W, psi, grams, loops, _ = jax.lax.while_loop(going, loop, start)
+    return W, psi, grams["G"], loops
 
 
 def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
@@ -357,9 +414,20 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     return _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb, bool(store_iterate))[:2]
 
 
+class Projection(NamedTuple):
+    """All that :func:`spectral_em_step` computes: the factors, ``dropped``, the whitened Gram
+    ``W^T Psi^{-1} W`` of the result (summed in its last pass) and the number of EM loops run."""
+
+    W: jax.Array
+    psi: jax.Array
+    dropped: jax.Array
+    gram: jax.Array
+    loops: jax.Array
+
+
 def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int = 1, *,
                      psi_floor: float = PSI_FLOOR, block_rows=None, store_iterate=None, gram=None,
-                     return_gram: bool = False):
+                     tol: Optional[float] = None, details: bool = False):
     """Algorithm 1 started from the spectral warm start: FA of ``alpha (W_prev W_prev^T + Psi_prev) + beta X X^T``.
 
     Same target and EM loops as :func:`recursive_em_step`, but the EM starts from the rank-p
@@ -374,11 +442,14 @@ def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int 
     (0 when nothing is lost; near 1 when p is far too small).
 
     ``gram``: the whitened Gram ``[W_prev, X]^T Psi_prev^{-1} [W_prev, X]`` if the caller has it
-    (it then skips the first pass over the rows). ``return_gram``: also return the whitened Gram
-    ``W^T Psi^{-1} W`` of the result, summed in the last pass: ``(W, psi, dropped, gram_out)``.
+    (it then skips the first pass over the rows). ``tol``: ``inner_loops`` is a maximum, and the
+    loops stop once a loop moves ``W`` by at most ``tol`` relative to it (Frobenius norms; the
+    iterate is then stored, one more ``d x p`` array). ``details``: return a :class:`Projection`.
     """
     if not isinstance(inner_loops, int) or isinstance(inner_loops, bool) or inner_loops < 0:
         raise ValueError(f"inner_loops must be an integer >= 0, got {inner_loops!r}")
+    if tol is not None and not (isinstance(tol, (int, float)) and tol >= 0):
+        raise ValueError(f"tol must be a number >= 0 or None, got {tol!r}")
     W_prev, psi_prev, X = _check_em_inputs(W_prev, psi_prev, X)
     check_positive("alpha", alpha)
     check_nonnegative("beta", beta)
@@ -393,8 +464,10 @@ def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int 
     if gram is not None and jnp.shape(gram) != (W_prev.shape[1] + X.shape[1],) * 2:
         raise ValueError(f"gram must be the (p + m) x (p + m) Gram of [W_prev, X], got shape {jnp.shape(gram)}")
     out = _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb,
-                    bool(store_iterate), spectral=True, gram=gram, out_gram=return_gram)
-    return out if return_gram else out[:3]
+                    bool(store_iterate), spectral=True, gram=gram, out_gram=details, tol=tol)
+    if tol is None:
+        out = out + (jnp.asarray(inner_loops, jnp.int32),)
+    return Projection(*out) if details else tuple(out[:3])
 
 
 def _check_em_inputs(W_prev, psi_prev, X):
@@ -635,5 +708,5 @@ def online_fa_em(num_steps: Optional[int] = None, averaging: Optional[str] = "pa
     return Filter(init, update)
 
 
-__all__ = ["PSI_FLOOR", "recursive_em_step", "spectral_em_step", "batch_em_step", "batch_em", "ml_residuals", "fa_kl",
+__all__ = ["PSI_FLOOR", "recursive_em_step", "spectral_em_step", "Projection", "batch_em_step", "batch_em", "ml_residuals", "fa_kl",
            "fa_neg_log_lik", "FAState", "recursive_em", "OnlineFAState", "online_fa_em"]

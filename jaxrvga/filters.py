@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import schemes
-from .beliefs import Dense, LowRank
+from .beliefs import Dense, LowRank, no_projection
 from .core import Filter, solver_info
 from .factor_analysis import PSI_FLOOR
 from .models import Model
@@ -168,11 +168,11 @@ def _guarded(belief, prior, new, ok, info):
 
     def keep(new, rest):
         back = rest._replace(W=new.W[0], psi=new.psi) if shared else rest
-        return back._replace(key=new.key), jnp.zeros((), prior.mean.dtype)
+        return back._replace(key=new.key), no_projection(prior.mean.dtype)
 
-    out, dropped = jax.lax.cond(ok, lambda new, rest: belief.finish(new), keep, new, rest)
+    out, (dropped, loops) = jax.lax.cond(ok, lambda new, rest: belief.finish(new), keep, new, rest)
     ok = ok & _all_finite(*_belief_fields(out))
-    info = info._replace(converged=info.converged & ok, dropped=dropped)
+    info = info._replace(converged=info.converged & ok, dropped=dropped, em_loops=loops)
     return out._replace(step=prior.step + 1, info=info)
 
 
@@ -371,7 +371,8 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
           published: bool = False, num_iters: Optional[int] = None, max_iter: Optional[int] = None,
           correction: Optional[bool] = None, update_cov_twice: Optional[bool] = None,
           tol: Optional[float] = None, curvature: str = "ggn", fa_step: Optional[Callable] = None,
-          psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None, buffer: int = 0) -> Filter:
+          psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None, buffer: int = 0,
+          em_tol: Optional[float] = None) -> Filter:
     """L-RVGA ([LRVGA]): the low-rank belief ``(W W^T + diag(psi))^{-1}`` times ``scheme``.
 
     Same schemes and options as :func:`rvga` (``curvature="hessian"`` is refused: the low-rank
@@ -382,7 +383,11 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
       rank: ``p``, the columns of ``W`` (1 <= p <= d).
       inner_loops: EM iterations of each factor-analysis projection after the spectral warm
         start (default 0: the start itself, measured as close to the posterior as 1-3 loops,
-        experiments/REPORT.md), or Algorithm 1's ``n_in`` with ``published`` (default 1).
+        experiments/REPORT.md), or Algorithm 1's ``n_in`` with ``published`` (default 1). The
+        number run is ``info.em_loops``.
+      em_tol: ``inner_loops`` becomes a maximum: a projection's EM stops after the first loop that
+        moves ``W`` by at most ``em_tol`` relative to it (Frobenius norms). The iterate is then
+        stored between loops (one more d x p array during the projection). Not with ``published``.
       published: the published L-RVGA (EM from ``W_{t-1}``, mean step with the projected
         precision, the sampled scheme's two passes without correction): reproduces the paper and
         the authors' code. The default projects the exact precision step from a spectral warm
@@ -421,11 +426,19 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
         raise ValueError(f"buffer must be an integer >= 0, got {buffer!r}")
     if buffer and (published or fa_step is not None):
         raise ValueError("buffer: the published projection and fa_step project every step (buffer=0)")
+    if em_tol is not None:
+        if published or fa_step is not None:
+            raise ValueError("em_tol: the published projection runs a fixed number of loops (inner_loops)")
+        if isinstance(em_tol, bool) or not isinstance(em_tol, (int, float)) or not em_tol >= 0:
+            raise ValueError(f"em_tol must be a number >= 0, got {em_tol!r}")
+        if inner_loops == 0:
+            raise ValueError("em_tol needs inner_loops >= 1, the maximum number of EM loops")
+        em_tol = float(em_tol)
     scheme, cfg = _configure(model, scheme, False, published, num_iters=num_iters, num_samples=num_samples,
                              curvature=curvature, max_iter=max_iter, correction=correction,
                              update_cov_twice=update_cov_twice, tol=tol, frozen_noise=frozen_noise,
                              process_noise=process_noise)
-    belief = LowRank(rank, inner_loops, bool(published), fa_step, float(psi_floor), block_rows, int(buffer))
+    belief = LowRank(rank, inner_loops, bool(published), fa_step, float(psi_floor), block_rows, int(buffer), em_tol)
     given_noise = not isinstance(cfg.frozen_noise, bool)
     if given_noise and cfg.frozen_noise[1].shape[1] != rank:
         raise ValueError(f"frozen_noise must be a pair (z, e) of shapes (K, d) and (K, {rank}), "

@@ -103,14 +103,28 @@ def _check_key(key):
     _need(key is None or _is_array(key), f"key must be an array or None, got {type(key).__name__}")
 
 
+def _completed(obj):
+    """A ``SolverInfo`` of a file written before its trailing fields existed gets them as zeros
+    (``dropped``, ``em_loops``), so that a filter can go on from it (a scan needs the same fields)."""
+    from .core import SolverInfo
+
+    if not isinstance(obj, SolverInfo) or not _is_array(obj.converged):
+        return obj
+    shape = _shape(obj.converged)
+    if obj.dropped is None and _is_array(obj.residual):
+        obj = obj._replace(dropped=jnp.zeros(shape, _dtype_of(obj.residual)))
+    return obj._replace(em_loops=jnp.zeros(shape, jnp.int32)) if obj.em_loops is None else obj
+
+
 def _check_solver_info(s):
     for f in s._fields:
         _need(_is_array(getattr(s, f)), f"SolverInfo.{f} must be an array")
     _need(np.dtype(s.converged.dtype) == np.bool_, f"SolverInfo.converged must be bool, got {s.converged.dtype}")
     _floating("SolverInfo.residual", s.residual)
     _need(np.issubdtype(s.iterations.dtype, np.integer), "SolverInfo.iterations must be integer")
-    _need(_shape(s.converged) == _shape(s.residual) == _shape(s.iterations),
-          "the SolverInfo fields must share one shape")
+    _floating("SolverInfo.dropped", s.dropped)
+    _need(np.issubdtype(s.em_loops.dtype, np.integer), "SolverInfo.em_loops must be integer")
+    _need(len({_shape(getattr(s, f)) for f in s._fields}) == 1, "the SolverInfo fields must share one shape")
 
 
 def _check_info_and_step(state, batch):
@@ -400,7 +414,7 @@ class _Decoder:
             and all(f in cls._field_defaults for f in fields[len(stored):])
         if not older or len(children) != len(stored):
             self._fail(f"{name} has fields {fields}, the file has {stored!r:.80}")
-        obj = cls(*children)
+        obj = _completed(cls(*children))
         if check is not None:
             try:
                 check(obj)

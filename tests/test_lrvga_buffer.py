@@ -185,7 +185,8 @@ def test_spectral_em_step_takes_and_returns_the_gram(loops):
     alpha, beta = 0.8, 1.3
     plain = factor_analysis.spectral_em_step(W, psi, X, alpha, beta, loops)
     G = lowrank.whitened_gram((W, X), psi)
-    W1, psi1, dropped, G1 = factor_analysis.spectral_em_step(W, psi, X, alpha, beta, loops, gram=G, return_gram=True)
+    W1, psi1, dropped, G1, used = factor_analysis.spectral_em_step(W, psi, X, alpha, beta, loops, gram=G, details=True)
+    assert int(used) == loops
     np.testing.assert_allclose(W1 @ W1.T, plain[0] @ plain[0].T, rtol=1e-10, atol=1e-12)  # columns up to sign
     np.testing.assert_allclose(psi1, plain[1], rtol=1e-10)
     np.testing.assert_allclose(dropped, plain[2], rtol=1e-10, atol=1e-14)
