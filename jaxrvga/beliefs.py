@@ -301,8 +301,9 @@ class LowRank(NamedTuple):
         ``em_loops``: the EM loops run after the spectral start (``inner_loops``, or fewer with
         ``em_tol``); with ``published``, Algorithm 1's ``n_in``, run in :meth:`add`.
         """
-        if not isinstance(state.W, tuple):
-            return state, (jnp.zeros((), state.psi.dtype), jnp.asarray(self.inner_loops if self.published else 0, jnp.int32))
+        if not isinstance(state.W, tuple):  # published: projected in add, with n_in loops
+            dropped, _ = no_projection(state.psi.dtype)
+            return state, (dropped, jnp.asarray(self.inner_loops if self.published else 0, jnp.int32))
         if self.fa_step is not None:
             W, psi = self.fa_step(state.W[0], state.psi, state.W[1])
             return state._replace(W=W, psi=psi), no_projection(state.psi.dtype)

@@ -181,6 +181,18 @@ def _iterate_rows(Wp_b, pp_b, X_b, psi_bs, terms):
     return W
 
 
+def _stored_rows(W_b, psi_b, Wp_b, pp_b, X_b, KX, KP, KW):
+    """Rows of ``W_k = X KX + W_prev KP + Psi_prev Psi_{k-1}^{-1} W_{k-1} KW`` (:func:`_em_gains`)
+    from the stored ``W_{k-1}``."""
+    # Psi_prev Psi^{-1} W KW, divided last: KW = 0 when alpha = 0, and psi may be tiny
+    return X_b @ KX + Wp_b @ KP + pp_b[:, None] * (W_b @ KW) / psi_b[:, None]
+
+
+def _psi_rows(W_b, dS_b, C, floor):
+    """``psi_k = Diag(S) - rowdot(W_k, W_k C_k)`` of the rows (the M-step, module docstring), floored."""
+    return jnp.maximum(dS_b - _rowdot(W_b, W_b @ C), floor)
+
+
 def _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb: int, gram=None):
     """The spectral warm start of the projection ([LRVGA] Algorithm 1 started from the target's own factor).
 
@@ -287,16 +299,14 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
 
         def finish(W_b, Wp_b, pp_b, X_b, dS_b, C=C, last=last):
             """``psi_k`` of the rows, the outputs of the pass and the Grams of the next loop."""
-            psi_b = jnp.maximum(dS_b - _rowdot(W_b, W_b @ C), floor)
+            psi_b = _psi_rows(W_b, dS_b, C, floor)
             new = (W_b, psi_b) if last or store_iterate else (psi_b,)
             return new, (_last_sums(W_b, psi_b, out_gram) if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
 
         if store_iterate and k > 0:
             def rewrite(rows, KX=KX, KP=KP, KW=KW, finish=finish):
                 W_b, psi_b, Wp_b, pp_b, X_b, dS_b = rows
-                # Psi_prev Psi^{-1} W KW, divided last: KW = 0 when alpha = 0, and psi may be tiny
-                W_b = X_b @ KX + Wp_b @ KP + pp_b[:, None] * (W_b @ KW) / psi_b[:, None]
-                return finish(W_b, Wp_b, pp_b, X_b, dS_b)
+                return finish(_stored_rows(W_b, psi_b, Wp_b, pp_b, X_b, KX, KP, KW), Wp_b, pp_b, X_b, dS_b)
 
             (W, psi), grams = blocks.block_map(rewrite, (W, psi, W_prev, psi_prev, X, diagS), nb, in_place=1)
         else:
@@ -323,7 +333,8 @@ def _em_to_tolerance(W_prev, psi_prev, X, diagS, alpha, beta, floor, max_loops: 
 
 
 def _em_until(W, psi, grams, target, alpha, beta, floor, max_loops: int, nb: int, tol):
-    """EM loops from ``(W, psi)`` (with its ``grams``) until ``|W_k - W_{k-1}|_F <= tol |W_k|_F``, at most ``max_loops``.
+    """EM loops from ``(W, psi)`` (with its ``grams``) until ``|W_k - W_{k-1}|_F <= tol |W_k|_F``,
+    at most ``max_loops``.
 
     ``target = (W_prev, psi_prev, X, Diag(S))``. The iterate is stored and rewritten in place in each
     pass (one ``d x p`` array besides ``W_prev``), so the number of loops can be decided at run time
@@ -335,8 +346,8 @@ def _em_until(W, psi, grams, target, alpha, beta, floor, max_loops: int, nb: int
 
         def rewrite(rows):
             W_b, psi_b, Wp_b, pp_b, X_b, dS_b = rows
-            new_b = X_b @ KX + Wp_b @ KP + pp_b[:, None] * (W_b @ KW) / psi_b[:, None]
-            new_psi = jnp.maximum(dS_b - _rowdot(new_b, new_b @ C), floor)
+            new_b = _stored_rows(W_b, psi_b, Wp_b, pp_b, X_b, KX, KP, KW)
+            new_psi = _psi_rows(new_b, dS_b, C, floor)
             sums = _block_grams(Wp_b, pp_b, X_b, new_b, new_psi, False)
             sums.update(moved=jnp.sum((new_b - W_b) ** 2), size=jnp.sum(new_b ** 2))
             return (new_b, new_psi), sums
@@ -708,5 +719,5 @@ def online_fa_em(num_steps: Optional[int] = None, averaging: Optional[str] = "pa
     return Filter(init, update)
 
 
-__all__ = ["PSI_FLOOR", "recursive_em_step", "spectral_em_step", "Projection", "batch_em_step", "batch_em", "ml_residuals", "fa_kl",
-           "fa_neg_log_lik", "FAState", "recursive_em", "OnlineFAState", "online_fa_em"]
+__all__ = ["PSI_FLOOR", "recursive_em_step", "spectral_em_step", "Projection", "batch_em_step", "batch_em",
+           "ml_residuals", "fa_kl", "fa_neg_log_lik", "FAState", "recursive_em", "OnlineFAState", "online_fa_em"]
