@@ -121,3 +121,18 @@ def test_files_without_em_loops_load_and_resume(tmp_path):
     back = io.load(tmp_path / "s.npz")
     assert back.info.em_loops.dtype == jnp.int32 and int(back.info.em_loops) == 0
     np.testing.assert_allclose(jr.run(flt, back, X, y)[0].mean, jr.run(flt, state, X, y)[0].mean, rtol=1e-12)
+
+
+def test_beliefs_that_do_not_project_report_no_loops():
+    """The dense belief and a skipped low-rank step report ``(dropped, em_loops) = (0, 0)`` (``no_projection``)."""
+    X, y = _logistic(seed=5)
+    d = X.shape[1]
+    dense = jr.rvga(jr.models.logistic(), "ekf")
+    state, _ = jr.run(dense, dense.init(jnp.zeros(d), jnp.eye(d)), X, y)
+    assert int(state.info.em_loops) == 0 and float(state.info.dropped) == 0.0
+    flt = jr.lrvga(jr.models.logistic(), 2, inner_loops=3)
+    start = flt.init(jnp.zeros(d), *lowrank.init_factors(jax.random.PRNGKey(2), d, 2, 1.0))
+    assert int(flt.update(start, X[0], y[0]).info.em_loops) == 3
+    skipped = flt.update(start, X[0] * jnp.nan, y[0])  # a non-finite input: the step is skipped and flagged
+    assert not bool(skipped.info.converged) and int(skipped.info.em_loops) == 0
+    np.testing.assert_array_equal(skipped.W, start.W)
