@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
-from .validation import is_concrete
+from .validation import all_finite, is_concrete
 
 
 class Filter(NamedTuple):
@@ -88,12 +88,6 @@ class LowRankState(NamedTuple):
     gram: Optional[jax.Array] = None
 
 
-def _all_finite(tree):
-    leaves = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree)
-              if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
-
-
 def _keep(state, x, y):
     del x, y
     return state
@@ -111,8 +105,8 @@ def _scan(flt: Filter, state, xs, ys, trace_fn, length=None, every=None, validat
             new = jax.lax.cond(i < length, flt.update, _keep, carry, x, y)
         if validate:
             padded = False if length is None else i >= length
-            checkify.check(padded | _all_finite((x, y)), "jaxrvga.run: NaN or inf in the data at step {i}", i=i)
-            checkify.check(_all_finite(new), "jaxrvga.run: the state became NaN or inf at step {i}", i=i)
+            checkify.check(padded | all_finite(*jax.tree_util.tree_leaves((x, y))), "jaxrvga.run: NaN or inf in the data at step {i}", i=i)
+            checkify.check(all_finite(*jax.tree_util.tree_leaves(new)), "jaxrvga.run: the state became NaN or inf at step {i}", i=i)
         out = None if trace_fn is None else trace_fn(new, x, y)
         return new, out
 

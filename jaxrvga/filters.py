@@ -39,7 +39,7 @@ from .core import Filter, solver_info
 from .factor_analysis import PSI_FLOOR
 from .models import Model
 from .schemes import Config
-from .validation import check_choice, is_concrete, positive_int
+from .validation import all_finite, check_choice, is_concrete, positive_int
 
 SCHEMES = ("exact", "implicit", "explicit", "extragrad", "ekf", "qkf", "sampled")
 CURVATURES = ("ggn", "hessian")
@@ -133,22 +133,25 @@ _STEPS = {"exact": _step_exact, "implicit": _step_implicit, "explicit": _step_mo
 
 # --------------------------------------------------------------------------- the update
 
-def _all_finite(*arrays):
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in arrays]))
-
-
 def _belief_fields(state):
-    """The arrays whose finiteness decides a step: a pending low-rank factor ``(W, X)`` is checked
-    by its new columns ``X`` (``W`` is the prior's), and a ``W`` with a cached whitened Gram by that
-    Gram, which is finite exactly when ``W / sqrt(psi)`` is (up to overflow): a p x p check instead
-    of a pass over the d x p rows."""
+    """The arrays whose finiteness decides a step, the mean first. A low-rank factor with a cached
+    whitened Gram is checked by that Gram, which is finite exactly when ``W / sqrt(psi)`` is (up to
+    overflow): a p x p check instead of a pass over the d x p rows (for a pending factor ``(W, X)``,
+    the bordered Gram covers the new columns ``X``; without a Gram, ``X`` is checked, ``W`` being
+    the prior's)."""
     fields = [getattr(state, f) for f in ("mean", "cov", "psi") if hasattr(state, f)]
     W = getattr(state, "W", None)
-    if isinstance(W, tuple):
-        fields += list(W[1:])
+    if getattr(state, "gram", None) is not None:
+        fields.append(state.gram)
     elif W is not None:
-        fields.append(W if state.gram is None else state.gram)
+        fields += list(W[1:]) if isinstance(W, tuple) else [W]
     return tuple(fields)
+
+
+def _changed_fields(new, prior):
+    """The fields of :func:`_belief_fields` that the step replaced (those it passed on are the prior's)."""
+    kept = _belief_fields(prior)
+    return tuple(a for a in _belief_fields(new) if not any(a is b for b in kept))
 
 
 def _guarded(belief, prior, new, ok, info):
@@ -158,10 +161,10 @@ def _guarded(belief, prior, new, ok, info):
     ``W`` and ``psi`` in place (no second d x p buffer): when ``new`` holds them in its pending
     factor, they enter the branch once, through ``new`` (passed twice, XLA copies them, and the
     projection's row-block loop then copied ``psi`` in every block). A projection that still yields a
-    non-finite result (it does not for finite input, up to overflow) is flagged. The step counter
-    advances either way.
+    non-finite result (it does not for finite input, up to overflow) is flagged; the projection
+    leaves the mean as it is, so the mean is not checked again. The step counter advances either way.
     """
-    ok = ok & _all_finite(*_belief_fields(new))
+    ok = ok & all_finite(*_changed_fields(new, prior))
     # a pending low-rank factor holds the prior's W and psi: they enter the branch once, through new
     shared = isinstance(getattr(new, "W", None), tuple) and new.W[0] is prior.W and new.psi is prior.psi
     rest = prior._replace(W=None, psi=None) if shared else prior
@@ -171,7 +174,7 @@ def _guarded(belief, prior, new, ok, info):
         return back._replace(key=new.key), no_projection(prior.mean.dtype)
 
     out, (dropped, loops) = jax.lax.cond(ok, lambda new, rest: belief.finish(new), keep, new, rest)
-    ok = ok & _all_finite(*_belief_fields(out))
+    ok = ok & all_finite(*_belief_fields(out)[1:])
     info = info._replace(converged=info.converged & ok, dropped=dropped, em_loops=loops)
     return out._replace(step=prior.step + 1, info=info)
 

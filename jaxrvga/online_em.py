@@ -50,7 +50,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 
 from .core import Filter, SolverInfo, solver_info, tree_where
-from .validation import check_finite, check_float_array, check_vector, is_concrete
+from .validation import all_finite, check_finite, check_float_array, check_vector, is_concrete
 
 
 class GMMParams(NamedTuple):
@@ -167,7 +167,7 @@ def _check_stream(state, xs, ys):
 def _valid(params: GMMParams, *trees):
     """Finite leaves, positive weights and variances: an update that may be kept."""
     leaves = jax.tree_util.tree_leaves((params, trees))
-    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in leaves]))
+    finite = all_finite(*leaves)
     return finite & jnp.all(params.weights > 0) & jnp.all(params.variances > 0)
 
 

@@ -6,6 +6,7 @@ never guessed. Every failure raises ``ValueError`` naming the argument.
 """
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Iterable
 
@@ -44,6 +45,12 @@ def check_vector(name: str, x, dim: int | None = None):
     if dim is not None and x.shape[0] != dim:
         raise ValueError(f"{name} must have length {dim} to match the state, got shape {x.shape}")
     return x
+
+
+def all_finite(*arrays):
+    """True (a traced boolean) when every entry of every floating array is finite."""
+    tests = [jnp.all(jnp.isfinite(a)) for a in arrays if jnp.issubdtype(jnp.result_type(a), jnp.inexact)]
+    return functools.reduce(operator.and_, tests, jnp.asarray(True))
 
 
 def check_finite(name: str, x):

@@ -199,6 +199,32 @@ def test_low_rank_skips_and_flags_non_finite_input(scheme):
             np.testing.assert_array_equal(getattr(new, field), getattr(state, field))
 
 
+@pytest.mark.parametrize("buffer", [0, 3])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_guard_sees_a_non_finite_curvature_column_through_the_bordered_gram(buffer, bad):
+    """The guard checks a pending column ``X`` by the bordered whitened Gram (no pass over ``X``):
+    a step whose only non-finite value is in ``X`` (the mean step finite) is skipped and flagged,
+    and the same step with a finite ``X`` is taken (the control)."""
+    from jaxrvga.beliefs import LowRank
+    from jaxrvga.core import solver_info
+    from jaxrvga.filters import _guarded
+    belief = LowRank(rank=2, inner_loops=0, buffer=buffer)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), D, 2, prior_var=2.0)
+    prior = belief.init(jnp.ones(D), W0, psi0)
+    for X, taken in ((jnp.ones((D, 1)).at[3, 0].set(bad), False), (jnp.ones((D, 1)), True)):
+        new, ok = belief.add(prior, X, None)
+        new = new._replace(mean=prior.mean + 0.1)  # a finite mean step
+        out = jax.jit(lambda new, ok: _guarded(belief, prior, new, ok, solver_info(jnp.float64)))(new, ok)
+        assert bool(out.info.converged) == taken and int(out.step) == 1
+        np.testing.assert_array_equal(out.mean, new.mean if taken else prior.mean)
+        if not taken:
+            for field in ("W", "psi", "gram"):
+                np.testing.assert_array_equal(getattr(out, field), getattr(prior, field))
+        else:  # stored (buffer) or projected: the precision gained the column
+            gained = jr.lowrank.to_dense_precision(out.W, out.psi) - jr.lowrank.to_dense_precision(prior.W, prior.psi)
+            assert np.trace(np.asarray(gained)) > 0.5 * D
+
+
 def test_published_option_keeps_the_papers_defaults():
     """published=True: one EM loop from W_{t-1}, no mirror-prox correction (experiments/REPORT.md)."""
     flt = jr.lrvga(jr.models.logistic(), rank=2, scheme="extragrad", published=True)

@@ -480,3 +480,15 @@ def test_checked_mode_returns_the_unchecked_result(name):
             np.testing.assert_allclose(v, u, rtol=1e-12, atol=1e-14)
         else:
             np.testing.assert_array_equal(u, v)
+
+
+def test_all_finite_is_true_exactly_when_every_floating_entry_is_finite():
+    """``validation.all_finite``: NaN and both infinities anywhere make it False, integer arrays are
+    not inspected, no arrays give True; the same traced."""
+    from jaxrvga.validation import all_finite
+    a, b, n = jnp.ones(5), jnp.zeros((2, 3), jnp.float32), jnp.arange(3)
+    for f in (all_finite, jax.jit(all_finite)):
+        assert bool(f(a, b, n)) and bool(f()) and bool(f(jnp.full(4, 3e38, jnp.float32)))
+        for bad in (np.nan, np.inf, -np.inf):
+            assert not bool(f(a, b.at[1, 2].set(bad), n))
+            assert not bool(f(a.at[0].set(bad)))
