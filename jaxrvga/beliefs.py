@@ -14,7 +14,8 @@ Both offer the same operations:
 * ``add(state, X, c)``: the precision step ``P^{-1} + X diag(c) X^T`` ([RVGA] eq. 29, [LRVGA] eq. 7),
   the mean unchanged; ``absorb(state, X, c, g, prior_gain)``: ``add`` and the mean step
   ``mu + P g`` (with the new ``P``, or the previous one with ``prior_gain``, [RVGA] eq. 76);
-  ``finish(state)``: the belief's own projection of the result.
+  ``finish(state)``: the belief's own projection of the result; ``settle(prior, new, ok)``: ``finish(new)``
+  where ``ok``, else ``prior`` (the skip-and-flag guard of every filter).
 
 For the low-rank belief, ``add`` keeps the sum exactly, as the factors ``[W, X diag(sqrt c)]`` of a
 higher rank, so that the mean step that follows uses the unprojected precision (by Woodbury, still
@@ -53,6 +54,25 @@ def add_then_solve(belief, prior, X, c, g, prior_gain: bool = False):
     ``prior_gain``). Returns ``(state, ok)``."""
     pre, ok = belief.add(prior, X, c)
     return pre._replace(mean=prior.mean + belief.solve(prior if prior_gain else pre, g)), ok
+
+
+def finish_or_keep(belief, prior, new, ok):
+    """``belief.finish(new)`` where ``ok``, else ``prior`` (its key advanced to ``new``'s); returns
+    ``(state, (dropped, em_loops))``.
+
+    One conditional, so that a low-rank projection can rewrite the prior's ``W`` and ``psi`` in
+    place (no second d x p buffer): when ``new`` holds them in its pending factor, they enter the
+    branch once, through ``new`` (passed twice, XLA copies them, and the projection's row-block loop
+    then copied ``psi`` in every block).
+    """
+    shared = isinstance(getattr(new, "W", None), tuple) and new.W[0] is prior.W and new.psi is prior.psi
+    rest = prior._replace(W=None, psi=None) if shared else prior
+
+    def keep(new, rest):
+        back = rest._replace(W=new.W[0], psi=new.psi) if shared else rest
+        return back._replace(key=new.key), no_projection(prior.mean.dtype)
+
+    return jax.lax.cond(ok, lambda new, rest: belief.finish(new), keep, new, rest)
 
 
 def _check_mean(mean):
@@ -150,6 +170,10 @@ class Dense(NamedTuple):
     def finish(self, state):
         """Nothing to project: returns ``(state, (dropped, em_loops) = (0, 0))``."""
         return state, no_projection(state.mean.dtype)
+
+    def settle(self, prior, new, ok):
+        """``new`` where ``ok``, else ``prior`` (:func:`finish_or_keep`)."""
+        return finish_or_keep(self, prior, new, ok)
 
 
 class LowRank(NamedTuple):
@@ -311,7 +335,39 @@ class LowRank(NamedTuple):
         if self.buffer < m:
             return self._project(state)
         fill = _buffer_fill(state.gram, self.rank, state.W[0].shape[1])
-        return jax.lax.cond(fill + m <= self.buffer, self._store, lambda s, _: self._project(s), state, fill)
+        def store(state, fill):
+            W, gram = self._store(state, fill)
+            return state._replace(W=W, gram=gram), no_projection(state.psi.dtype)
+
+        return jax.lax.cond(fill + m <= self.buffer, store, lambda s, _: self._project(s), state, fill)
+
+    def settle(self, prior, new, ok):
+        """:meth:`finish` of ``new`` where ``ok``, else ``prior`` kept; returns ``(state, (dropped, em_loops))``.
+
+        With a ``buffer`` that can hold the new columns, the columns are written into ``W`` (where
+        ``ok`` and they fit) outside the conditional that projects, and the mean and the Gram are
+        chosen by ``where``: the conditional then passes ``W`` and ``psi`` through unchanged on
+        the steps that do not project, and XLA copies neither (through nested conditionals it copied
+        ``W``, ``psi`` and the mean on every step; 5-10 % of the step on the network of BENCHMARKS.md).
+        """
+        if not (self.buffer and isinstance(new.W, tuple) and new.gram is not None and new.W[0] is prior.W
+                and new.psi is prior.psi and new.W[1].shape[1] <= self.buffer):
+            return finish_or_keep(self, prior, new, ok)
+        W, X = new.W
+        fill = _buffer_fill(new.gram, self.rank, W.shape[1])
+        fits = fill + X.shape[1] <= self.buffer
+        W, gram = self._store(new, fill, ok & fits)
+
+        def project(W, psi, bordered, gram):
+            out, report = self._project(new._replace(W=(W, X), psi=psi, gram=bordered))
+            return (out.W, out.psi, out.gram), report
+
+        def keep(W, psi, bordered, gram):
+            return (W, psi, gram), no_projection(psi.dtype)
+
+        (W, psi, gram), report = jax.lax.cond(ok & ~fits, project, keep, W, new.psi, new.gram,
+                                              jnp.where(ok & fits, gram, prior.gram))
+        return new._replace(mean=jnp.where(ok, new.mean, prior.mean), W=W, psi=psi, gram=gram), report
 
     def _project(self, state):
         """The spectral projection of the pending factor (the buffer's columns and the new ones) to rank p."""
@@ -324,15 +380,16 @@ class LowRank(NamedTuple):
             W, gram = jnp.pad(W, ((0, 0), (0, self.buffer))), jnp.pad(gram, ((0, self.buffer), (0, self.buffer)))
         return state._replace(W=W, psi=psi, gram=gram), (dropped, loops)
 
-    def _store(self, state, fill):
-        """The new columns written into the buffer's free columns from ``fill`` on; their Gram moved with them."""
+    def _store(self, state, fill, write=True):
+        """``(W, gram)`` of the pending ``state`` with its new columns written into the buffer's free
+        columns from ``fill`` on, their Gram moved with them; ``W`` is unchanged where not ``write``."""
         W, X = state.W
         q, m = W.shape[1], X.shape[1]
-        start = self.rank + fill
-        W = jax.lax.dynamic_update_slice(W, X, (jnp.zeros((), start.dtype), start))
-        offset = jnp.arange(q) - start
+        start = (jnp.zeros((), fill.dtype), self.rank + fill)
+        W = jax.lax.dynamic_update_slice(W, jnp.where(write, X, jax.lax.dynamic_slice(W, start, X.shape)), start)
+        offset = jnp.arange(q) - start[1]
         order = jnp.where((offset >= 0) & (offset < m), q + offset, jnp.arange(q))
-        return state._replace(W=W, gram=state.gram[order][:, order]), no_projection(state.psi.dtype)
+        return W, state.gram[order][:, order]
 
 
 def _resolved(chol, gram):
@@ -352,4 +409,4 @@ def _buffer_fill(gram, rank: int, width: int):
     return jnp.max(jnp.where(used, jnp.arange(1, width - rank + 1), 0), initial=0)
 
 
-__all__ = ["Dense", "LowRank", "antithetic_normals", "add_then_solve", "no_projection"]
+__all__ = ["Dense", "LowRank", "antithetic_normals", "add_then_solve", "finish_or_keep", "no_projection"]

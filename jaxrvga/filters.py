@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import schemes
-from .beliefs import Dense, LowRank, no_projection
+from .beliefs import Dense, LowRank
 from .core import Filter, solver_info
 from .factor_analysis import PSI_FLOOR
 from .models import Model
@@ -155,25 +155,13 @@ def _changed_fields(new, prior):
 
 
 def _guarded(belief, prior, new, ok, info):
-    """Skip and flag: finish (project) ``new`` only if it is finite and valid, else keep ``prior``.
-
-    The decision is taken before the projection, so a low-rank projection can rewrite the prior's
-    ``W`` and ``psi`` in place (no second d x p buffer): when ``new`` holds them in its pending
-    factor, they enter the branch once, through ``new`` (passed twice, XLA copies them, and the
-    projection's row-block loop then copied ``psi`` in every block). A projection that still yields a
-    non-finite result (it does not for finite input, up to overflow) is flagged; the projection
-    leaves the mean as it is, so the mean is not checked again. The step counter advances either way.
+    """Skip and flag: ``new`` finished (projected) only if it is finite and valid, else ``prior`` kept
+    (:meth:`~jaxrvga.beliefs.LowRank.settle`). A projection that still yields a non-finite result
+    (it does not for finite input, up to overflow) is flagged; a projection leaves the mean as it is,
+    so the mean is not checked again. The step counter advances either way.
     """
     ok = ok & all_finite(*_changed_fields(new, prior))
-    # a pending low-rank factor holds the prior's W and psi: they enter the branch once, through new
-    shared = isinstance(getattr(new, "W", None), tuple) and new.W[0] is prior.W and new.psi is prior.psi
-    rest = prior._replace(W=None, psi=None) if shared else prior
-
-    def keep(new, rest):
-        back = rest._replace(W=new.W[0], psi=new.psi) if shared else rest
-        return back._replace(key=new.key), no_projection(prior.mean.dtype)
-
-    out, (dropped, loops) = jax.lax.cond(ok, lambda new, rest: belief.finish(new), keep, new, rest)
+    out, (dropped, loops) = belief.settle(prior, new, ok)
     ok = ok & all_finite(*_belief_fields(out)[1:])
     info = info._replace(converged=info.converged & ok, dropped=dropped, em_loops=loops)
     return out._replace(step=prior.step + 1, info=info)

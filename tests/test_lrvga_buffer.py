@@ -212,3 +212,32 @@ def test_predictive_and_sampling_of_a_state_with_a_partly_filled_buffer():
         np.testing.assert_allclose(a, b, rtol=1e-10)
     draws = flt.update.spec.belief.sample(state, jax.random.PRNGKey(0), 20000)
     np.testing.assert_allclose(np.cov(np.asarray(draws).T), cov, atol=0.05 * np.abs(cov).max())
+
+
+@pytest.mark.parametrize("m", [1, 2])
+def test_settle_of_a_buffer_is_finish_where_ok_and_the_prior_where_not(m):
+    """``LowRank.settle`` (the guard's path, columns written outside the projecting conditional)
+    equals ``finish`` of the pending factor where ``ok`` and returns the prior where not, on the
+    steps that store and on the step that overflows and projects."""
+    from jaxrvga.beliefs import LowRank
+    rng = np.random.default_rng(3)
+    d, p, b = 9, 2, 4
+    belief = LowRank(rank=p, inner_loops=0, buffer=b)
+    W0, psi0 = _prior(rng, d, p)
+    prior = belief.init(jnp.asarray(rng.normal(size=d)), W0, psi0)
+    def pending(prior, X):
+        new, _ = belief.add(prior, X, None)
+        return new._replace(mean=prior.mean + 0.1)
+
+    # traced with the step, as in the guard: the pending factor holds the prior's own W and psi
+    settle = jax.jit(lambda prior, X, ok: belief.settle(prior, pending(prior, X), ok))
+    for step in range(4):  # m = 1: stores 4 times; m = 2: stores twice, projects, stores
+        X = jnp.asarray(rng.normal(size=(d, m)))
+        done, (dropped, _) = belief.finish(pending(prior, X))
+        assert (step == 2 and m == 2) == (float(dropped) > 0)  # the overflow projects
+        for ok in (True, False):
+            out, _ = settle(prior, X, jnp.asarray(ok))
+            want = done if ok else prior
+            for field in ("mean", "W", "psi", "gram"):
+                np.testing.assert_allclose(getattr(out, field), getattr(want, field), rtol=1e-12, atol=1e-12)
+        prior = done
