@@ -8,7 +8,8 @@ same start for every method) on the sklearn digits labelled even/odd (1200 train
 ``jr.lrvga(model, rank=10, scheme=...)`` (prior ``N(theta0, 0.1 I)``; with ``buffer=b`` the
 curvature columns are projected once per ``b`` columns, :func:`jaxrvga.lrvga`), and Adam steps on the
 log-loss with batch 1 (1200 steps) or batch 16 (75 steps). Compile time (``lower().compile()``)
-is excluded from the run time and reported apart; the run time is the best of ``--repeat``.
+is excluded from the run time and reported apart; the run time is the best of ``--repeat`` rounds,
+each round running every method once in turn (so that a change of the machine's load falls on all).
 Time per observation is given as a ratio to Adam (batch 1) measured in the same process. Test
 scores: accuracy, log-loss and expected calibration error (10 bins) of the linearised predictive
 (L-RVGA; ``jr.predictive`` without a key) and of ``sig(h(theta, x))`` (Adam). Memory: XLA's own
@@ -148,50 +149,65 @@ class PeakRSS:
         self.rise = self.peak - self.base
 
 
-def measure(fn, args, repeat):
-    """Compile ``jit(fn)`` for ``args``, then time it; returns ``(output, compile_s, run_s, temp_mb, rss_rise_mb)``."""
+def compiled_run(fn, args):
+    """``(compiled, compile_s, temp_mb)``: ``jit(fn)`` compiled for ``args`` and XLA's temporary buffers."""
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     compile_s = time.perf_counter() - t0
     mem = compiled.memory_analysis()
     temp_mb = getattr(mem, "temp_size_in_bytes", float("nan")) / 2**20 if mem is not None else float("nan")
-    times = []
+    return compiled, compile_s, temp_mb
+
+
+def timed(compiled, args):
+    """``(output, seconds, rss_rise_mb)`` of one run."""
     with PeakRSS() as rss:
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            out = jax.block_until_ready(compiled(*args))
-            times.append(time.perf_counter() - t0)
-    return out, compile_s, min(times), temp_mb, rss.rise
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(compiled(*args))
+        seconds = time.perf_counter() - t0
+    return out, seconds, rss.rise
 
 
 def compare(repeat):
+    """Every method compiled first, then timed in ``repeat`` rounds that run each method once in turn
+    (a change of the machine's load during the run then falls on every method alike); the time of a
+    method is its best round."""
     Xtr, ytr, Xte, yte = digits()
     xs, ys, Xte_j = jnp.asarray(Xtr), jnp.asarray(ytr), jnp.asarray(Xte)
     theta0, h = mlp(jax.random.PRNGKey(0))
     d, T = theta0.shape[0], xs.shape[0]
     state_mb = (d * (RANK + 2)) * 4 / 2**20
     print(f"\n## MLP 64-128-64-1 (d = {d}) on digits even/odd, one pass of {T} images, float32, "
-          f"p = {RANK}\n# L-RVGA state: {state_mb:.2f} MB (mean, W, psi)")
+          f"p = {RANK}\n# L-RVGA state: {state_mb:.2f} MB (mean, W, psi); best of {repeat} interleaved rounds")
     print(f"{'method':<24} {'acc':>6} {'logloss':>8} {'ECE':>6} {'us/obs':>9} {'x Adam1':>8} "
           f"{'compile s':>9} {'XLA temp MB':>11} {'x state':>7} {'RSS rise MB':>11}")
-    rows, base = [], None
     predict = jax.jit(jax.vmap(lambda th, x: jax.nn.sigmoid(h(th, x)), in_axes=(None, 0)))
     methods = [("Adam, batch 1", "adam", (1e-3, 1)), ("Adam, batch 16", "adam", (3e-3, 16)),
                ("L-RVGA ekf", "lrvga", ("ekf", {})), ("L-RVGA ekf, buffer=9", "lrvga", ("ekf", {"buffer": 9})),
                ("L-RVGA sampled (K=10)", "lrvga", ("sampled", {})),
                ("L-RVGA sampled, buffer=20", "lrvga", ("sampled", {"buffer": 20}))]
+    runs = []
     for name, kind, arg in methods:
         if kind == "adam":
-            theta, c, t, temp, rise = measure(adam_run(h, *arg), (theta0, xs, ys), repeat)
-            sc = scores(predict(theta, Xte_j), yte)
+            fn, args, score = adam_run(h, *arg), (theta0, xs, ys), lambda th: predict(th, Xte_j)
         else:
-            run, state, model, _ = lrvga_run(h, theta0, arg[0], **arg[1])
-            out, c, t, temp, rise = measure(run, (state, xs, ys), repeat)
-            sc = scores(jr.predictive(out, Xte_j, model=model).mean, yte)
+            fn, state, model, _ = lrvga_run(h, theta0, arg[0], **arg[1])
+            args = (state, xs, ys)
+            score = lambda out, model=model: jr.predictive(out, Xte_j, model=model).mean
+        runs.append((name, args, score) + compiled_run(fn, args))
+    best = {name: (float("inf"), None, 0.0) for name, *_ in runs}
+    for _ in range(repeat):
+        for name, args, _, compiled, _, _ in runs:
+            out, seconds, rise = timed(compiled, args)
+            t, _, r = best[name]
+            best[name] = (min(t, seconds), out, max(r, rise))
+    rows, base = [], None
+    for name, _, score, _, c, temp in runs:
+        t, out, rise = best[name]
+        sc = scores(score(out), yte)
         us = t / T * 1e6
         base = us if base is None else base
-        row = dict(name=name, us=us, ratio=us / base, compile=c, temp=temp, rise=rise, **sc)
-        rows.append(row)
+        rows.append(dict(name=name, us=us, ratio=us / base, compile=c, temp=temp, rise=rise, **sc))
         print(f"{name:<24} {sc['accuracy']:6.3f} {sc['log_loss']:8.3f} {sc['ece']:6.3f} {us:9.1f} "
               f"{us / base:8.1f} {c:9.2f} {temp:11.2f} {temp / state_mb:7.1f} {rise:11.1f}", flush=True)
     return rows
