@@ -335,6 +335,7 @@ class LowRank(NamedTuple):
         if self.buffer < m:
             return self._project(state)
         fill = _buffer_fill(state.gram, self.rank, state.W[0].shape[1])
+
         def store(state, fill):
             W, gram = self._store(state, fill)
             return state._replace(W=W, gram=gram), no_projection(state.psi.dtype)

@@ -105,8 +105,9 @@ def _scan(flt: Filter, state, xs, ys, trace_fn, length=None, every=None, validat
             new = jax.lax.cond(i < length, flt.update, _keep, carry, x, y)
         if validate:
             padded = False if length is None else i >= length
-            checkify.check(padded | all_finite(*jax.tree_util.tree_leaves((x, y))), "jaxrvga.run: NaN or inf in the data at step {i}", i=i)
-            checkify.check(all_finite(*jax.tree_util.tree_leaves(new)), "jaxrvga.run: the state became NaN or inf at step {i}", i=i)
+            leaves = jax.tree_util.tree_leaves
+            checkify.check(padded | all_finite(*leaves((x, y))), "jaxrvga.run: NaN or inf in the data at step {i}", i=i)
+            checkify.check(all_finite(*leaves(new)), "jaxrvga.run: the state became NaN or inf at step {i}", i=i)
         out = None if trace_fn is None else trace_fn(new, x, y)
         return new, out
 
