@@ -334,41 +334,47 @@ class LowRank(NamedTuple):
         m = state.W[1].shape[1]
         if self.buffer < m:
             return self._project(state)
-        fill = _buffer_fill(state.gram, self.rank, state.W[0].shape[1])
-
-        def store(state, fill):
-            W, gram = self._store(state, fill)
-            return state._replace(W=W, gram=gram), no_projection(state.psi.dtype)
-
-        return jax.lax.cond(fill + m <= self.buffer, store, lambda s, _: self._project(s), state, fill)
+        (W, psi, gram), report = self._store_or_project(state, jnp.asarray(True))
+        return state._replace(W=W, psi=psi, gram=gram), report
 
     def settle(self, prior, new, ok):
         """:meth:`finish` of ``new`` where ``ok``, else ``prior`` kept; returns ``(state, (dropped, em_loops))``.
 
-        With a ``buffer`` that can hold the new columns, the columns are written into ``W`` (where
-        ``ok`` and they fit) outside the conditional that projects, and the mean and the Gram are
-        chosen by ``where``: the conditional then passes ``W`` and ``psi`` through unchanged on
-        the steps that do not project, and XLA copies neither (through nested conditionals it copied
-        ``W``, ``psi`` and the mean on every step; 5-10 % of the step on the network of BENCHMARKS.md).
+        With a ``buffer`` that can hold the new columns, the mean is chosen by ``where`` and the
+        columns are stored or projected by ``_store_or_project``, which passes ``W`` and ``psi``
+        through unchanged where nothing is projected, so that XLA copies neither (through the
+        guard's conditional around the buffer's, it copied ``W``, ``psi`` and the mean on every
+        step; 5-10 % of the step on the network of BENCHMARKS.md).
         """
         if not (self.buffer and isinstance(new.W, tuple) and new.gram is not None and new.W[0] is prior.W
                 and new.psi is prior.psi and new.W[1].shape[1] <= self.buffer):
             return finish_or_keep(self, prior, new, ok)
-        W, X = new.W
-        fill = _buffer_fill(new.gram, self.rank, W.shape[1])
+        (W, psi, gram), report = self._store_or_project(new, ok, prior.gram)
+        return new._replace(mean=jnp.where(ok, new.mean, prior.mean), W=W, psi=psi, gram=gram), report
+
+    def _store_or_project(self, state, ok, kept_gram=None):
+        """``((W, psi, gram), (dropped, em_loops))`` of the pending ``state`` of a buffer: its new columns
+        stored in the buffer where ``ok`` and they fit, projected with it where ``ok`` and they do
+        not; where not ``ok``, ``W`` and ``psi`` unchanged and the Gram ``kept_gram``.
+
+        The columns are written outside the one conditional (which projects or passes ``W`` and
+        ``psi`` through), so that XLA updates ``W`` without copying it.
+        """
+        W, X = state.W
+        fill = _buffer_fill(state.gram, self.rank, W.shape[1])
         fits = fill + X.shape[1] <= self.buffer
-        W, gram = self._store(new, fill, ok & fits)
+        W, gram = self._store(state, fill, ok & fits)
+        if kept_gram is not None:
+            gram = jnp.where(ok & fits, gram, kept_gram)
 
         def project(W, psi, bordered, gram):
-            out, report = self._project(new._replace(W=(W, X), psi=psi, gram=bordered))
+            out, report = self._project(state._replace(W=(W, X), psi=psi, gram=bordered))
             return (out.W, out.psi, out.gram), report
 
         def keep(W, psi, bordered, gram):
             return (W, psi, gram), no_projection(psi.dtype)
 
-        (W, psi, gram), report = jax.lax.cond(ok & ~fits, project, keep, W, new.psi, new.gram,
-                                              jnp.where(ok & fits, gram, prior.gram))
-        return new._replace(mean=jnp.where(ok, new.mean, prior.mean), W=W, psi=psi, gram=gram), report
+        return jax.lax.cond(ok & ~fits, project, keep, W, state.psi, state.gram, gram)
 
     def _project(self, state):
         """The spectral projection of the pending factor (the buffer's columns and the new ones) to rank p."""
@@ -381,7 +387,7 @@ class LowRank(NamedTuple):
             W, gram = jnp.pad(W, ((0, 0), (0, self.buffer))), jnp.pad(gram, ((0, self.buffer), (0, self.buffer)))
         return state._replace(W=W, psi=psi, gram=gram), (dropped, loops)
 
-    def _store(self, state, fill, write=True):
+    def _store(self, state, fill, write):
         """``(W, gram)`` of the pending ``state`` with its new columns written into the buffer's free
         columns from ``fill`` on, their Gram moved with them; ``W`` is unchanged where not ``write``."""
         W, X = state.W
