@@ -344,7 +344,7 @@ class LowRank(NamedTuple):
         columns are stored or projected by ``_store_or_project``, which passes ``W`` and ``psi``
         through unchanged where nothing is projected, so that XLA copies neither (through the
         guard's conditional around the buffer's, it copied ``W``, ``psi`` and the mean on every
-        step; 5-10 % of the step on the network of BENCHMARKS.md).
+        step; BENCHMARKS.md, "Neural network online").
         """
         if not (self.buffer and isinstance(new.W, tuple) and new.gram is not None and new.W[0] is prior.W
                 and new.psi is prior.psi and new.W[1].shape[1] <= self.buffer):
