@@ -1,6 +1,7 @@
 """Online training of an MLP: L-RVGA (EKF and sampled schemes) against optax Adam, one pass each.
 
     python -m benchmarks.bench_nn [--repeat 3] [--profile]
+    python -m benchmarks.bench_nn --kernels [--repeat 5]
 
 Same network on both sides: an MLP 64-128-64-1 (ReLU, 16 641 weights, LeCun-normal start, the
 same start for every method) on the sklearn digits labelled even/odd (1200 training images,
@@ -23,6 +24,10 @@ repeated inside one ``fori_loop`` (no dispatch): the VJP of the output, the Wood
 mean step, the spectral projection (:func:`jaxrvga.factor_analysis.spectral_em_step`), two
 skinny matrix products for scale, the whole update; the same for the sampled scheme (draws,
 VJPs at the draws, rank p + K solve and projection); Adam's step for comparison.
+
+``--kernels`` (alone): the skinny-matrix kernels of a buffered EKF step with ``W`` row-major
+``(d, q)`` as the state stores it and transposed ``(q, d)``, and NumPy on ``(d, q)``
+(:func:`kernels`).
 """
 from __future__ import annotations
 
@@ -305,12 +310,92 @@ def profile(repeat, n=200):
     return out
 
 
+def kernels(repeat, n=300):
+    """The skinny-matrix kernels of a buffered EKF step, by layout: XLA with ``W`` stored as the state
+    stores it, ``(d, q)`` row-major, XLA with ``W`` transposed, ``(q, d)``, and NumPy (OpenBLAS) on the
+    ``(d, q)`` array, in the same process (d = 16 641, q = p + 9 = 19). The forms are checked to agree
+    on the first input before they are timed.
+
+    Each XLA kernel runs ``n`` times in one ``lax.scan`` over ``n`` different inputs (so nothing is
+    hoisted); NumPy runs a Python loop over the same inputs. Times are us per call, best of ``repeat``.
+    """
+    d, q = 16641, RANK + 9
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((d, q)).astype(np.float32)
+    V = rng.standard_normal((n, 2, d)).astype(np.float32)
+    psi = 1.0 + V[:, 0] ** 2
+    c = rng.standard_normal((n, q)).astype(np.float32)
+    M = rng.standard_normal((n, q, q + 1)).astype(np.float32)
+    cases = {  # name: (row-major form, transposed form, inputs)
+        "empty scan (one entry of each input)": (lambda A, v: v[:, :1], lambda At, v: v[:, :1], V),
+        "border: V^T W, V = [X, g] / psi (2 rows)": (lambda A, v: v @ A, lambda At, v: jnp.stack([At @ v[0], At @ v[1]]), V),
+        "mean step: W c": (lambda A, x: A @ x, lambda At, x: x @ At, c),
+        "projection: W M, M (q, q + 1)": (lambda A, m: A @ m, lambda At, m: m.T @ At, M),
+        "whitened Gram: B^T B, B = W diag(r)": (lambda A, r: (A * r[:, None]).T @ (A * r[:, None]),
+                                                    lambda At, r: (At * r) @ (At * r).T, 1 / np.sqrt(psi)),
+    }
+
+    def xla(fn, A, xs):
+        run = jax.jit(lambda A, xs: jax.lax.scan(lambda acc, x: (acc + jnp.sum(fn(A, x)), None), 0.0, xs)[0])
+        return _best(lambda: run(A, xs), repeat) / n
+
+    def store(A, xs, column):
+        def step(A, ix):
+            i, x = ix
+            return column(A, i % (q - RANK) + RANK, x), None
+        run = jax.jit(lambda A, xs: jax.lax.scan(step, A, (jnp.arange(n), xs))[0])
+        return _best(lambda: run(A, xs), repeat) / n
+
+    def numpy_time(fn, xs):
+        def loop():
+            for x in xs:
+                fn(W, x)
+        return _best(loop, repeat) / n
+
+    print(f"\n## Kernels of a buffered step by layout, d = {d}, q = {q}, float32 (us per call, best of {repeat})")
+    print(f"{'kernel':<42} {'XLA (d,q)':>9} {'XLA (q,d)':>9} {'NumPy':>7} {'(d,q)/(q,d)':>12} {'XLA/NumPy':>10}")
+    Wj, Wt = jnp.asarray(W), jnp.asarray(W.T.copy())
+    for name, (f, ft, xs) in cases.items():  # the two forms compute the same (up to rounding)
+        a, b = np.asarray(f(Wj, xs[0])), np.asarray(ft(Wt, xs[0]))
+        b = b if name.startswith("empty") or name.startswith("border") or "Gram" in name else b.T
+        np.testing.assert_allclose(a, b.reshape(a.shape), rtol=1e-3, atol=1e-3 * np.abs(a).max(), err_msg=name)
+    rows = {name: (xla(f, Wj, jnp.asarray(xs)), xla(ft, Wt, jnp.asarray(xs)),
+                   float("nan") if name.startswith("empty") else numpy_time(f, xs))
+            for name, (f, ft, xs) in cases.items()}
+
+    def np_store(A, x):
+        A[:, RANK] = x[0]
+    rows["store a column x into the buffer"] = (
+        store(Wj, jnp.asarray(V[:, 0]), lambda A, j, x: A.at[:, j].set(x)),
+        store(Wt, jnp.asarray(V[:, 0]), lambda A, j, x: A.at[j].set(x)), numpy_time(np_store, V))
+    for name, (rm, tr, npy) in rows.items():
+        print(f"{name:<42} {rm * 1e6:9.1f} {tr * 1e6:9.1f} {npy * 1e6:7.1f} {rm / tr:12.2f} {rm / npy:10.2f}",
+              flush=True)
+    return rows
+
+
+def _best(call, repeat):
+    """Seconds of the fastest of ``repeat`` calls of ``call`` after one warm-up call (results awaited)."""
+    jax.block_until_ready(call())
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        jax.block_until_ready(call())
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="also the breakdown of one L-RVGA step")
+    parser.add_argument("--kernels", action="store_true",
+                        help="only the skinny kernels of a buffered step, by layout, against NumPy")
     args = parser.parse_args(argv)
     print(describe())
+    if args.kernels:
+        kernels(args.repeat)
+        return
     compare(args.repeat)
     if args.profile:
         profile(args.repeat)
