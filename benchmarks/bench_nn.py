@@ -220,16 +220,21 @@ def compare(repeat):
 
 # --------------------------------------------------------------------------- profile
 
-def loop_time(piece, carry, n, repeat):
-    """Seconds per application of ``carry -> piece(carry)`` (same structure), ``n`` of them in one ``fori_loop``."""
-    f = jax.jit(lambda c: jax.lax.fori_loop(0, n, lambda i, c: piece(c), c)).lower(carry).compile()
-    jax.block_until_ready(f(carry))
+def _best(call, repeat):
+    """Seconds of the fastest of ``repeat`` calls of ``call`` after one warm-up call (results awaited)."""
+    jax.block_until_ready(call())
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        jax.block_until_ready(f(carry))
+        jax.block_until_ready(call())
         times.append(time.perf_counter() - t0)
-    return min(times) / n
+    return min(times)
+
+
+def loop_time(piece, carry, n, repeat):
+    """Seconds per application of ``carry -> piece(carry)`` (same structure), ``n`` of them in one ``fori_loop``."""
+    f = jax.jit(lambda c: jax.lax.fori_loop(0, n, lambda i, c: piece(c), c)).lower(carry).compile()
+    return _best(lambda: f(carry), repeat) / n
 
 
 def profile(repeat, n=200):
@@ -372,17 +377,6 @@ def kernels(repeat, n=300):
         print(f"{name:<42} {rm * 1e6:9.1f} {tr * 1e6:9.1f} {npy * 1e6:7.1f} {rm / tr:12.2f} {rm / npy:10.2f}",
               flush=True)
     return rows
-
-
-def _best(call, repeat):
-    """Seconds of the fastest of ``repeat`` calls of ``call`` after one warm-up call (results awaited)."""
-    jax.block_until_ready(call())
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        jax.block_until_ready(call())
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main(argv=None):
