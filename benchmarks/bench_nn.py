@@ -23,7 +23,8 @@ the run (sampled every millisecond from ``/proc/self/statm``; XLA's allocations 
 repeated inside one ``fori_loop`` (no dispatch): the VJP of the output, the Woodbury solve of the
 mean step, the spectral projection (:func:`jaxrvga.factor_analysis.spectral_em_step`), two
 skinny matrix products for scale, the whole update; the same for the sampled scheme (draws,
-VJPs at the draws, rank p + K solve and projection); Adam's step for comparison.
+VJPs at the draws, the mean of their K gradients in two forms, rank p + K solve and projection);
+Adam's step for comparison.
 
 ``--kernels`` (alone): the skinny-matrix kernels of a buffered EKF step with ``W`` row-major
 ``(d, q)`` as the state stores it and transposed ``(q, d)``, and NumPy on ``(d, q)``
@@ -255,7 +256,8 @@ def profile(repeat, n=200):
     C, g = schemes.linearise(model, mu, x, y)
     K = 10
     thetas = lowrank.sample(jax.random.PRNGKey(4), mu, W, psi, K)
-    Xs = jax.vmap(schemes.linearise, in_axes=(None, 0, None, None))(model, thetas, x, y)[0][:, 0, :].T / np.sqrt(K)
+    Cs, grads = jax.vmap(schemes.linearise, in_axes=(None, 0, None, None))(model, thetas, x, y)
+    Xs = Cs[:, 0, :].T / np.sqrt(K)
     Q = jnp.linalg.qr(jax.random.normal(jax.random.PRNGKey(3), (RANK, RANK)))[0]  # orthogonal: W @ Q stays bounded
 
     def project(X, loops, spectral=True, **kw):
@@ -292,6 +294,8 @@ def profile(repeat, n=200):
         "sampled: K x d standard normals (threefry)": (
             lambda k: jax.random.fold_in(k, (0 * jax.random.normal(k, (K, d)).sum()).astype(jnp.uint32)),
             jax.random.key(6)),
+        "sampled: mean of K gradients, jnp.mean(axis=0)": (lambda G: G * (1 + 1e-30 * jnp.mean(G, axis=0)), grads),
+        "sampled: mean of K gradients, schemes.mean_rows": (lambda G: G * (1 + 1e-30 * schemes.mean_rows(G)), grads),
         "sampled: Woodbury solve, rank p + K": (solve_piece(None), (jnp.concatenate([W, Xs], 1), g)),
         "sampled: spectral_em_step of rank p + K": (project(Xs, 1), (W, psi)),
         "whole sampled update (3 passes)": (update("sampled"), sampled_state),

@@ -114,10 +114,17 @@ class Dense(NamedTuple):
         """``P g``."""
         return state.cov @ g
 
+    def noise(self, key, num: int, dim: int, dtype):
+        """Base noise of :meth:`draw`: ``num`` antithetic standard normal rows of length ``dim``."""
+        return antithetic_normals(key, num, dim, dtype)
+
+    def draw(self, state, z):
+        """Draws ``mean + L z`` (``P = L L^T``) from base noise ``z`` (:meth:`noise`), shape (num, d)."""
+        return state.mean + z @ jnp.linalg.cholesky(state.cov).T
+
     def sample(self, state, key, num: int):
         """``num`` draws ``mean + L z`` (``P = L L^T``) with antithetic base noise, shape (num, d)."""
-        z = antithetic_normals(key, num, state.mean.shape[0], state.mean.dtype)
-        return state.mean + z @ jnp.linalg.cholesky(state.cov).T
+        return self.draw(state, self.noise(key, num, state.mean.shape[0], state.mean.dtype))
 
     def add(self, state, X, c):
         """``P_new^{-1} = P^{-1} + X diag(c) X^T`` by Woodbury; ``c`` may be negative (a non-log-concave site).
@@ -253,20 +260,28 @@ class LowRank(NamedTuple):
         """``P g`` by Woodbury ([LRVGA] eq. 27), O(d p^2) (O(d p) with a cached Gram)."""
         return lowrank.factorize(state.W, state.psi, state.gram).solve(g)
 
-    def sample(self, state, key, num: int):
-        """``num`` draws by the corrected Proposition 1 of [LRVGA] with antithetic base noise, shape (num, d).
-
-        Column j of the noise ``e`` (one per column of ``W``) comes from ``fold_in(key, j)``, so the
-        same key gives the same noise for the shared columns of beliefs of different ranks (the
-        unprojected beliefs of an iterated scheme): common random numbers across its passes.
-        """
+    def noise(self, key, num: int, dim: int, dtype):
+        """Base noise of :meth:`draw`: ``(z, key_e)``, ``z`` (num, d) antithetic standard normals and
+        the key of the noise ``e`` (one column per column of ``W``, drawn by :meth:`draw`)."""
         kz, ke = jax.random.split(key)
-        W = jnp.concatenate(state.W, axis=1) if isinstance(state.W, tuple) else state.W
-        d, q = W.shape
-        z = antithetic_normals(kz, num, d, W.dtype)
-        column = jax.vmap(lambda j: antithetic_normals(jax.random.fold_in(ke, j), num, 1, W.dtype)[:, 0])
-        e = column(jnp.arange(q)).T
-        return lowrank.sample_from_noise(state.mean, W, state.psi, z, e)
+        return antithetic_normals(kz, num, dim, dtype), ke
+
+    def draw(self, state, noise):
+        """Draws by the corrected Proposition 1 of [LRVGA] from base noise (:meth:`noise`), shape (num, d).
+
+        Column j of ``e`` comes from ``fold_in(key_e, j)``, so the same noise gives the same ``e``
+        for the shared columns of beliefs of different ranks (the unprojected beliefs of an
+        iterated scheme): common random numbers across its passes. The state's Gram is reused.
+        """
+        z, ke = noise
+        column = jax.vmap(lambda j: antithetic_normals(jax.random.fold_in(ke, j), z.shape[0], 1, z.dtype)[:, 0])
+        e = column(jnp.arange(lowrank.width(state.W))).T
+        return lowrank.sample_from_noise(state.mean, state.W, state.psi, z, e, state.gram)
+
+    def sample(self, state, key, num: int):
+        """``num`` draws by the corrected Proposition 1 of [LRVGA] with antithetic base noise, shape (num, d)
+        (:meth:`draw` of fresh :meth:`noise`)."""
+        return self.draw(state, self.noise(key, num, state.mean.shape[0], state.mean.dtype))
 
     def _pending_root(self, state, X, c):
         """``X sqrt(c)`` (``c`` clipped at 0: a factor needs a PSD increment); checks the state's width."""

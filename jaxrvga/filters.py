@@ -103,9 +103,10 @@ def _step_sampled(spec, prior, x, y):
     if getattr(belief, "published", False):
         return _step_sampled_published(spec, prior, x, y)
     key, sub = jax.random.split(prior.key)
+    noise = belief.noise(sub, cfg.num_samples, prior.mean.shape[0], prior.mean.dtype)  # once: common to the passes
 
     def evaluate(q, i):
-        return schemes.sampled_site(spec.model, belief.sample(q, sub, cfg.num_samples), x, y, cfg.curvature)
+        return schemes.sampled_site(spec.model, belief.draw(q, noise), x, y, cfg.curvature)
 
     new, ok, change = schemes.iterate(belief, prior, evaluate, cfg)
     return new._replace(key=key), ok, schemes.info_from(change, cfg, cfg.num_iters)

@@ -226,7 +226,7 @@ def ensemble_gain(W, psi):
     return factorize(W, psi).gain()
 
 
-def sample_from_noise(mean, W, psi, z, e):
+def sample_from_noise(mean, W, psi, z, e, gram=None):
     """Samples of ``N(mean, (W W^T + diag(psi))^{-1})`` from given base noise (Proposition 1, corrected).
 
     With ``x = z / sqrt(psi) ~ N(0, Psi^{-1})`` and ``e ~ N(0, I_p)`` independent,
@@ -236,23 +236,24 @@ def sample_from_noise(mean, W, psi, z, e):
 
     Args:
       mean: (d,).
-      W, psi: (d, p) and (d,).
+      W, psi: (d, p) and (d,); ``W`` may be a tuple of column blocks (:func:`_tmatmul`).
       z: (num, d) standard normal; e: (num, p) standard normal. Passing fixed noise
         reproduces common-random-number ("frozen noise") schemes.
+      gram: the whitened Gram ``W^T Psi^{-1} W`` when the caller has it (:func:`factorize`).
 
     Returns:
       (num, d) samples, in O(num d p + d p^2) time and O(num d) extra memory.
     """
-    fac = factorize(W, psi)
-    d, p = fac.W.shape
+    fac = factorize(W, psi, gram)
+    d, p = fac.psi.shape[0], width(fac.W)
     mean = check_vector("mean", mean, d)
     z, e = check_float_array("z", z), check_float_array("e", e)
     if z.ndim != 2 or z.shape[1] != d or e.shape != (z.shape[0], p):
         raise ValueError(f"z must be (num, {d}) and e (num, {p}), got z {z.shape} and e {e.shape}")
     x = z / jnp.sqrt(fac.psi)  # rows ~ N(0, Psi^{-1})
-    r = e - x @ fac.W  # (num, p) = e - W^T x
+    r = e - _tmatmul(x.T, fac.W).T  # (num, p) = e - W^T x
     corr = cho_solve((fac.chol, True), r.T)  # (p, num) = M^{-1}(e - W^T x)
-    return mean + x + ((fac.W @ corr) / fac.psi[:, None]).T
+    return mean + x + (_matmul(fac.W, corr) / fac.psi[:, None]).T
 
 
 def sample(key, mean, W, psi, num: int):

@@ -208,6 +208,12 @@ def ekf_site(model, q, x, y):
     return Increment(C.T, g=grad)
 
 
+def mean_rows(A):
+    """The mean of the rows of ``A`` (K, d), as the product ``(1/K) 1^T A``: XLA's CPU reduction over
+    the leading axis of a (10, 16 641) array took 0.7-1.4 ms, the product 0.05 ms (BENCHMARKS.md)."""
+    return jnp.full(A.shape[:1], 1.0 / A.shape[0], A.dtype) @ A
+
+
 def sampled_site(model, thetas, x, y, curvature: str):
     """Monte-Carlo site from draws ``thetas`` (K, d) of a belief ([LRVGA] eqs. 41-46).
 
@@ -220,10 +226,10 @@ def sampled_site(model, thetas, x, y, curvature: str):
         grads = jax.vmap(jax.grad(log_lik), in_axes=(0, None, None))(thetas, x, y)
         hess = jnp.mean(jax.vmap(jax.hessian(log_lik), in_axes=(0, None, None))(thetas, x, y), axis=0)
         lam, Q = jnp.linalg.eigh(-0.5 * (hess + hess.T))
-        return Increment(Q, lam, g=jnp.mean(grads, axis=0))
+        return Increment(Q, lam, g=mean_rows(grads))
     C, grads = jax.vmap(linearise, in_axes=(None, 0, None, None))(model, thetas, x, y)
     X = C.reshape(-1, C.shape[-1]).T / jnp.sqrt(jnp.asarray(K, thetas.dtype))
-    return Increment(X, g=jnp.mean(grads, axis=0))
+    return Increment(X, g=mean_rows(grads))
 
 
 def published_draws(prior, key, i, cfg: Config, q):
@@ -241,5 +247,5 @@ def info_from(change, cfg: Config, iterations) -> SolverInfo:
 
 
 __all__ = ["Increment", "Config", "absorb", "iterate", "exact_site", "moment_site", "ekf_glm_site",
-           "qkf_site", "implicit_site", "linearise", "ekf_site", "sampled_site", "published_draws",
+           "qkf_site", "implicit_site", "linearise", "ekf_site", "sampled_site", "mean_rows", "published_draws",
            "info_from"]

@@ -319,3 +319,11 @@ def test_hessian_curvature_on_a_non_log_concave_model_stays_finite_and_flags():
                      trace_fn=jr.trace_info)
     assert bool(jnp.all(jnp.isfinite(s.mean))) and np.linalg.eigvalsh(np.asarray(s.cov))[0] > 0
     assert int(jnp.sum(~info.converged)) > 0
+
+
+def test_mean_rows_is_the_mean_of_the_rows():
+    """``schemes.mean_rows`` (the sampled site's mean gradient, written as a product) equals the mean."""
+    from jaxrvga.schemes import mean_rows
+    A = np.random.default_rng(0).normal(size=(7, 13))
+    np.testing.assert_allclose(mean_rows(jnp.asarray(A)), A.mean(axis=0), rtol=1e-14, atol=1e-15)
+    assert mean_rows(jnp.asarray(A, jnp.float32)).dtype == jnp.float32

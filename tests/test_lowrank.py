@@ -132,3 +132,38 @@ def test_bad_shapes_and_complex_inputs_name_the_argument():
     for fn, msg in cases:
         with pytest.raises(ValueError, match=msg):
             fn()
+
+
+def test_sampler_of_column_blocks_with_their_gram_equals_the_joined_factor():
+    """``sample_from_noise`` of a factor held as column blocks ``(W, X)`` with its whitened Gram
+    (what an L-RVGA step's unprojected belief is) equals that of the joined ``[W, X]`` without it."""
+    d, p, m, K = 30, 4, 3, 5
+    W, psi = random_factors(d, p, seed=8)
+    X = jnp.asarray(np.random.default_rng(9).normal(size=(d, m)))
+    rng = np.random.default_rng(10)
+    z, e, mean = rng.normal(size=(K, d)), rng.normal(size=(K, p + m)), rng.normal(size=d)
+    joined = jnp.concatenate([W, X], axis=1)
+    gram = lowrank.whitened_gram((W, X), psi)
+    expected = lowrank.sample_from_noise(mean, joined, psi, z, e)
+    assert rel(lowrank.sample_from_noise(mean, (W, X), psi, z, e, gram), expected) <= 1e-12
+    assert rel(lowrank.sample_from_noise(mean, joined, psi, z, e, gram), expected) <= 1e-12
+
+
+def test_low_rank_belief_draws_share_their_noise_across_ranks():
+    """``LowRank.draw`` from one base noise: column j of ``e`` is drawn from ``fold_in(key_e, j)``, so
+    the belief ``[W, X]`` of a later pass uses the ``z`` and the first ``p`` columns of ``e`` of the
+    belief ``W`` (common random numbers); each equals the corrected Proposition 1 of that noise."""
+    from jaxrvga.beliefs import LowRank, antithetic_normals
+    d, p, m, K = 25, 3, 2, 6
+    W, psi = random_factors(d, p, seed=11)
+    X = jnp.asarray(np.random.default_rng(12).normal(size=(d, m)))
+    belief = LowRank(rank=p, inner_loops=0)
+    prior = belief.init(jnp.linspace(-1.0, 1.0, d), W, psi)
+    pending, _ = belief.add(prior, X, None)
+    noise = belief.noise(jax.random.PRNGKey(13), K, d, jnp.float64)
+    z, ke = noise
+    e = jnp.stack([antithetic_normals(jax.random.fold_in(ke, j), K, 1, jnp.float64)[:, 0] for j in range(p + m)], 1)
+    assert rel(belief.draw(prior, noise), lowrank.sample_from_noise(prior.mean, W, psi, z, e[:, :p])) <= 1e-12
+    joined = jnp.concatenate([W, X], axis=1)
+    assert rel(belief.draw(pending, noise), lowrank.sample_from_noise(prior.mean, joined, psi, z, e)) <= 1e-12
+    assert rel(belief.sample(prior, jax.random.PRNGKey(13), K), belief.draw(prior, noise)) <= 1e-15
