@@ -271,12 +271,16 @@ class LowRank(NamedTuple):
 
         Column j of ``e`` comes from ``fold_in(key_e, j)``, so the same noise gives the same ``e``
         for the shared columns of beliefs of different ranks (the unprojected beliefs of an
-        iterated scheme): common random numbers across its passes. The state's Gram is reused.
+        iterated scheme): common random numbers across its passes. The draws depend on the basis
+        of ``W`` (``W Q`` for an orthogonal ``Q`` is the same belief but maps ``e`` to other draws),
+        so the state's cached Gram is not used: it is the Gram of the same basis, but reusing it made
+        vmapped and single filters part ways at a projection whose eigenvectors came out rotated
+        (tests/test_lrvga.py, vmap over filters).
         """
         z, ke = noise
         column = jax.vmap(lambda j: antithetic_normals(jax.random.fold_in(ke, j), z.shape[0], 1, z.dtype)[:, 0])
         e = column(jnp.arange(lowrank.width(state.W))).T
-        return lowrank.sample_from_noise(state.mean, state.W, state.psi, z, e, state.gram)
+        return lowrank.sample_from_noise(state.mean, state.W, state.psi, z, e)
 
     def sample(self, state, key, num: int):
         """``num`` draws by the corrected Proposition 1 of [LRVGA] with antithetic base noise, shape (num, d)

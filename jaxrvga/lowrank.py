@@ -226,7 +226,7 @@ def ensemble_gain(W, psi):
     return factorize(W, psi).gain()
 
 
-def sample_from_noise(mean, W, psi, z, e, gram=None):
+def sample_from_noise(mean, W, psi, z, e):
     """Samples of ``N(mean, (W W^T + diag(psi))^{-1})`` from given base noise (Proposition 1, corrected).
 
     With ``x = z / sqrt(psi) ~ N(0, Psi^{-1})`` and ``e ~ N(0, I_p)`` independent,
@@ -239,12 +239,11 @@ def sample_from_noise(mean, W, psi, z, e, gram=None):
       W, psi: (d, p) and (d,); ``W`` may be a tuple of column blocks (:func:`_tmatmul`).
       z: (num, d) standard normal; e: (num, p) standard normal. Passing fixed noise
         reproduces common-random-number ("frozen noise") schemes.
-      gram: the whitened Gram ``W^T Psi^{-1} W`` when the caller has it (:func:`factorize`).
 
     Returns:
       (num, d) samples, in O(num d p + d p^2) time and O(num d) extra memory.
     """
-    fac = factorize(W, psi, gram)
+    fac = factorize(W, psi)
     d, p = fac.psi.shape[0], width(fac.W)
     mean = check_vector("mean", mean, d)
     z, e = check_float_array("z", z), check_float_array("e", e)
