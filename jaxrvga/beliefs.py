@@ -272,10 +272,9 @@ class LowRank(NamedTuple):
         Column j of ``e`` comes from ``fold_in(key_e, j)``, so the same noise gives the same ``e``
         for the shared columns of beliefs of different ranks (the unprojected beliefs of an
         iterated scheme): common random numbers across its passes. The draws depend on the basis
-        of ``W`` (``W Q`` for an orthogonal ``Q`` is the same belief but maps ``e`` to other draws),
-        so the state's cached Gram is not used: it is the Gram of the same basis, but reusing it made
-        vmapped and single filters part ways at a projection whose eigenvectors came out rotated
-        (tests/test_lrvga.py, vmap over filters).
+        of ``W`` (``W Q``, ``Q`` orthogonal, is the same belief but maps ``e`` to other draws), so a
+        rounding that rotates ``W`` at a projection changes them; for that reason the cached Gram
+        is not reused here (BENCHMARKS.md, "A fourth session").
         """
         z, ke = noise
         column = jax.vmap(lambda j: antithetic_normals(jax.random.fold_in(ke, j), z.shape[0], 1, z.dtype)[:, 0])

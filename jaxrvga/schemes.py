@@ -210,7 +210,7 @@ def ekf_site(model, q, x, y):
 
 def mean_rows(A):
     """The mean of the rows of ``A`` (K, d), as the product ``(1/K) 1^T A``: XLA's CPU reduction over
-    the leading axis of a (10, 16 641) array took 0.7-1.4 ms, the product 0.05 ms (BENCHMARKS.md)."""
+    the leading axis of a (10, 16 641) array was about 6x slower (BENCHMARKS.md, "A fourth session")."""
     return jnp.full(A.shape[:1], 1.0 / A.shape[0], A.dtype) @ A
 
 
