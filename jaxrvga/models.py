@@ -63,17 +63,30 @@ class Family(_FamilyFields):
 
     def __new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root=None):
         if fisher_root is None:
-            fisher_root = _diagonal_root(fisher)
+            fisher_root = _DiagonalRoot(fisher)
         return super().__new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root)
 
+    @property
+    def root_diagonal(self) -> Optional[Callable]:
+        """``eta -> sqrt(max(fisher(eta), 0))`` (the shape of ``eta``) where ``fisher_root`` is the
+        default diagonal one (``fisher_root`` left out), else None."""
+        return self.fisher_root.diagonal if isinstance(self.fisher_root, _DiagonalRoot) else None
 
-def _diagonal_root(fisher):
-    """``eta (n,) -> diag(sqrt(max(fisher(eta), 0)))`` (n, n): the root of an elementwise Fisher."""
 
-    def root(eta):
-        return jnp.diag(jnp.sqrt(jnp.maximum(jnp.atleast_1d(fisher(eta)), 0.0)))
+class _DiagonalRoot:
+    """``eta (n,) -> diag(sqrt(max(fisher(eta), 0)))`` (n, n): the root of an elementwise Fisher.
 
-    return root
+    :meth:`diagonal` gives its diagonal alone, of the shape of ``eta``.
+    """
+
+    def __init__(self, fisher: Callable):
+        self.fisher = fisher
+
+    def diagonal(self, eta):
+        return jnp.sqrt(jnp.maximum(self.fisher(eta), 0.0))
+
+    def __call__(self, eta):
+        return jnp.diag(jnp.atleast_1d(self.diagonal(eta)))
 
 
 def gaussian(noise_var=1.0) -> Family:
@@ -332,6 +345,22 @@ def nonlinear(h: Callable, family: Family | None = None, unravel: Callable | Non
     family = gaussian(1.0) if family is None else family
     predict = h if unravel is None else (lambda theta, x: h(unravel(theta), x))
     return Model("nonlinear", family, predict, None)
+
+
+def minibatch(model: Model) -> Model:
+    """``model`` for minibatches: ``x`` with a leading axis of m inputs (any pytree whose leaves have
+    it), ``y`` of m observations, and ``eta`` one prediction per input (``predict`` vmapped over
+    the inputs), so that an update absorbs the m observations at once. With the EKF scheme that
+    is one linearisation at the mean for the m ([RVGA] eq. 81 with the m rows of ``J``), cheaper
+    per observation for networks than m steps (BENCHMARKS.md, "Minibatches"). Every observation
+    is counted once. GLMs take minibatches ``x`` (m, d) as they are, so only nonlinear models
+    (:func:`nonlinear`, :func:`softmax_regression`) are accepted.
+    """
+    if not isinstance(model, Model) or model.kind != "nonlinear":
+        kind = model.kind if isinstance(model, Model) else type(model).__name__
+        raise ValueError(f"model must be a nonlinear model (jr.models.nonlinear); got {kind!r}"
+                         + (": GLMs take x of shape (m, d) as they are" if isinstance(model, Model) else ""))
+    return model._replace(predict=jax.vmap(model.predict, in_axes=(None, 0)))
 
 
 def softmax_regression(dim: int, num_classes: int) -> Model:

@@ -184,17 +184,24 @@ def linearise(model, theta, x, y):
 
     ``R`` is the family's ``fisher_root`` (the full Fisher of a categorical output, per observation).
     Reverse mode (one pullback per row of ``R``) when ``eta`` has fewer outputs than parameters.
+    A diagonal ``R`` (elementwise families) scales the rows of ``J`` itself, and ``grad = J^T d log p
+    / d eta`` combines the same rows: one pullback per output, none more for the gradient.
     """
     def eta_of(th):
         return model.predict(th, x)
 
-    eta = eta_of(theta)
-    log_prob = model.family.log_prob
+    eta = jnp.asarray(eta_of(theta))
+    log_prob, root_diagonal = model.family.log_prob, model.family.root_diagonal
     if jax.eval_shape(log_prob, y, eta).size > eta.size:
         raise ValueError(f"y of shape {jnp.shape(y)} has more components than the model's output eta "
                          f"of shape {jnp.shape(eta)}: each observation would be counted more than once")
     dlogp = jax.grad(lambda e: jnp.sum(log_prob(y, e)))(eta)
-    U = _root_rows(model.family, jnp.asarray(eta))
+    if root_diagonal is not None and eta.size <= theta.shape[0]:
+        _, pullback = jax.vjp(eta_of, theta)
+        units = jnp.eye(eta.size, dtype=eta.dtype).reshape((eta.size,) + eta.shape)
+        J = jax.vmap(lambda u: pullback(u)[0])(units)  # (n, d)
+        return jnp.ravel(root_diagonal(eta))[:, None] * J, jnp.ravel(dlogp) @ J
+    U = _root_rows(model.family, eta)
     if U.shape[0] <= theta.shape[0]:
         _, pullback = jax.vjp(eta_of, theta)
         return jax.vmap(lambda u: pullback(u)[0])(U), pullback(dlogp)[0]

@@ -327,3 +327,106 @@ def test_mean_rows_is_the_mean_of_the_rows():
     A = np.random.default_rng(0).normal(size=(7, 13))
     np.testing.assert_allclose(mean_rows(jnp.asarray(A)), A.mean(axis=0), rtol=1e-14, atol=1e-15)
     assert mean_rows(jnp.asarray(A, jnp.float32)).dtype == jnp.float32
+
+
+def _tiny_network(sizes=(3, 4, 1)):
+    """``(theta0, h)``: a tanh MLP ``h(theta, x)`` with a scalar output, flat float64 weights."""
+    rng = np.random.default_rng(5)
+    shapes = [(m, n) for m, n in zip(sizes[:-1], sizes[1:])]
+    flat = [rng.normal(size=s) / np.sqrt(s[0]) for s in shapes] + [0.1 * rng.normal(size=s[1]) for s in shapes]
+    theta0 = jnp.asarray(np.concatenate([a.ravel() for a in flat]))
+
+    def h(theta, x):
+        offset, layers = 0, []
+        for m, n in shapes:
+            layers.append(theta[offset:offset + m * n].reshape(m, n))
+            offset += m * n
+        for i, (m, n) in enumerate(shapes):
+            x = x @ layers[i] + theta[offset:offset + n]
+            offset += n
+            x = jnp.tanh(x) if i < len(shapes) - 1 else x
+        return x[0]
+
+    return theta0, h
+
+
+@pytest.mark.parametrize("family", ["bernoulli", "poisson", "gaussian"])
+@pytest.mark.parametrize("batch", [None, 3])
+def test_linearise_of_an_elementwise_family_is_the_jacobian_scaled_by_the_fisher_root(family, batch):
+    """One pullback per output gives ``C = diag(sqrt F) J`` and ``grad = J^T d log p / d eta``, the
+    general form (a root given as a matrix, one more pullback for the gradient) and the Jacobian's."""
+    from jaxrvga.schemes import linearise
+    fam = {"bernoulli": jr.models.bernoulli(), "poisson": jr.models.poisson_family(),
+           "gaussian": jr.models.gaussian(0.7)}[family]
+    theta, h = _tiny_network()
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.normal(size=(batch, 3) if batch else (3,)))
+    y = jnp.asarray(rng.integers(0, 2, size=batch) if batch else 1.0, jnp.float64)
+    f = h if batch is None else (lambda th, X: jax.vmap(h, in_axes=(None, 0))(th, X))
+    model = jr.models.nonlinear(f, fam)
+    C, g = linearise(model, theta, x, y)
+    matrix_root = fam._replace(fisher_root=lambda e: jnp.diag(jnp.sqrt(jnp.atleast_1d(fam.fisher(e)))))
+    C_ref, g_ref = linearise(jr.models.nonlinear(f, matrix_root), theta, x, y)
+    J = jnp.atleast_2d(jax.jacfwd(f)(theta, x))
+    eta = f(theta, x)
+    dlogp = jnp.atleast_1d(jax.grad(lambda e: jnp.sum(fam.log_prob(y, e)))(eta))
+    for got, want in ((C, C_ref), (g, g_ref), (C, jnp.sqrt(jnp.atleast_1d(fam.fisher(eta)))[:, None] * J),
+                      (g, dlogp @ J)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    C32, g32 = linearise(model, theta.astype(jnp.float32), x.astype(jnp.float32), y.astype(jnp.float32))
+    assert C32.dtype == g32.dtype == jnp.float32
+    np.testing.assert_allclose(C32, C, rtol=1e-4, atol=1e-5)
+
+
+def test_network_minibatch_ekf_is_the_information_form_update():
+    """A minibatch of m = 4 images through a network (``h`` vmapped over the batch): the EKF step adds
+    ``sum_i J_i^T F_i J_i`` to the precision and moves the mean by ``P_new sum_i J_i^T (y_i - p_i)``,
+    exactly, for the dense belief, the low-rank one at full rank, and a rank-2 one whose buffer
+    holds the m columns (its precision is then the exact sum)."""
+    theta, h = _tiny_network()
+    d, m = theta.shape[0], 4
+    rng = np.random.default_rng(3)
+    X, y = jnp.asarray(rng.normal(size=(m, 3))), jnp.asarray(rng.integers(0, 2, size=m), jnp.float64)
+    model = jr.models.minibatch(jr.models.nonlinear(h, jr.models.bernoulli()))
+    P0 = 0.5 * np.eye(d)
+    J = np.asarray(jax.vmap(jax.grad(h), in_axes=(None, 0))(theta, X))  # (m, d)
+    p = 1 / (1 + np.exp(-np.asarray(jax.vmap(h, in_axes=(None, 0))(theta, X))))
+    prec = np.linalg.inv(P0) + J.T @ np.diag(p * (1 - p)) @ J
+    cov = np.linalg.inv(prec)
+    mean = np.asarray(theta) + cov @ (J.T @ (np.asarray(y) - p))
+    dense = jr.rvga(model, "ekf")
+    a = dense.update(dense.init(theta, P0), X, y)
+    np.testing.assert_allclose(a.cov, cov, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a.mean, mean, rtol=0, atol=1e-12)
+    low = jr.lrvga(model, rank=d, scheme="ekf")
+    b = low.update(low.init(theta, *full_rank_factors(P0)), X, y)
+    np.testing.assert_allclose(b.mean, mean, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(dense_cov(b), cov, rtol=0, atol=1e-10)
+    buffered = jr.lrvga(model, rank=2, scheme="ekf", buffer=m)
+    W0 = jnp.zeros((d, 2)).at[0, 0].set(1.0).at[1, 1].set(0.5)
+    psi0 = jnp.full(d, 2.0)
+    c = buffered.update(buffered.init(theta, W0, psi0), X, y)
+    prec = np.asarray(W0 @ W0.T) + np.diag(np.asarray(psi0)) + J.T @ np.diag(p * (1 - p)) @ J
+    np.testing.assert_allclose(jr.lowrank.to_dense_precision(c.W, c.psi), prec, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(c.mean, np.asarray(theta) + np.linalg.solve(prec, J.T @ (np.asarray(y) - p)),
+                               rtol=0, atol=1e-10)
+
+
+def test_minibatch_model_of_softmax_regression_is_its_native_minibatch():
+    """``models.minibatch`` vmaps the predictor: for softmax regression (whose ``x @ Theta`` takes (m, d)
+    as it is) the EKF step of a minibatch is the same, in both beliefs; GLMs and non-models are refused."""
+    d, K, m = 4, 3, 5
+    rng = np.random.default_rng(2)
+    X, y = jnp.asarray(rng.normal(size=(m, d))), jnp.asarray(rng.integers(0, K, size=m))
+    native = jr.models.softmax_regression(d, K)
+    mapped = jr.models.minibatch(native)
+    mu = jnp.asarray(rng.normal(size=d * K)) * 0.3
+    for make, init in ((lambda mod: jr.rvga(mod, "ekf"), (mu, np.eye(d * K))),
+                       (lambda mod: jr.lrvga(mod, rank=3, scheme="ekf", buffer=m),
+                        (mu, 0.5 * jnp.eye(d * K)[:, :3], jnp.ones(d * K)))):
+        a, b = make(native), make(mapped)
+        sa, sb = a.update(a.init(*init), X, y), b.update(b.init(*init), X, y)
+        np.testing.assert_allclose(sb.mean, sa.mean, rtol=1e-12, atol=1e-14)
+    for bad in (jr.models.logistic(), jr.models.linear_gaussian(1.0), "model"):
+        with pytest.raises(ValueError, match="nonlinear model"):
+            jr.models.minibatch(bad)

@@ -206,6 +206,16 @@ def test_elementwise_families_get_a_diagonal_fisher_root():
     assert np.allclose(fam.fisher_root(eta), jnp.eye(3))
 
 
+def test_root_diagonal_is_the_diagonal_of_the_default_root_only():
+    eta = jnp.array([-2.0, 0.1, 3.0])
+    for fam in (models.gaussian(0.5), models.bernoulli(), models.poisson_family()):
+        np.testing.assert_array_equal(fam.root_diagonal(eta), jnp.diagonal(fam.fisher_root(eta)))
+        assert fam.root_diagonal(jnp.ones((2, 4))).shape == (2, 4)  # the shape of eta, not flattened
+    assert models.categorical(3).root_diagonal is None  # a full (K, K) root
+    given = models.bernoulli()._replace(fisher_root=lambda e: jnp.diag(jnp.sqrt(models.bernoulli().fisher(e))))
+    assert given.root_diagonal is None  # a root given by the user is taken as it is
+
+
 @pytest.mark.parametrize("eta", [[1.0, 1.0, 1.0], [0.3, -2.0, 1.0], [-800.0, 0.0, 800.0], [2.0, 2.0, -1.0]])
 def test_log_softmax_value_and_gradient(eta):
     """The score of the categorical likelihood is ``onehot(y) - softmax(eta)``, ties included."""
