@@ -216,7 +216,8 @@ class Model(NamedTuple):
     ``kind`` (``"linear_gaussian"``, ``"logistic"``, ``"glm"`` or ``"nonlinear"``) names it; the
     filters ask its capabilities instead: :attr:`is_glm`, :attr:`has_exact_update`,
     :attr:`has_logistic_root`. ``moments`` (GLMs only) maps ``(m, v, y)`` to the pair
-    ``(E[d log p/d eta], E[d^2 log p/d eta^2])`` for ``eta ~ N(m, v)``.
+    ``(E[d log p/d eta], E[d^2 log p/d eta^2])`` for ``eta ~ N(m, v)``. ``per_input`` (models
+    from :func:`minibatch`): the predictor of one input, which ``predict`` maps over the minibatch.
     """
 
     kind: str
@@ -225,6 +226,7 @@ class Model(NamedTuple):
     moments: Optional[Callable]  # (m, v, y) -> (E[l'], E[l''])  (GLMs only)
     noise_var: Optional[object] = None  # linear-Gaussian only
     expected_log_lik: Optional[Callable] = None  # (m, v, y) -> E_{eta ~ N(m, v)}[log p(y | eta)]  (GLMs)
+    per_input: Optional[Callable] = None  # (theta, x_i) -> eta_i, the predictor of one input (minibatch)
 
     @property
     def is_glm(self) -> bool:
@@ -353,14 +355,15 @@ def minibatch(model: Model) -> Model:
     the inputs), so that an update absorbs the m observations at once. With the EKF scheme that
     is one linearisation at the mean for the m ([RVGA] eq. 81 with the m rows of ``J``), cheaper
     per observation for networks than m steps (BENCHMARKS.md, "Minibatches"). Every observation
-    is counted once. GLMs take minibatches ``x`` (m, d) as they are, so only nonlinear models
+    is counted once. :func:`jaxrvga.predictive` takes the returned model too (it predicts as the
+    model of one input). GLMs take minibatches ``x`` (m, d) as they are, so only nonlinear models
     (:func:`nonlinear`, :func:`softmax_regression`) are accepted.
     """
     if not isinstance(model, Model) or model.kind != "nonlinear":
         kind = model.kind if isinstance(model, Model) else type(model).__name__
         raise ValueError(f"model must be a nonlinear model (jr.models.nonlinear); got {kind!r}"
                          + (": GLMs take x of shape (m, d) as they are" if isinstance(model, Model) else ""))
-    return model._replace(predict=jax.vmap(model.predict, in_axes=(None, 0)))
+    return model._replace(predict=jax.vmap(model.predict, in_axes=(None, 0)), per_input=model.predict)
 
 
 def softmax_regression(dim: int, num_classes: int) -> Model:

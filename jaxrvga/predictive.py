@@ -150,7 +150,8 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
         (``mean``, ``W``, ``psi``).
       X: for a GLM (logistic, linear-Gaussian, Poisson, ``glm``) one input (d,) or a batch (n, d);
         for a nonlinear model a batch: a pytree whose leaves share a leading axis n.
-      model: the observation model; ``None`` is the logistic model.
+      model: the observation model; ``None`` is the logistic model. A
+        :func:`~jaxrvga.models.minibatch` model predicts as the model of one input it maps.
       key: ``None`` for the closed forms (exact for the Gaussian and Poisson GLMs; [RVGA] eqs. 62-63
         for a binary output; pairwise inverse probit for a categorical one; Gauss-Hermite for
         other families; a nonlinear predictor, scalar or vector valued, is linearised at the mean).
@@ -167,6 +168,8 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
     model = models.logistic() if model is None else model
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
+    if model.per_input is not None:  # X is a batch of inputs already
+        model = model._replace(predict=model.per_input, per_input=None)
     belief = _belief(state)
     d = belief.mean.shape[0]
     if model.is_glm:

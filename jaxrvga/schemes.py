@@ -179,6 +179,24 @@ def _root_rows(family, eta):
     return R.reshape((R.shape[0],) + eta.shape)
 
 
+def _pullback_rows(f, theta, shape, dtype):
+    """The rows of the Jacobian of ``f`` at ``theta`` (outputs of ``shape``), one pullback per output."""
+    _, pullback = jax.vjp(f, theta)
+    n = int(np.prod(shape))
+    units = jnp.eye(n, dtype=dtype).reshape((n,) + tuple(shape))
+    return jax.vmap(lambda u: pullback(u)[0])(units)
+
+
+def _jacobian_rows(model, theta, x, eta):
+    """``d eta / d theta`` as (eta.size, d) rows in the order of ``ravel(eta)``. A
+    :func:`~jaxrvga.models.minibatch` model is differentiated per input (a pullback through one
+    input, mapped over the minibatch), not through the whole minibatch once per output."""
+    if model.per_input is None:
+        return _pullback_rows(lambda th: model.predict(th, x), theta, eta.shape, eta.dtype)
+    rows = jax.vmap(lambda xi: _pullback_rows(lambda th: model.per_input(th, xi), theta, eta.shape[1:], eta.dtype))
+    return rows(x).reshape(eta.size, theta.shape[0])
+
+
 def linearise(model, theta, x, y):
     """``(C, grad)`` at ``theta``: ``C = R J`` (r, d) with ``R^T R = F`` (GGN, [LRVGA] eq. 41), ``grad log p``.
 
@@ -197,9 +215,7 @@ def linearise(model, theta, x, y):
                          f"of shape {jnp.shape(eta)}: each observation would be counted more than once")
     dlogp = jax.grad(lambda e: jnp.sum(log_prob(y, e)))(eta)
     if root_diagonal is not None and eta.size <= theta.shape[0]:
-        _, pullback = jax.vjp(eta_of, theta)
-        units = jnp.eye(eta.size, dtype=eta.dtype).reshape((eta.size,) + eta.shape)
-        J = jax.vmap(lambda u: pullback(u)[0])(units)  # (n, d)
+        J = _jacobian_rows(model, theta, x, eta)  # (n, d)
         return jnp.ravel(root_diagonal(eta))[:, None] * J, jnp.ravel(dlogp) @ J
     U = _root_rows(model.family, eta)
     if U.shape[0] <= theta.shape[0]:

@@ -354,7 +354,8 @@ def _tiny_network(sizes=(3, 4, 1)):
 @pytest.mark.parametrize("batch", [None, 3])
 def test_linearise_of_an_elementwise_family_is_the_jacobian_scaled_by_the_fisher_root(family, batch):
     """One pullback per output gives ``C = diag(sqrt F) J`` and ``grad = J^T d log p / d eta``, the
-    general form (a root given as a matrix, one more pullback for the gradient) and the Jacobian's."""
+    general form (a root given as a matrix, one more pullback for the gradient) and the Jacobian's;
+    so does a :func:`~jaxrvga.models.minibatch` model, differentiated per input."""
     from jaxrvga.schemes import linearise
     fam = {"bernoulli": jr.models.bernoulli(), "poisson": jr.models.poisson_family(),
            "gaussian": jr.models.gaussian(0.7)}[family]
@@ -370,8 +371,10 @@ def test_linearise_of_an_elementwise_family_is_the_jacobian_scaled_by_the_fisher
     J = jnp.atleast_2d(jax.jacfwd(f)(theta, x))
     eta = f(theta, x)
     dlogp = jnp.atleast_1d(jax.grad(lambda e: jnp.sum(fam.log_prob(y, e)))(eta))
-    for got, want in ((C, C_ref), (g, g_ref), (C, jnp.sqrt(jnp.atleast_1d(fam.fisher(eta)))[:, None] * J),
-                      (g, dlogp @ J)):
+    pairs = [(C, C_ref), (g, g_ref), (C, jnp.sqrt(jnp.atleast_1d(fam.fisher(eta)))[:, None] * J), (g, dlogp @ J)]
+    if batch:  # a minibatch model is differentiated per input (models.minibatch)
+        pairs += list(zip(linearise(jr.models.minibatch(jr.models.nonlinear(h, fam)), theta, x, y), (C, g)))
+    for got, want in pairs:
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
     C32, g32 = linearise(model, theta.astype(jnp.float32), x.astype(jnp.float32), y.astype(jnp.float32))
     assert C32.dtype == g32.dtype == jnp.float32

@@ -162,6 +162,9 @@ def test_nonlinear_predictor_is_linearised_at_the_mean():
     assert out.mean.shape == (5,)
     assert np.allclose(out.mean, t, rtol=1e-14)
     assert np.allclose(out.var, np.einsum("ni,ij,nj->n", J, dense.cov, J) + 0.5, rtol=1e-13)
+    batched = jr.predictive(dense, X, models.minibatch(model), observation_noise=True)  # as its one-input model
+    np.testing.assert_allclose(batched.mean, out.mean, rtol=1e-14)
+    np.testing.assert_allclose(batched.var, out.var, rtol=1e-14)
 
 
 def test_categorical_with_logits_0_a_is_the_logistic_predictive():
