@@ -68,19 +68,32 @@ def as_f32(*arrays):
     return tuple(jnp.asarray(a, jnp.float32) for a in arrays)
 
 
+def run_minibatches(flt, state, X, y, batch: int):
+    """``jr.run`` of ``flt`` over ``(X, y)`` in minibatches of ``batch`` rows (``flt`` built on a
+    :func:`jaxrvga.models.minibatch` model when ``batch > 1``); the rows left over make one last,
+    smaller update, so every observation is absorbed once. Returns the final state."""
+    if batch == 1:
+        return jr.run(flt, state, X, y)[0]
+    full = len(X) // batch * batch
+    state, _ = jr.run(flt, state, X[:full].reshape((-1, batch) + X.shape[1:]),
+                      y[:full].reshape((-1, batch) + y.shape[1:]))
+    return state if full == len(X) else flt.update(state, X[full:], y[full:])
+
+
 def fit_and_score(model, theta0, train, test, rank: int, scheme: str, prior_var: float, seed: int,
-                  scores, verbose: bool) -> dict:
+                  scores, verbose: bool, batch: int = 1, buffer: int = 0) -> dict:
     """One L-RVGA pass over ``train`` and the linearised and Monte-Carlo predictive scores on ``test``.
 
-    ``scores(probs, labels) -> dict`` turns predictive means into metrics. Returns
+    ``scores(probs, labels) -> dict`` turns predictive means into metrics. ``batch``: observations
+    per update (:func:`run_minibatches`); ``buffer``: :func:`jaxrvga.lrvga`'s. Returns
     ``{"linearised": ..., "monte_carlo": ..., "seconds", "dim", "dropped"}``.
     """
     import time
 
-    flt = jr.lrvga(model, rank=rank, scheme=scheme)
+    flt = jr.lrvga(model if batch == 1 else jr.models.minibatch(model), rank=rank, scheme=scheme, buffer=buffer)
     state = lowrank_init(flt, theta0, rank, prior_var, jax.random.PRNGKey(seed + 1))
     start = time.perf_counter()
-    state, _ = jr.run(flt, state, *as_f32(*train))
+    state = run_minibatches(flt, state, *as_f32(*train), batch)
     seconds = time.perf_counter() - start
     Xte, yte = test
     Xte_j, = as_f32(Xte)
@@ -89,8 +102,8 @@ def fit_and_score(model, theta0, train, test, rank: int, scheme: str, prior_var:
            "monte_carlo": scores(mc.mean, yte),
            "seconds": seconds, "dim": int(theta0.shape[0]), "dropped": float(state.info.dropped)}
     if verbose:
-        print(f"d = {out['dim']}, rank {rank}, scheme {scheme!r}: {len(train[1])} examples in {seconds:.1f} s "
-              "(compile included)")
+        print(f"d = {out['dim']}, rank {rank}, scheme {scheme!r}, {batch} per update: {len(train[1])} examples "
+              f"in {seconds:.1f} s (compile included)")
         for name in ("linearised", "monte_carlo"):
             s = out[name]
             print(f"  {name:12s} accuracy {s['accuracy']:.3f}  log-loss {s['log_loss']:.3f}  ECE {s['ece']:.3f}")
@@ -98,7 +111,7 @@ def fit_and_score(model, theta0, train, test, rank: int, scheme: str, prior_var:
 
 
 def digits_cli(main, doc: str):
-    """The command line shared by the digits examples: ``--num-train --hidden --rank --scheme``."""
+    """The command line shared by the digits examples: ``--num-train --hidden --rank --scheme --batch --buffer``."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
@@ -106,5 +119,7 @@ def digits_cli(main, doc: str):
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--rank", type=int, default=10)
     parser.add_argument("--scheme", default="ekf", choices=["ekf", "sampled"])
+    parser.add_argument("--batch", type=int, default=1, help="observations per update (a minibatch)")
+    parser.add_argument("--buffer", type=int, default=0, help="curvature columns held unprojected")
     a = parser.parse_args()
-    main(a.num_train, hidden=a.hidden, rank=a.rank, scheme=a.scheme)
+    main(a.num_train, hidden=a.hidden, rank=a.rank, scheme=a.scheme, batch=a.batch, buffer=a.buffer)

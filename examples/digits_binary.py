@@ -3,7 +3,8 @@
 The 8 x 8 sklearn digits (pixels / 16) are labelled 1 for an even digit; an MLP 64-32-1
 (``flax.linen``, 2113 weights) gives the logit, :func:`jaxrvga.models.nonlinear` with a Bernoulli
 output reads its weights through ``ravel_pytree``'s ``unravel``, and ``jr.lrvga`` (rank 10) absorbs
-the training set in one pass, one image at a time. The test set is scored by the linearised
+the training set in one pass, one image at a time (``--batch m --buffer b``: m images per update
+through :func:`jaxrvga.models.minibatch`, faster per image). The test set is scored by the linearised
 predictive (``jr.predictive`` without a key) and by Monte Carlo over the belief (with a key):
 accuracy, log-loss and expected calibration error (ECE).
 """
@@ -37,14 +38,17 @@ def scores(probs, labels):
 
 
 def main(num_train: int = 1200, num_test: int = 597, hidden: int = 32, rank: int = 10,
-         scheme: str = "ekf", prior_var: float = 0.1, seed: int = 0, verbose: bool = True) -> dict:
-    """Train in one pass and score the test set; returns ``{"linearised": ..., "monte_carlo": ...}`` and the time."""
+         scheme: str = "ekf", prior_var: float = 0.1, seed: int = 0, verbose: bool = True, batch: int = 1,
+         buffer: int = 0) -> dict:
+    """Train in one pass (``batch`` images per update) and score the test set; returns
+    ``{"linearised": ..., "monte_carlo": ...}`` and the time."""
     X, y = load_digits(return_X_y=True)
     Xtr, ytr, Xte, yte = split(X / 16.0, (y % 2 == 0), num_train, num_test, seed)
     net = MLP(hidden)
     theta0, unravel = ravel_pytree(net.init(jax.random.PRNGKey(seed), Xtr[0]))
     model = jr.models.nonlinear(net.apply, jr.models.bernoulli(), unravel=unravel)
-    return fit_and_score(model, theta0, (Xtr, ytr), (Xte, yte), rank, scheme, prior_var, seed, scores, verbose)
+    return fit_and_score(model, theta0, (Xtr, ytr), (Xte, yte), rank, scheme, prior_var, seed, scores, verbose,
+                         batch, buffer)
 
 
 if __name__ == "__main__":

@@ -36,13 +36,16 @@ def scores(probs, labels):
 
 
 def main(num_train: int = 1200, num_test: int = 597, hidden: int = 32, rank: int = 10,
-         scheme: str = "ekf", prior_var: float = 0.1, seed: int = 0, verbose: bool = True) -> dict:
-    """Train in one pass and score the test set; returns ``{"linearised": ..., "monte_carlo": ...}`` and the time."""
+         scheme: str = "ekf", prior_var: float = 0.1, seed: int = 0, verbose: bool = True, batch: int = 1,
+         buffer: int = 0) -> dict:
+    """Train in one pass (``batch`` images per update) and score the test set; returns
+    ``{"linearised": ..., "monte_carlo": ...}`` and the time."""
     X, y = load_digits(return_X_y=True)
     Xtr, ytr, Xte, yte = split(X / 16.0, y, num_train, num_test, seed)
     theta0, unravel, h = network(hidden, jax.random.PRNGKey(seed))
     model = jr.models.nonlinear(h, jr.models.categorical(10), unravel=unravel)
-    return fit_and_score(model, theta0, (Xtr, ytr), (Xte, yte), rank, scheme, prior_var, seed, scores, verbose)
+    return fit_and_score(model, theta0, (Xtr, ytr), (Xte, yte), rank, scheme, prior_var, seed, scores, verbose,
+                         batch, buffer)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ mean predictor's) and is calibrated within a band; plus the metrics of ``example
 Each example needs its network library (flax or equinox, the ``nn`` extra) and scikit-learn; the
 test skips when one is missing.
 """
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxrvga as jr
 from examples.common import expected_calibration_error, interval_coverage, log_loss, split
 
 
@@ -47,6 +49,32 @@ def test_digits_binary():
     assert lin["accuracy"] > 0.8 and mc["accuracy"] > 0.8  # chance: 0.5
     assert lin["log_loss"] < 0.45 < np.log(2.0)
     assert lin["ece"] < 0.15
+
+
+def test_digits_binary_in_minibatches():
+    """8 images per update (305 = 38 x 8 + 1: the last image is one more update): the same bounds."""
+    pytest.importorskip("flax")
+    pytest.importorskip("sklearn")
+    from examples import digits_binary
+    out = digits_binary.main(num_train=305, num_test=300, hidden=16, verbose=False, batch=8, buffer=8)
+    lin = out["linearised"]
+    assert lin["accuracy"] > 0.8 and out["monte_carlo"]["accuracy"] > 0.8
+    assert lin["log_loss"] < 0.45 < np.log(2.0)
+    assert lin["ece"] < 0.15
+
+
+def test_run_minibatches_absorbs_every_observation_once():
+    """Kalman filter: minibatches of 4 over 10 rows (the last 2 as one more update) give the batch posterior."""
+    from examples.common import run_minibatches
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(10, 3)), rng.normal(size=10)
+    model = jr.models.nonlinear(lambda theta, x: x @ theta, jr.models.gaussian(1.0))
+    flt = jr.rvga(jr.models.minibatch(model), "ekf")
+    state = run_minibatches(flt, flt.init(jnp.zeros(3), jnp.eye(3)), jnp.asarray(X), jnp.asarray(y), 4)
+    assert int(state.step) == 3
+    cov = np.linalg.inv(np.eye(3) + X.T @ X)
+    np.testing.assert_allclose(state.mean, cov @ X.T @ y, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(state.cov, cov, rtol=1e-10, atol=1e-12)
 
 
 def test_digits_multiclass():
