@@ -20,6 +20,11 @@ L-RVGA state (``d (p + 1) + d`` floats), and the rise of the process's resident 
 the run (sampled every millisecond from ``/proc/self/statm``; XLA's allocations bypass
 ``tracemalloc``).
 
+After the table, the floating-point operations per observation of each method, by XLA's own count
+of one update (``compiled.cost_analysis()``; a buffered projection counted once per projection, not
+in every update as XLA counts a conditional), in units of d and as a ratio to Adam's step: the
+time ratios are to be read against these.
+
 ``--profile``: where the time of one L-RVGA step goes at this size, each piece jitted alone and
 repeated inside one ``fori_loop`` (no dispatch): the VJP of the output, the Woodbury solve of the
 mean step, the spectral projection (:func:`jaxrvga.factor_analysis.spectral_em_step`), two
@@ -50,6 +55,12 @@ from benchmarks.machine import describe
 RANK = 10
 PRIOR_VAR = 0.1
 SIZES = (64, 128, 64, 1)
+METHODS = [("Adam, batch 1", "adam", (1e-3, 1)), ("Adam, batch 16", "adam", (3e-3, 16)),
+           ("L-RVGA ekf", "lrvga", ("ekf", {})), ("L-RVGA ekf, buffer=9", "lrvga", ("ekf", {"buffer": 9})),
+           ("L-RVGA ekf, batch 4, buffer=8", "lrvga", ("ekf", {"batch": 4, "buffer": 8})),
+           ("L-RVGA ekf, batch 16, buffer=16", "lrvga", ("ekf", {"batch": 16, "buffer": 16})),
+           ("L-RVGA sampled (K=10)", "lrvga", ("sampled", {})),
+           ("L-RVGA sampled, buffer=20", "lrvga", ("sampled", {"buffer": 20}))]
 
 
 # --------------------------------------------------------------------------- problem
@@ -201,14 +212,8 @@ def compare(repeat):
     print(f"{'method':<32} {'acc':>6} {'logloss':>8} {'ECE':>6} {'us/obs':>9} {'x Adam1':>8} "
           f"{'compile s':>9} {'XLA temp MB':>11} {'x state':>7} {'RSS rise MB':>11}")
     predict = jax.jit(jax.vmap(lambda th, x: jax.nn.sigmoid(h(th, x)), in_axes=(None, 0)))
-    methods = [("Adam, batch 1", "adam", (1e-3, 1)), ("Adam, batch 16", "adam", (3e-3, 16)),
-               ("L-RVGA ekf", "lrvga", ("ekf", {})), ("L-RVGA ekf, buffer=9", "lrvga", ("ekf", {"buffer": 9})),
-               ("L-RVGA ekf, batch 4, buffer=8", "lrvga", ("ekf", {"batch": 4, "buffer": 8})),
-               ("L-RVGA ekf, batch 16, buffer=16", "lrvga", ("ekf", {"batch": 16, "buffer": 16})),
-               ("L-RVGA sampled (K=10)", "lrvga", ("sampled", {})),
-               ("L-RVGA sampled, buffer=20", "lrvga", ("sampled", {"buffer": 20}))]
     runs = []
-    for name, kind, arg in methods:
+    for name, kind, arg in METHODS:
         if kind == "adam":
             fn, args, score = adam_run(h, *arg), (theta0, xs, ys), lambda th: predict(th, Xte_j)
         else:
@@ -232,6 +237,64 @@ def compare(repeat):
         print(f"{name:<32} {sc['accuracy']:6.3f} {sc['log_loss']:8.3f} {sc['ece']:6.3f} {us:9.1f} "
               f"{us / base:8.1f} {c:9.2f} {temp:11.2f} {temp / state_mb:7.1f} {rise:11.1f}", flush=True)
     return rows
+
+
+# --------------------------------------------------------------------------- flops
+
+def xla_flops(fn, *args):
+    """XLA's count of the floating-point operations of one call of ``jit(fn)`` (every branch of a
+    conditional counted)."""
+    cost = jax.jit(fn).lower(*args).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float(cost["flops"])
+
+
+def update_flops(h, theta0, scheme, batch=1, buffer=0, **options):
+    """Floating-point operations of one L-RVGA update per observation, its projection counted as
+    often as it runs: with a buffer of ``b`` columns and ``m`` new columns a step (``m`` = batch for
+    the EKF, ``num_samples`` = 10 for the sampled scheme), once every ``b // m + 1`` steps (the update's
+    conditional holds it; XLA counts it in every update, so it is counted apart and subtracted)."""
+    from jaxrvga import factor_analysis as fa
+    _, state, _, flt = lrvga_run(h, theta0, scheme, batch=batch, buffer=buffer, **options)
+    Xtr, ytr, _, _ = digits()
+    x, y = (jnp.asarray(Xtr[0]), jnp.asarray(ytr[0])) if batch == 1 else (jnp.asarray(Xtr[:batch]),
+                                                                          jnp.asarray(ytr[:batch]))
+    total = xla_flops(flt.update, state, x, y)
+    m = batch if scheme == "ekf" else 10
+    if buffer < m:  # a projection every step, no conditional
+        return total / batch
+    d = theta0.shape[0]
+    lead, pending = state.W[:, :RANK], jnp.zeros((d, buffer + m), state.W.dtype)
+    gram = jnp.eye(RANK + buffer + m, dtype=state.W.dtype)
+    projection = xla_flops(lambda W, psi, X, G: fa.spectral_em_step(W, psi, X, 1.0, 1.0, 0, gram=G, details=True),
+                           lead, state.psi, pending, gram)
+    return (total - projection + projection / (buffer // m + 1)) / batch
+
+
+def flops(methods):
+    """Table: floating-point operations per observation of each method (XLA's count), in units of d
+    and as a ratio to Adam's step of batch 1."""
+    theta0, h = mlp(jax.random.PRNGKey(0))
+    d = theta0.shape[0]
+    Xtr, ytr, _, _ = digits()
+    opt = optax.adam(1e-3)
+
+    def adam_step(theta, s, X, y):
+        g = jax.grad(lambda t: jnp.mean(optax.sigmoid_binary_cross_entropy(jax.vmap(h, in_axes=(None, 0))(t, X), y)))(theta)
+        u, s = opt.update(g, s, theta)
+        return optax.apply_updates(theta, u), s
+
+    print(f"\n## Floating-point operations per observation (XLA's count of one update), d = {d}")
+    print(f"{'method':<32} {'flops / d':>10} {'x Adam1':>8}")
+    base = None
+    for name, kind, arg in methods:
+        if kind == "adam":
+            batch = arg[1]
+            per = xla_flops(adam_step, theta0, opt.init(theta0), jnp.asarray(Xtr[:batch]), jnp.asarray(ytr[:batch])) / batch
+        else:
+            per = update_flops(h, theta0, arg[0], **arg[1])
+        base = per if base is None else base
+        print(f"{name:<32} {per / d:10.1f} {per / base:8.1f}", flush=True)
 
 
 # --------------------------------------------------------------------------- profile
@@ -411,6 +474,7 @@ def main(argv=None):
         kernels(args.repeat)
         return
     compare(args.repeat)
+    flops(METHODS)
     if args.profile:
         profile(args.repeat)
 
