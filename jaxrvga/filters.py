@@ -23,7 +23,8 @@ advances, ``info.converged`` is False). ``info.dropped`` reports, for low-rank b
 fraction of the step's whitened curvature that rank p could not keep.
 
 ``x`` is (d,) with a scalar ``y``, or a minibatch (m, d) with ``y`` (m,) (GLMs; the implicit
-scheme takes one observation); nonlinear models take any ``x`` pytree their ``h`` accepts.
+scheme takes one observation); nonlinear models take any ``x`` pytree their ``h`` accepts, and a
+minibatch through :func:`jaxrvga.models.minibatch`.
 """
 from __future__ import annotations
 
