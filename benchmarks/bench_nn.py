@@ -131,10 +131,9 @@ def lrvga_run(h, theta0, scheme, batch=1, **options):
     return run, state, model, flt
 
 
-def adam_run(h, lr, batch):
-    """``run(theta, xs, ys) -> theta``: one pass of Adam on the log-loss, minibatches of ``batch``."""
-    opt = optax.adam(lr)
-
+def adam_step(h, opt):
+    """``step((theta, opt_state), (X, y)) -> ((theta, opt_state), None)``: one step of ``opt`` on the
+    mean log-loss of the minibatch ``X`` (m, 64)."""
     def loss(theta, X, y):
         eta = jax.vmap(h, in_axes=(None, 0))(theta, X)
         return jnp.mean(optax.sigmoid_binary_cross_entropy(eta, y))
@@ -144,6 +143,14 @@ def adam_run(h, lr, batch):
         g = jax.grad(loss)(theta, *xy)
         upd, s = opt.update(g, s, theta)
         return (optax.apply_updates(theta, upd), s), None
+
+    return step
+
+
+def adam_run(h, lr, batch):
+    """``run(theta, xs, ys) -> theta``: one pass of Adam on the log-loss, minibatches of ``batch``."""
+    opt = optax.adam(lr)
+    step = adam_step(h, opt)
 
     def run(theta, xs, ys):
         T = xs.shape[0] // batch
@@ -284,11 +291,7 @@ def flops(methods):
     d = theta0.shape[0]
     Xtr, ytr, _, _ = digits()
     opt = optax.adam(1e-3)
-
-    def adam_step(theta, s, X, y):
-        g = jax.grad(lambda t: jnp.mean(optax.sigmoid_binary_cross_entropy(jax.vmap(h, in_axes=(None, 0))(t, X), y)))(theta)
-        u, s = opt.update(g, s, theta)
-        return optax.apply_updates(theta, u), s
+    step = adam_step(h, opt)
 
     print(f"\n## Floating-point operations per observation (XLA's count of one update), d = {d}")
     print(f"{'method':<32} {'flops / d':>10} {'x Adam1':>8}")
@@ -296,7 +299,8 @@ def flops(methods):
     for name, kind, arg in methods:
         if kind == "adam":
             batch = arg[1]
-            per = xla_flops(adam_step, theta0, opt.init(theta0), jnp.asarray(Xtr[:batch]), jnp.asarray(ytr[:batch])) / batch
+            minibatch = (jnp.asarray(Xtr[:batch]), jnp.asarray(ytr[:batch]))
+            per = xla_flops(step, (theta0, opt.init(theta0)), minibatch) / batch
         else:
             per = update_flops(h, theta0, arg[0], **arg[1])
         base = per if base is None else base
@@ -386,14 +390,8 @@ def profile(repeat, n=200):
         "whole sampled update, num_iters=1": (update("sampled", num_iters=1), sampled_state),
     }
     opt = optax.adam(1e-3)
-
-    def adam_step(c):
-        th, s = c
-        gr = jax.grad(lambda t: optax.sigmoid_binary_cross_entropy(h(t, x), y))(th)
-        u, s = opt.update(gr, s, th)
-        return optax.apply_updates(th, u), s
-
-    pieces["Adam step (batch 1)"] = (adam_step, (mu, opt.init(mu)))
+    step = adam_step(h, opt)
+    pieces["Adam step (batch 1)"] = (lambda c: step(c, (x[None], y[None]))[0], (mu, opt.init(mu)))
     print(f"\n## Where the time of one L-RVGA step goes, d = {d}, p = {RANK}, float32 "
           f"(us per call, best of {repeat}, {n} calls in one fori_loop)")
     out = {}
