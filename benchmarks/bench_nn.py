@@ -110,6 +110,13 @@ def scores(p, y):
 
 # --------------------------------------------------------------------------- methods
 
+def minibatches(xs, ys, batch):
+    """``(xs, ys)`` as ``(T, batch, 64)`` and ``(T, batch)``, ``T = len(xs) // batch`` (1200 images
+    divide by every batch size used here)."""
+    T = xs.shape[0] // batch
+    return xs[:T * batch].reshape(T, batch, -1), ys[:T * batch].reshape(T, batch)
+
+
 def lrvga_run(h, theta0, scheme, batch=1, **options):
     """``(run(state, xs, ys) -> state, init_state, model, filter)`` of one L-RVGA pass.
 
@@ -123,10 +130,7 @@ def lrvga_run(h, theta0, scheme, batch=1, **options):
     state = flt.init(theta0, W0, psi0, **({"key": jax.random.PRNGKey(2)} if scheme == "sampled" else {}))
 
     def run(state, xs, ys):
-        if batch > 1:
-            T = xs.shape[0] // batch
-            xs, ys = xs[:T * batch].reshape(T, batch, -1), ys[:T * batch].reshape(T, batch)
-        return jr.scan(flt, state, xs, ys)[0]
+        return jr.scan(flt, state, *((xs, ys) if batch == 1 else minibatches(xs, ys, batch)))[0]
 
     return run, state, model, flt
 
@@ -153,9 +157,7 @@ def adam_run(h, lr, batch):
     step = adam_step(h, opt)
 
     def run(theta, xs, ys):
-        T = xs.shape[0] // batch
-        xb, yb = xs[:T * batch].reshape(T, batch, -1), ys[:T * batch].reshape(T, batch)
-        return jax.lax.scan(step, (theta, opt.init(theta)), (xb, yb))[0][0]
+        return jax.lax.scan(step, (theta, opt.init(theta)), minibatches(xs, ys, batch))[0][0]
 
     return run
 
@@ -265,7 +267,7 @@ def xla_flops(fn, *args):
 def update_flops(h, theta0, scheme, batch=1, buffer=0, **options):
     """Floating-point operations of one L-RVGA update per observation, its projection counted as
     often as it runs: with a buffer of ``b`` columns and ``m`` new columns a step (``m`` = batch for
-    the EKF, ``num_samples`` = 10 for the sampled scheme), once every ``b // m + 1`` steps (the update's
+    the EKF, ``num_samples`` for the sampled scheme), once every ``b // m + 1`` steps (the update's
     conditional holds it; XLA counts it in every update, so it is counted apart and subtracted)."""
     from jaxrvga import factor_analysis as fa
     _, state, _, flt = lrvga_run(h, theta0, scheme, batch=batch, buffer=buffer, **options)
@@ -273,7 +275,7 @@ def update_flops(h, theta0, scheme, batch=1, buffer=0, **options):
     x, y = (jnp.asarray(Xtr[0]), jnp.asarray(ytr[0])) if batch == 1 else (jnp.asarray(Xtr[:batch]),
                                                                           jnp.asarray(ytr[:batch]))
     total = xla_flops(flt.update, state, x, y)
-    m = batch if scheme == "ekf" else 10
+    m = batch if scheme == "ekf" else flt.update.spec.cfg.num_samples
     if buffer < m:  # a projection every step, no conditional
         return total / batch
     d = theta0.shape[0]
