@@ -3,7 +3,7 @@
 Shared by the test modules (``from conftest import ...``): the catalogue of filters
 (:data:`LOGISTIC_FILTERS`, :data:`FULL_FILTERS`, :data:`LOWRANK_SCHEMES`, :func:`lowrank_filter`,
 :func:`lowrank_variants`)
-and the relative error :func:`rel`.
+the relative error :func:`rel` and :func:`outer` (``W W^T``, the comparable part of a low-rank factor).
 
 One BLAS thread: on a loaded 2-core machine a multithreaded OpenBLAS (used by NumPy, SciPy and
 jax's CPU LAPACK kernels) oversubscribes the cores and runs small factorisations many times slower.
@@ -60,6 +60,15 @@ def lowrank_variants(rank):
         "sampled_nonlinear": lrvga(models.nonlinear(h, models.bernoulli()), rank=rank, num_samples=10),
         "sampled_logistic": lrvga(models.logistic(), rank=rank, scheme="sampled", num_samples=4),
     }
+
+
+def outer(W):
+    """``W W^T``: what a low-rank factor defines. ``W`` itself is defined only up to an orthogonal
+    rotation of its columns (the spectral start takes eigenvectors, whose signs and, for repeated
+    eigenvalues, whose basis the eigensolver chooses), so two programs compared by ``W`` entry by
+    entry may differ by a column's sign; compare ``outer(W)`` instead."""
+    W = np.asarray(W, np.float64)
+    return W @ W.T
 
 
 def rel(a, b):
