@@ -75,6 +75,22 @@ def finish_or_keep(belief, prior, new, ok):
     return jax.lax.cond(ok, lambda new, rest: belief.finish(new), keep, new, rest)
 
 
+def _stored_pd(cov):
+    """``cov`` (d, d) as stored is positive definite to the resolution of its dtype.
+
+    Its Cholesky factor is finite and every pivot ``L_jj^2`` is at least ``2 d eps cov_jj``: a
+    Cholesky factorisation in floating point also succeeds for matrices with eigenvalues slightly
+    below 0 (about ``-1e-9 max diag`` in float32), and a pivot that small relative to its diagonal
+    is rounding noise. Scale-free (a diagonal rescaling of ``cov`` scales the pivots with the
+    diagonal). The certificate of the multi-column steps of :meth:`Dense.add`, one d x d
+    factorisation.
+    """
+    L = jnp.linalg.cholesky(cov)
+    eps = jnp.finfo(cov.dtype).eps
+    pivots = jnp.diagonal(L) ** 2
+    return jnp.all(jnp.isfinite(L)) & jnp.all(pivots >= 2 * cov.shape[0] * eps * jnp.diagonal(cov))
+
+
 def _check_mean(mean):
     """A finite real vector with at least one entry."""
     mean = check_finite("mean", check_vector("mean", mean))
@@ -149,12 +165,13 @@ class Dense(NamedTuple):
             cov = 0.5 * (cov + cov.T)
             nu = jnp.diagonal(A) - jnp.sum(A * (A @ (0.5 * (K + K.T))), axis=0)  # diag(X^T P_new X)
             ok = jnp.all(jnp.isfinite(cov)) & jnp.all(jnp.diagonal(cov) > 0) & self._resolvable(state.cov, X, nu)
+            ok = ok & _stored_pd(cov)  # the columns' own variances miss a collinear pair's difference
         else:  # more columns than parameters (many samples): information form, d x d solves
             eye = jnp.eye(X.shape[0], dtype=X.dtype)
             prec = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(state.cov), True), eye) + (X * c) @ X.T
             cov = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(0.5 * (prec + prec.T)), True), eye)
             cov = 0.5 * (cov + cov.T)
-            ok = jnp.all(jnp.isfinite(cov)) & jnp.all(jnp.diagonal(cov) > 0)
+            ok = jnp.all(jnp.isfinite(cov)) & _stored_pd(cov)
         return state._replace(cov=cov), ok
 
     @staticmethod
