@@ -99,6 +99,12 @@ def _check_mean(mean):
     return mean
 
 
+def psi_min(dtype):
+    """The absolute floor of ``psi`` after a prediction step: ``sqrt(tiny)`` of ``dtype`` (1e-19 in
+    float32), so that ``1 / psi`` and the whitened Gram of a unit-scale ``W`` stay finite."""
+    return jnp.sqrt(jnp.finfo(dtype).tiny).astype(dtype)
+
+
 def _inflation(process_noise, dtype):
     """``1 + eta`` of the prediction step, or ``None`` when there is no process noise."""
     if process_noise is None or (isinstance(process_noise, (int, float)) and process_noise == 0):
@@ -262,12 +268,24 @@ class LowRank(NamedTuple):
     def predict(self, state, process_noise):
         """``(W W^T + Psi) / (1 + eta)`` as ``(W / sqrt(1 + eta), psi / (1 + eta))`` ([LRVGA] Remark 1).
 
-        The whitened Gram is unchanged by the common scale; a state without it (built by hand) gets it here.
+        ``psi`` stays at or above :func:`psi_min` (``sqrt(tiny)`` of its dtype): repeated prediction
+        of directions that no data reach would otherwise take it to 0 (float32: after about 126
+        steps of ``eta = 1``), where no later step can be resolved. The whitened Gram is unchanged
+        by the common scale (recomputed where a row was floored); a state without it (built by
+        hand) gets it here.
         """
         if self.keeps_gram and state.gram is None:
             state = state._replace(gram=lowrank.whitened_gram(state.W, state.psi, self.block_rows))
         grow = _inflation(process_noise, state.W.dtype)
-        return state if grow is None else state._replace(W=state.W / jnp.sqrt(grow), psi=state.psi / grow)
+        if grow is None:
+            return state
+        W, psi = state.W / jnp.sqrt(grow), state.psi / grow
+        low = psi < psi_min(psi.dtype)
+        psi = jnp.where(low, psi_min(psi.dtype), psi)
+        gram = state.gram
+        if gram is not None:  # the floored rows did not scale with W: their Gram is recomputed
+            gram = jax.lax.cond(jnp.any(low), lambda: lowrank.whitened_gram(W, psi, self.block_rows), lambda: gram)
+        return state._replace(W=W, psi=psi, gram=gram)
 
     def marginal(self, state, X):
         """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d), by Woodbury ([LRVGA] eq. 27)."""

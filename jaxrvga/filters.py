@@ -169,6 +169,41 @@ def _guarded(belief, prior, new, ok, info):
     return out._replace(step=prior.step + 1, info=info)
 
 
+def _clean_data(x, y):
+    """The guard's double ``where`` on the data: ``(x, y, finite)``, ``x`` and ``y`` replaced by zeros
+    (a step that changes nothing) where any entry is NaN or inf. The step is then skipped by
+    :func:`_guarded` as before, and its discarded branch, computed from finite data, has finite
+    derivatives: ``jax.grad`` through a run with such a step is the derivative of keeping the
+    belief (a NaN in a discarded branch would otherwise reach the gradient as ``0 * inf``)."""
+    finite = all_finite(*jax.tree_util.tree_leaves((x, y)))
+
+    def zero(a):
+        return jnp.where(finite, a, jnp.zeros_like(a))
+
+    return jax.tree_util.tree_map(zero, x), zero(y), finite
+
+
+def _predict(spec, state):
+    """The prediction step under the guard: ``(prior, ok)``.
+
+    ``ok`` is False where the process noise is not a finite ``eta >= 0`` (it may be traced, e.g.
+    vmapped) or the predicted belief is not finite (``eta = 1e308``); the prior is then the state
+    itself, not inflated (the invalid ``eta`` never reaches the arithmetic: a double ``where``),
+    and :func:`_guarded` skips and flags the step. The low-rank belief keeps ``psi`` above its
+    floor (:meth:`~jaxrvga.beliefs.LowRank.predict`).
+    """
+    kept = spec.belief.predict(state, None)
+    eta = spec.process_noise
+    if eta is None or (isinstance(eta, (int, float)) and eta == 0):
+        return kept, jnp.asarray(True)
+    eta = jnp.asarray(eta, state.mean.dtype)
+    valid = jnp.isfinite(eta) & (eta >= 0)
+    prior = spec.belief.predict(state, jnp.where(valid, eta, jnp.zeros_like(eta)))
+    ok = valid & all_finite(*_changed_fields(prior, kept))
+    pick = lambda a, b: a if a is b else jnp.where(ok, a, b)  # noqa: E731
+    return jax.tree_util.tree_map(pick, prior, kept), ok
+
+
 def _update(spec: Spec, state, x, y):
     """One R-VGA step of ``spec`` (module docstring)."""
     want = spec.belief.state_type
@@ -183,9 +218,10 @@ def _update(spec: Spec, state, x, y):
         y = jnp.asarray(y, state.mean.dtype)
     if spec.scheme == "sampled" and state.key is None and spec.cfg.frozen_noise in (False, True):
         raise ValueError("key: the sampled scheme needs a PRNG key; call init(..., key=...)")
-    prior = spec.belief.predict(state, spec.process_noise)
+    x, y, finite = _clean_data(x, y)
+    prior, predicted = _predict(spec, state)
     new, ok, info = _STEPS[spec.scheme](spec, prior, x, y)
-    out = _guarded(spec.belief, prior, new, ok, info)
+    out = _guarded(spec.belief, prior, new, ok & finite & predicted, info)
     if getattr(state, "gram", 0) is None and getattr(out, "gram", None) is not None:
         out = out._replace(gram=None)  # the state's own structure (a scan carry): no cache in, none out
     return out
@@ -249,8 +285,20 @@ def _unused(scheme, **given):
 
 
 def _check_process_noise(process_noise):
-    if process_noise is not None and is_concrete(process_noise) and not float(process_noise) >= 0:
-        raise ValueError(f"process_noise must be >= 0, got {process_noise!r}")
+    """``process_noise`` is None or a real scalar ``eta``, finite and >= 0 where concrete (a traced
+    one is checked at each step by :func:`_predict`)."""
+    if process_noise is None:
+        return
+    shape = dtype = None
+    if not isinstance(process_noise, (str, bytes, bool)):
+        try:
+            shape, dtype = np.shape(process_noise), jnp.result_type(process_noise)
+        except (TypeError, ValueError):
+            pass
+    if shape != () or not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
+        raise ValueError(f"process_noise must be a real scalar eta >= 0, got {process_noise!r}")
+    if is_concrete(process_noise) and not (np.isfinite(float(process_noise)) and float(process_noise) >= 0):
+        raise ValueError(f"process_noise must be finite and >= 0, got {process_noise!r}")
 
 
 def _configure(model, scheme, dense, published, *, num_iters, num_samples, curvature, max_iter,

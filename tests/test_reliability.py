@@ -368,10 +368,10 @@ def zoo(key_seed=3):
         flt, flt.init(jnp.zeros(d, np.float32), W0, psi0, jax.random.key(key_seed)), X32, y32)
     h = lambda theta, x: jnp.tanh(x @ theta[:d]) * (1.0 + theta[d] ** 2)  # noqa: E731
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(1), d + 1, p, 1.0)
-    flt = lrvga(jr.models.nonlinear(h), rank=p, num_samples=4)
+    flt = lrvga(jr.models.nonlinear(h), rank=p, scheme="sampled", num_samples=4)
     out["lrvga_nonlinear_sampled_key"] = (
         flt, flt.init(jnp.zeros(d + 1), W0, psi0, jax.random.PRNGKey(key_seed)), X64, y64)
-    flt = jr.rvga(jr.models.nonlinear(lambda th, x: jnp.tanh(x @ th)), num_samples=4)
+    flt = jr.rvga(jr.models.nonlinear(lambda th, x: jnp.tanh(x @ th)), "sampled", num_samples=4)
     out["rvga_nonlinear_mc_key"] = (flt, flt.init(jnp.zeros(d), jnp.eye(d), key=jax.random.key(key_seed)),
                                     X64, y64)
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(2), d, p, 1.0)
@@ -535,3 +535,102 @@ def test_dense_minibatch_steps_are_pd_or_flagged_float32(case):
         state64 = KALMAN_MINIBATCH.init(jnp.zeros(d), prior * jnp.eye(d))
         final64, _ = jr.run(KALMAN_MINIBATCH, state64, X.astype(np.float64), y.astype(np.float64))
         np.testing.assert_allclose(final.cov, final64.cov, rtol=1e-2, atol=1e-3 * float(jnp.max(final64.cov)))
+
+
+_GRAD_FILTERS = {  # name -> (filter, dense)
+    "kalman": (jr.kalman(1.0), True),
+    "implicit": (jr.rvga(LOGISTIC), True),
+    "explicit": (jr.rvga(LOGISTIC, "explicit"), True),
+    "ekf": (jr.ekf(LOGISTIC), True),
+    "lrvga": (jr.lrvga(LOGISTIC, rank=2), False),
+    "lrvga_buffered": (jr.lrvga(LOGISTIC, rank=1, buffer=1), False),
+}
+
+
+@pytest.mark.parametrize("name", _GRAD_FILTERS)
+def test_grad_through_a_skipped_step_equals_finite_differences(name):
+    """Issue 26.2: step 5 holds an inf in x, so it is skipped and flagged; ``jax.grad`` of a loss of
+    the final state with respect to the prior scale was NaN (the discarded branch's inf reached the
+    gradient as 0 * inf). The guard's double ``where`` (:func:`jaxrvga.filters._clean_data`) makes
+    it equal central finite differences (float64)."""
+    flt, dense = _GRAD_FILTERS[name]
+    d, T = 3, 8
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(T, d)), (rng.random(T) < 0.5).astype(float)
+    X[5, 1] = np.inf
+    W0 = jnp.asarray(rng.normal(size=(d, flt.update.spec.belief.rank))) if not dense else None
+
+    @jax.jit
+    def loss(s):
+        state = flt.init(jnp.zeros(d), s * jnp.eye(d)) if dense else flt.init(jnp.zeros(d), W0, jnp.ones(d) / s)
+        out, converged = jr.scan(flt, state, X, y, lambda st, x, y: st.info.converged)
+        return jnp.sum(out.mean ** 2) + jnp.sum(out.cov if dense else out.psi), converged
+
+    value, converged = loss(2.0)
+    assert np.isfinite(float(value)) and not bool(converged[5]) and bool(np.all(np.delete(converged, 5)))
+    grad = jax.jit(jax.grad(lambda s: loss(s)[0]))(2.0)
+    h = 1e-6
+    fd = (loss(2.0 + h)[0] - loss(2.0 - h)[0]) / (2 * h)
+    assert np.isfinite(float(grad))
+    np.testing.assert_allclose(float(grad), float(fd), rtol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan, -1.0, "0.1", [0.1, 0.2], 1j, True, np.ones(2)])
+def test_process_noise_is_validated_at_construction(bad):
+    """Issue 26.5: inf, a string, a vector (and NaN, negative, complex, bool) raise ValueError naming
+    ``process_noise`` in both factories."""
+    for make in (lambda: jr.kalman(1.0, process_noise=bad),
+                 lambda: jr.lrvga(LOGISTIC, rank=1, process_noise=bad)):
+        with pytest.raises(ValueError, match="process_noise"):
+            make()
+
+
+def test_prediction_step_is_guarded():
+    """Issue 26.5: ``process_noise = 1e308`` (dense: the update, then the prediction overflow) and a traced
+    ``-1`` under vmap (it gave cov = 0 with every step converged) are skipped and flagged with the
+    state finite and unchanged; a vmapped valid member equals its solo run."""
+    d, T = 3, 5
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(T, d)), rng.normal(size=T)
+    init = jr.kalman(1.0).init(jnp.zeros(d), jnp.eye(d))
+    flag = lambda s, x, y: s.info.converged  # noqa: E731
+    out, converged = jr.run(jr.kalman(1.0, process_noise=1e308), init, X, y, trace_fn=flag)
+    assert not np.any(converged) and int(out.step) == T
+    assert np.all(np.isfinite(out.cov)) and np.all(np.isfinite(out.mean))
+
+    def run(eta):
+        return jr.scan(jr.kalman(1.0, process_noise=eta), init, X, y, flag)
+
+    fleet, flags = jax.jit(jax.vmap(run))(jnp.array([-1.0, jnp.nan, 0.1]))
+    assert not np.any(flags[:2]) and np.all(flags[2])
+    np.testing.assert_array_equal(fleet.cov[0], init.cov)
+    np.testing.assert_array_equal(fleet.cov[1], init.cov)
+    solo, _ = jr.run(jr.kalman(1.0, process_noise=0.1), init, X, y)
+    np.testing.assert_allclose(fleet.cov[2], solo.cov, rtol=1e-12)
+
+
+def test_lowrank_prediction_keeps_psi_above_its_floor_float32():
+    """Issue 26.5: repeated prediction of directions no data reach took float32 ``psi`` to exactly 0
+    (every later step flagged). :meth:`~jaxrvga.beliefs.LowRank.predict` floors it at
+    :func:`~jaxrvga.beliefs.psi_min` and recomputes the whitened Gram of the floored rows; a run with
+    a huge process noise stays finite with psi at or above the floor."""
+    from jaxrvga.beliefs import psi_min
+    belief = jr.beliefs.LowRank(1)
+    W = jnp.array([[1.0], [0.5], [0.0], [0.0]], jnp.float32)
+    state = belief.init(jnp.zeros(4, jnp.float32), W, jnp.array([1.0, 1.0, 1e-30, 1e-10], jnp.float32))
+    predict = jax.jit(belief.predict)
+    for _ in range(200):
+        state = predict(state, jnp.float32(1.0))
+    floor = float(psi_min(jnp.float32))
+    assert floor > 0 and bool(jnp.all(state.psi >= floor)) and bool(jnp.all(jnp.isfinite(state.W)))
+    np.testing.assert_allclose(state.gram, lowrank.whitened_gram(state.W, state.psi), rtol=1e-5)
+    d, T = 4, 20
+    rng = np.random.default_rng(2)
+    X = np.zeros((T, d), np.float32)
+    X[:, :2] = rng.normal(size=(T, 2))
+    y = (rng.random(T) < 0.5).astype(np.float32)
+    flt = jr.lrvga(LOGISTIC, rank=1, process_noise=1e30)
+    out, psis = jr.run(flt, flt.init(jnp.zeros(d, jnp.float32), W, jnp.ones(d, jnp.float32)), X, y,
+                       trace_fn=lambda s, x, y: s.psi)
+    assert np.all(np.asarray(psis) >= floor)
+    assert_lowrank_healthy(out)
