@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from . import lowrank, models, special
-from .validation import check_float_array, positive_int
+from .validation import check_cov, check_finite, check_float_array, check_positive, positive_int
 
 
 class Predictive(NamedTuple):
@@ -67,18 +67,22 @@ class _Belief(NamedTuple):
 
 
 def _belief(state) -> _Belief:
+    """The belief of ``state``; where concrete, the mean and ``W`` finite, ``psi > 0`` and ``cov``
+    symmetric positive semidefinite (``ValueError`` naming the field)."""
     if not hasattr(state, "mean"):
         raise ValueError(f"state must be a Gaussian belief with a mean, got {type(state).__name__}")
-    mean = check_float_array("state.mean", state.mean)
+    mean = check_finite("state.mean", check_float_array("state.mean", state.mean))
     if mean.ndim != 1:
         raise ValueError(f"state.mean must be a vector, got shape {mean.shape}")
     if hasattr(state, "W") and hasattr(state, "psi"):
-        return _Belief(mean, None, lowrank.factorize(state.W, state.psi))
+        W = check_finite("state.W", check_float_array("state.W", state.W))
+        psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
+        return _Belief(mean, None, lowrank.factorize(W, psi))
     if hasattr(state, "cov"):
         cov = check_float_array("state.cov", state.cov)
         if cov.shape != (mean.shape[0],) * 2:
             raise ValueError(f"state.cov must have shape {(mean.shape[0],) * 2} to match the mean, got {cov.shape}")
-        return _Belief(mean, cov, None)
+        return _Belief(mean, check_cov("state.cov", cov, mean.shape[0], semidefinite=True), None)
     raise ValueError("state must have fields (mean, cov) (dense state, LaplaceResult) or "
                      f"(mean, W, psi) (low-rank state), got {type(state).__name__}")
 

@@ -325,3 +325,21 @@ def test_bad_arguments():
         jr.predictive(dense, X, "logistic")
     with pytest.raises(ValueError, match="num_samples must be a positive integer"):
         jr.predictive(lr, X, key=jax.random.PRNGKey(0), num_samples=0)
+
+
+def test_invalid_beliefs_raise_where_concrete():
+    """Issue 26.6: a NaN mean, ``cov = -I``, a non-symmetric cov, ``psi <= 0`` or a NaN ``W`` gave NaN or
+    negative variances; they raise ValueError naming the field (a point mass, cov = 0, is accepted)."""
+    lr, dense, _ = beliefs()
+    X = inputs("glm")
+    bad = [(dense._replace(mean=dense.mean.at[0].set(jnp.nan)), "state.mean"),
+           (dense._replace(cov=-jnp.eye(6)), "state.cov"),
+           (dense._replace(cov=dense.cov.at[0, 1].add(1.0)), "state.cov"),
+           (lr._replace(psi=lr.psi.at[2].set(-1.0)), "state.psi"),
+           (lr._replace(psi=lr.psi.at[2].set(0.0)), "state.psi"),
+           (lr._replace(W=lr.W.at[0, 0].set(jnp.inf)), "state.W")]
+    for state, name in bad:
+        with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+            jr.predictive(state, X)
+    out = jr.predictive(dense._replace(cov=0 * dense.cov), X)
+    assert np.all(np.asarray(out.var) >= 0)
