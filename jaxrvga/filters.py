@@ -215,6 +215,7 @@ def _update(spec: Spec, state, x, y):
         if jnp.iscomplexobj(jnp.asarray(y)):
             raise ValueError("y must be real")
         spec.model.family.check_y("y", y)
+        _check_y_shape(spec.model, "y", y, jax.eval_shape(spec.model.predict, state.mean, x).shape)
         y = jnp.asarray(y, state.mean.dtype)
     if spec.scheme == "sampled" and state.key is None and spec.cfg.frozen_noise in (False, True):
         raise ValueError("key: the sampled scheme needs a PRNG key; call init(..., key=...)")
@@ -244,6 +245,31 @@ def _glm_inputs(state, x, y, model):
     return jnp.atleast_2d(x.astype(dtype)), jnp.reshape(jnp.asarray(y, dtype), (-1,))
 
 
+def _check_y_shape(model: Model, name: str, y, eta_shape, time_axis: bool = False):
+    """``y`` of a nonlinear model has the shape of the predictor's output ``eta`` (one per output; a
+    single output may be a scalar): no silent broadcasting. A categorical family takes labels
+    (``eta``'s shape without its last axis, the K logits) or one-hot rows of ``eta``'s shape, each
+    with exactly one 1 and zeros elsewhere (checked where concrete). ``time_axis``: ``y`` and
+    ``eta_shape`` lead with the time axis T of a data set."""
+    shape = tuple(jnp.shape(y))
+    eta_shape = tuple(eta_shape)
+    one = (shape[:1] if time_axis else ()) + (1,)
+    if model.family.name == "categorical":
+        if shape == eta_shape[:-1]:
+            return
+        if shape == eta_shape and is_concrete(y):
+            a = np.asarray(y)
+            if not (np.all((a == 0) | (a == 1)) and np.all(np.sum(a, axis=-1) == 1)):
+                raise ValueError(f"{name}: one-hot rows of the categorical model must hold exactly one 1 "
+                                 f"and zeros elsewhere")
+        if shape == eta_shape:
+            return
+        raise ValueError(f"{name} must hold labels of shape {eta_shape[:-1]} or one-hot rows of shape "
+                         f"{eta_shape} for the model's logits, got shape {shape}")
+    if shape != eta_shape and not (eta_shape in (one, one[:-1]) and shape in (one, one[:-1])):
+        raise ValueError(f"{name} must have the shape {eta_shape} of the model's output, got {shape}")
+
+
 def _make_check(model: Model):
     """Data-set check run by :func:`jaxrvga.run` before it scans (never under jit)."""
 
@@ -256,6 +282,10 @@ def _make_check(model: Model):
             if jnp.shape(ys) != shape[:-1]:
                 raise ValueError(f"ys must have shape {shape[:-1]} to match xs, got {jnp.shape(ys)}")
         model.family.check_y("ys", ys)
+        if not model.is_glm:
+            x0 = jax.tree_util.tree_map(lambda a: a[0], xs)
+            eta = jax.eval_shape(model.predict, state.mean, x0).shape
+            _check_y_shape(model, "ys", ys, tuple(jnp.shape(ys)[:1]) + eta, time_axis=True)
 
     return check
 

@@ -634,3 +634,58 @@ def test_lowrank_prediction_keeps_psi_above_its_floor_float32():
                        trace_fn=lambda s, x, y: s.psi)
     assert np.all(np.asarray(psis) >= floor)
     assert_lowrank_healthy(out)
+
+
+def test_em_tol_is_forward_mode_differentiable_only():
+    """Issue 26.2 (README, "Gradients through skipped steps"): with ``em_tol`` the projection's EM is a
+    ``lax.while_loop``: ``jax.jvp`` equals finite differences, reverse mode raises JAX's ValueError."""
+    d, T = 3, 6
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(T, d)), (rng.random(T) < 0.5).astype(float)
+    flt = jr.lrvga(LOGISTIC, rank=1, inner_loops=3, em_tol=1e-3)
+    W0 = jnp.asarray(rng.normal(size=(d, 1)))
+
+    @jax.jit
+    def loss(s):
+        out, _ = jr.scan(flt, flt.init(jnp.zeros(d), W0, jnp.ones(d) / s), X, y)
+        return jnp.sum(out.mean ** 2) + jnp.sum(out.psi)
+
+    _, tangent = jax.jvp(loss, (2.0,), (1.0,))
+    h = 1e-6
+    np.testing.assert_allclose(float(tangent), float((loss(2.0 + h) - loss(2.0 - h)) / (2 * h)), rtol=1e-6)
+    with pytest.raises(ValueError, match="while_loop"):
+        jax.grad(loss)(2.0)
+
+
+def _ys_cases():
+    """(filter, state, xs, bad ys, what) of issue 26.3, on tiny models."""
+    models = jr.models
+    d, T = 3, 4
+    xs = np.random.default_rng(0).normal(size=(T, 8, d))
+    mb = jr.rvga(models.minibatch(models.nonlinear(lambda th, x: jnp.tanh(x @ th))), "ekf")
+    two = jr.rvga(models.nonlinear(lambda th, x: jnp.stack([x @ th, jnp.sin(x @ th)])), "ekf")
+    soft = jr.rvga(models.softmax_regression(d, 3), "ekf")
+    mb0, two0, soft0 = mb.init(jnp.zeros(d), jnp.eye(d)), two.init(jnp.zeros(d), jnp.eye(d)), \
+        soft.init(jnp.zeros(3 * d), jnp.eye(3 * d))
+    return [(mb, mb0, xs, np.zeros(T), "minibatch y (T,)"), (mb, mb0, xs, np.zeros((T, 1)), "minibatch y (T, 1)"),
+            (two, two0, xs[:, 0], np.zeros(T), "2 outputs, scalar y per step"),
+            (soft, soft0, xs[:, 0], np.array([[1, 1, 0]] * T), "one-hot with two ones"),
+            (soft, soft0, xs[:, 0], np.zeros((T, 3)), "one-hot all zeros"),
+            (soft, soft0, xs[:, 0], np.array([[2, 0, 0]] * T), "one-hot entry 2"),
+            (soft, soft0, xs[:, 0], np.zeros((T, 1)), "labels (T, 1)")]
+
+
+def test_ys_that_would_broadcast_raise_naming_ys():
+    """Issue 26.3: y of the wrong shape for the model's output (a minibatch model given (T,) or
+    (T, 1), a 2-output ``h`` given a scalar) and invalid one-hot rows were accepted, every step
+    converged. ``jr.run`` raises ValueError naming ``ys``, one update ValueError naming ``y``; the
+    right shapes still run."""
+    for flt, state, xs, ys, what in _ys_cases():
+        with pytest.raises(ValueError, match=r"^ys"):
+            jr.run(flt, state, xs, ys)
+        with pytest.raises(ValueError, match=r"^y[ :]"):
+            flt.update(state, jax.tree_util.tree_map(lambda a: a[0], xs), ys[0])
+    flt, state, xs, _, _ = _ys_cases()[3]
+    for ys in (np.eye(3)[[0, 1, 2, 0]], np.array([0, 1, 2, 0])):
+        _, converged = jr.run(flt, state, xs, ys, trace_fn=lambda s, x, y: s.info.converged)
+        assert np.all(converged)
