@@ -295,7 +295,7 @@ def test_bad_inputs_raise_value_errors_naming_the_argument():
     nonlinear = jr.rvga(jr.models.nonlinear(lambda th, x: x @ th), "ekf")
     with pytest.raises(ValueError, match="y must be real"):
         nonlinear.update(nonlinear.init(jnp.zeros(3), jnp.eye(3)), jnp.ones(3), 1 + 2j)
-    with pytest.raises(ValueError, match="more components"):  # a scalar output given two labels
+    with pytest.raises(ValueError, match=r"y must have the shape \(\) of the model's output"):  # a scalar output, two labels
         nonlinear.update(nonlinear.init(jnp.zeros(3), jnp.eye(3)), jnp.ones(3), jnp.ones(2))
     # Lists of numbers are data: the same result as arrays.
     a, _ = jr.run(dense, st, [[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], [0.0, 1.0])
