@@ -328,7 +328,7 @@ def _check_process_noise(process_noise):
     if shape != () or not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
         raise ValueError(f"process_noise must be a real scalar eta >= 0, got {process_noise!r}")
     if is_concrete(process_noise) and not (np.isfinite(float(process_noise)) and float(process_noise) >= 0):
-        raise ValueError(f"process_noise must be finite and >= 0, got {process_noise!r}")
+        raise ValueError(f"process_noise must be >= 0 and finite, got {process_noise!r}")
 
 
 def _configure(model, scheme, dense, published, *, num_iters, num_samples, curvature, max_iter,
