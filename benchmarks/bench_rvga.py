@@ -115,7 +115,7 @@ def compile_table(dtype):
         "rvga explicit": (jr.rvga(jr.models.logistic(), "explicit"), None),
         "rvga poisson (convex 1-D)": (jr.rvga(jr.models.poisson(), "implicit"), None),
         "rvga nonlinear (MC)": (jr.rvga(jr.models.nonlinear(lambda th, x: x @ th, jr.models.bernoulli()),
-                                        num_samples=20), key),
+                                        "sampled", num_samples=20), key),
         "ekf": (jr.ekf(jr.models.logistic()), None),
         "qkf": (jr.qkf(), None),
         "mirror prox": (jr.mirror_prox(jr.models.logistic()), None),

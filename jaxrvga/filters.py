@@ -11,11 +11,20 @@ scheme         models                                   options
                Carlo implicit iteration                 as ``sampled`` with ``num_iters=3``
 ``explicit``   GLMs; nonlinear: one Monte-Carlo pass    -
 ``extragrad``  GLMs                                     ``correction``, ``update_cov_twice``
-``ekf``        any                                      -
+``ekf``        any (the textbook EKF)                   ``curvature`` (``"empirical"``)
+``moment_ekf`` any (the nonlinear default): the EKF of  ``jitter``, ``curvature`` (``"empirical"``)
+               a Gaussian likelihood with the output's
+               mean and variance + ``jitter``
 ``qkf``        logistic                                 -
-``sampled``    any (the nonlinear default)              ``num_samples``, ``num_iters``, ``tol``,
+``sampled``    any                                      ``num_samples``, ``num_iters``, ``tol``,
                                                         ``curvature`` (dense only: ``"hessian"``)
 =============  =======================================  ==========================================
+
+Every scheme but the published L-RVGA's takes ``max_move``: a step whose mean moves by more than
+that Mahalanobis length under the previous belief is shortened to it and flagged
+(:func:`~jaxrvga.schemes.limit_move`). The default is :data:`MAX_MOVE` for the schemes that
+linearise or sample, none for ``exact`` and ``implicit``, whose steps are the exact and the proximal
+ones (a long step of theirs is what the model says).
 
 Every update is guarded in one place (:func:`_guarded`): a step whose result is not finite or not
 positive definite is **skipped and flagged** (the predicted belief is kept, the step counter
@@ -42,8 +51,13 @@ from .models import Model
 from .schemes import Config
 from .validation import all_finite, check_choice, is_concrete, positive_int
 
-SCHEMES = ("exact", "implicit", "explicit", "extragrad", "ekf", "qkf", "sampled")
-CURVATURES = ("ggn", "hessian")
+SCHEMES = ("exact", "implicit", "explicit", "extragrad", "ekf", "moment_ekf", "qkf", "sampled")
+CURVATURES = ("ggn", "hessian", "empirical")
+#: Default ``jitter`` of ``moment_ekf`` and default ``max_move`` (experiments/REPORT.md, "Networks from any prior").
+MOMENT_JITTER = 0.1
+MAX_MOVE = 10.0
+#: Schemes whose step is the exact (Kalman) or proximal (implicit) one: no default ``max_move``.
+EXACT_STEPS = ("exact", "implicit")
 
 
 class Spec(NamedTuple):
@@ -58,9 +72,16 @@ class Spec(NamedTuple):
 
 # --------------------------------------------------------------------------- steps
 
+def _absorb(spec, prior, inc, info):
+    """The step of ``inc`` (:func:`~jaxrvga.schemes.absorb`), its mean step limited to ``max_move``
+    (:func:`~jaxrvga.schemes.limit_move`, flagged in ``info`` where shortened): ``(state, ok, info)``."""
+    new, ok = schemes.absorb(spec.belief, prior, inc)
+    new, calm = schemes.limit_move(prior, new, inc, spec.cfg.max_move)
+    return new, ok, info._replace(converged=info.converged & calm)
+
+
 def _step_exact(spec, prior, X, y):
-    new, ok = schemes.absorb(spec.belief, prior, schemes.exact_site(spec.model, prior, X, y))
-    return new, ok, solver_info(prior.mean.dtype)
+    return _absorb(spec, prior, schemes.exact_site(spec.model, prior, X, y), solver_info(prior.mean.dtype))
 
 
 def _step_implicit(spec, prior, X, y):
@@ -68,8 +89,7 @@ def _step_implicit(spec, prior, X, y):
         raise ValueError(f"x: the implicit scheme takes one observation per update (x of shape (d,)), "
                          f"got a minibatch of {X.shape[0]}; use scheme='explicit', 'extragrad' or 'ekf'")
     inc, info = schemes.implicit_site(spec.model, spec.belief, prior, X, y, spec.cfg.max_iter)
-    new, ok = schemes.absorb(spec.belief, prior, inc)
-    return new, ok, _full_info(info)
+    return _absorb(spec, prior, inc, _full_info(info))
 
 
 def _full_info(info):
@@ -81,22 +101,19 @@ def _step_moments(spec, prior, X, y):
     def evaluate(q, i):
         return schemes.moment_site(spec.model, spec.belief, q, X, y)
 
-    new, ok, _ = schemes.iterate(spec.belief, prior, evaluate, spec.cfg)
-    return new, ok, solver_info(prior.mean.dtype, iterations=spec.cfg.num_iters)
+    new, ok, _, calm = schemes.iterate(spec.belief, prior, evaluate, spec.cfg)
+    return new, ok, solver_info(prior.mean.dtype, converged=calm, iterations=spec.cfg.num_iters)
 
 
 def _step_qkf(spec, prior, X, y):
-    new, ok = schemes.absorb(spec.belief, prior, schemes.qkf_site(spec.belief, prior, X, y))
-    return new, ok, solver_info(prior.mean.dtype)
+    return _absorb(spec, prior, schemes.qkf_site(spec.belief, prior, X, y), solver_info(prior.mean.dtype))
 
 
 def _step_ekf(spec, prior, x, y):
-    if spec.model.is_glm:
-        inc = schemes.ekf_glm_site(spec.model, prior, x, y)
-    else:
-        inc = schemes.ekf_site(spec.model, prior, x, y)
-    new, ok = schemes.absorb(spec.belief, prior, inc)
-    return new, ok, solver_info(prior.mean.dtype)
+    """``ekf`` (``jitter = 0``) and ``moment_ekf``: linearised at the mean."""
+    site = schemes.ekf_glm_site if spec.model.is_glm else schemes.ekf_site
+    inc = site(spec.model, prior, x, y, spec.cfg.jitter, spec.cfg.curvature == "empirical")
+    return _absorb(spec, prior, inc, solver_info(prior.mean.dtype))
 
 
 def _step_sampled(spec, prior, x, y):
@@ -109,8 +126,9 @@ def _step_sampled(spec, prior, x, y):
     def evaluate(q, i):
         return schemes.sampled_site(spec.model, belief.draw(q, noise), x, y, cfg.curvature)
 
-    new, ok, change = schemes.iterate(belief, prior, evaluate, cfg)
-    return new._replace(key=key), ok, schemes.info_from(change, cfg, cfg.num_iters)
+    new, ok, change, calm = schemes.iterate(belief, prior, evaluate, cfg)
+    info = schemes.info_from(change, cfg, cfg.num_iters)
+    return new._replace(key=key), ok, info._replace(converged=info.converged & calm)
 
 
 def _step_sampled_published(spec, prior, x, y):
@@ -125,12 +143,13 @@ def _step_sampled_published(spec, prior, x, y):
         thetas = schemes.published_draws(prior, keys, i, cfg, q)
         return schemes.sampled_site(spec.model, thetas, x, y, "ggn")
 
-    new, ok, _ = schemes.iterate(spec.belief, prior, evaluate, cfg)
+    new, ok, _, _ = schemes.iterate(spec.belief, prior, evaluate, cfg)  # published: no max_move
     return new._replace(key=key), ok, solver_info(prior.mean.dtype)
 
 
 _STEPS = {"exact": _step_exact, "implicit": _step_implicit, "explicit": _step_moments,
-          "extragrad": _step_moments, "ekf": _step_ekf, "qkf": _step_qkf, "sampled": _step_sampled}
+          "extragrad": _step_moments, "ekf": _step_ekf, "moment_ekf": _step_ekf, "qkf": _step_qkf,
+          "sampled": _step_sampled}
 
 
 # --------------------------------------------------------------------------- the update
@@ -295,7 +314,7 @@ def _make_check(model: Model):
 def _default_scheme(model: Model) -> str:
     if model.has_exact_update:
         return "exact"
-    return "implicit" if model.is_glm else "sampled"
+    return "implicit" if model.is_glm else "moment_ekf"
 
 
 def _check_model_scheme(model, scheme):
@@ -331,9 +350,32 @@ def _check_process_noise(process_noise):
         raise ValueError(f"process_noise must be >= 0 and finite, got {process_noise!r}")
 
 
-def _configure(model, scheme, dense, published, *, num_iters, num_samples, curvature, max_iter,
-               correction, update_cov_twice, tol, frozen_noise, process_noise):
-    """Validate the options once for both beliefs; returns ``(scheme, Config)``."""
+def _configure(model, scheme, dense, published, *, jitter=None, max_move=None, **options):
+    """Validate the options once for both beliefs; returns ``(scheme, Config)`` with the scheme's
+    ``jitter`` (``moment_ekf`` only) and the guard's ``max_move`` (none with ``published``)."""
+    scheme, cfg = _configure_scheme(model, scheme, dense, published, **options)
+    if scheme == "moment_ekf":
+        jitter = MOMENT_JITTER if jitter is None else jitter
+        if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 < jitter < np.inf:
+            raise ValueError(f"jitter must be a number > 0, got {jitter!r}")
+        cfg = cfg._replace(jitter=float(jitter))
+    elif jitter is not None:
+        raise ValueError(f"jitter is only used by scheme 'moment_ekf', not {scheme!r}")
+    if published:
+        if max_move is not None:
+            raise ValueError("max_move: the published L-RVGA takes every step as published")
+        return scheme, cfg
+    if max_move is None and scheme in EXACT_STEPS:
+        return scheme, cfg
+    max_move = MAX_MOVE if max_move is None else max_move
+    if isinstance(max_move, bool) or not isinstance(max_move, (int, float)) or not max_move > 0:
+        raise ValueError(f"max_move must be a number > 0 (inf: no limit), got {max_move!r}")
+    return scheme, cfg._replace(max_move=None if max_move == np.inf else float(max_move))
+
+
+def _configure_scheme(model, scheme, dense, published, *, num_iters, num_samples, curvature, max_iter,
+                      correction, update_cov_twice, tol, frozen_noise, process_noise):
+    """The scheme's name and :class:`~jaxrvga.schemes.Config` (all but ``jitter`` and ``max_move``)."""
     if not isinstance(model, Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
     scheme = _default_scheme(model) if scheme is None else scheme
@@ -346,8 +388,10 @@ def _configure(model, scheme, dense, published, *, num_iters, num_samples, curva
         num_iters, scheme = (1 if scheme == "explicit" else num_iters), "sampled"
     if scheme != "sampled":
         _unused(scheme, num_iters=num_iters, num_samples=num_samples, tol=tol)
-        if curvature != "ggn":
-            raise ValueError(f"curvature is only used by scheme 'sampled', not {scheme!r}")
+    if curvature == "hessian" and scheme != "sampled":
+        raise ValueError(f"curvature='hessian' is only used by scheme 'sampled', not {scheme!r}")
+    if curvature == "empirical" and scheme not in ("ekf", "moment_ekf"):
+        raise ValueError(f"curvature='empirical' is only used by schemes 'ekf' and 'moment_ekf', not {scheme!r}")
     if scheme != "implicit":
         _unused(scheme, max_iter=max_iter)
     if scheme not in ("extragrad", "sampled") or (scheme == "sampled" and not published):
@@ -377,7 +421,7 @@ def _configure(model, scheme, dense, published, *, num_iters, num_samples, curva
         default = not published
         return scheme, Config(2, correction=default if correction is None else bool(correction),
                               update_cov_twice=default if update_cov_twice is None else bool(update_cov_twice))
-    return scheme, Config(1, max_iter=max_iter)
+    return scheme, Config(1, max_iter=max_iter, curvature=curvature)
 
 
 def _frozen(frozen_noise):
@@ -407,28 +451,36 @@ def _update_fn(spec: Spec):
 def rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int] = None,
          num_samples: Optional[int] = None, curvature: str = "ggn", process_noise=None,
          max_iter: Optional[int] = None, correction: Optional[bool] = None,
-         update_cov_twice: Optional[bool] = None, tol: Optional[float] = None) -> Filter:
+         update_cov_twice: Optional[bool] = None, tol: Optional[float] = None, jitter: Optional[float] = None,
+         max_move: Optional[float] = None) -> Filter:
     """R-VGA with a full covariance ([RVGA] Alg. 1): the dense belief times ``scheme`` (module docstring).
 
     Args:
       model: an observation model of :mod:`jaxrvga.models`.
       scheme: see the module table; default ``"exact"`` (linear-Gaussian), ``"implicit"`` (other
-        GLMs), ``"sampled"`` (nonlinear).
+        GLMs), ``"moment_ekf"`` (nonlinear).
       num_iters: passes of the Monte-Carlo implicit iteration (``sampled``; default 3; 1 = explicit).
       num_samples: Monte-Carlo draws per pass (``sampled``; antithetic pairs; default 100).
-      curvature: ``"ggn"`` (``E[J^T F J]``, [LRVGA] eq. 41) or ``"hessian"`` (``sampled`` only).
+      curvature: ``"ggn"`` (``E[J^T F J]``, [LRVGA] eq. 41), ``"hessian"`` (``sampled`` only) or
+        ``"empirical"`` (``ekf``, ``moment_ekf``: one gradient column ``g_i g_i^T`` per observation).
       process_noise: ``eta >= 0``: ``P_{t|t-1} = (1 + eta) P_{t-1}`` ([LRVGA] Remark 1); may be traced.
       max_iter: iteration cap of the implicit root solve (default: the solver's).
       correction, update_cov_twice: ``extragrad`` only (default True, True).
       tol: ``sampled``: ``info.converged`` is False when the last pass moved the mean by more
         than ``tol (1 + |mu_{t-1}|)`` (default 1e-2).
+      jitter: ``moment_ekf``: the variance added to ``Var(y | eta)`` of the moment-matched Gaussian
+        likelihood (default :data:`MOMENT_JITTER`).
+      max_move: a step whose mean moves by more than this Mahalanobis length under the previous
+        belief is shortened to it and flagged (``info.converged`` False;
+        :func:`~jaxrvga.schemes.limit_move`); default :data:`MAX_MOVE` (none for ``exact`` and
+        ``implicit``, exact and proximal steps), ``inf`` for no limit.
 
     ``init(mean, cov, key=None)``; ``key`` is required by ``sampled``.
     """
     scheme, cfg = _configure(model, scheme, True, False, num_iters=num_iters, num_samples=num_samples,
                              curvature=curvature, max_iter=max_iter, correction=correction,
                              update_cov_twice=update_cov_twice, tol=tol, frozen_noise=False,
-                             process_noise=process_noise)
+                             process_noise=process_noise, jitter=jitter, max_move=max_move)
     belief = Dense()
 
     def init(mean, cov, key=None):
@@ -443,10 +495,12 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
           correction: Optional[bool] = None, update_cov_twice: Optional[bool] = None,
           tol: Optional[float] = None, curvature: str = "ggn", fa_step: Optional[Callable] = None,
           psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None, buffer: int = 0,
-          em_tol: Optional[float] = None) -> Filter:
+          em_tol: Optional[float] = None, jitter: Optional[float] = None,
+          max_move: Optional[float] = None) -> Filter:
     """L-RVGA ([LRVGA]): the low-rank belief ``(W W^T + diag(psi))^{-1}`` times ``scheme``.
 
-    Same schemes and options as :func:`rvga` (``curvature="hessian"`` is refused: the low-rank
+    Same schemes and options as :func:`rvga`, ``jitter`` and ``max_move`` included (``max_move`` is
+    refused with ``published``, which takes every step as published; ``curvature="hessian"`` is refused: the low-rank
     precision needs a PSD curvature factor; ``num_samples`` defaults to 10, since every draw adds
     a column to the step's factor), plus:
 
@@ -508,7 +562,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
     scheme, cfg = _configure(model, scheme, False, published, num_iters=num_iters, num_samples=num_samples,
                              curvature=curvature, max_iter=max_iter, correction=correction,
                              update_cov_twice=update_cov_twice, tol=tol, frozen_noise=frozen_noise,
-                             process_noise=process_noise)
+                             process_noise=process_noise, jitter=jitter, max_move=max_move)
     belief = LowRank(rank, inner_loops, bool(published), fa_step, float(psi_floor), block_rows, int(buffer), em_tol)
     given_noise = not isinstance(cfg.frozen_noise, bool)
     if given_noise and cfg.frozen_noise[1].shape[1] != rank:

@@ -72,6 +72,8 @@ class Config(NamedTuple):
     update_cov_twice: bool = True
     tol: float = 1e-2
     frozen_noise: object = False
+    jitter: float = 0.0
+    max_move: Optional[float] = None
 
 
 def absorb(belief, prior, inc: Increment):
@@ -82,15 +84,40 @@ def absorb(belief, prior, inc: Increment):
     return belief.absorb(prior, inc.X, inc.c, inc.gradient(), inc.prior_gain)
 
 
+def limit_move(prior, new, inc: Increment, max_move: Optional[float]):
+    """The mean step of ``inc`` shortened to Mahalanobis length ``max_move`` under the previous belief.
+
+    With ``Delta = mu_new - mu``, ``P_new^{-1} Delta = g`` (or ``P^{-1} Delta = g`` with
+    ``prior_gain``), so ``Delta^T P^{-1} Delta = g^T Delta - (X^T Delta)^T diag(c) (X^T Delta)``:
+    O(d m), no solve. A single observation moves an exact posterior mean by a few predictive standard
+    deviations at most; a longer step is the signature of a linearisation that overshoots (a
+    saturated output on the wrong side, experiments/REPORT.md "Networks from any prior"). Returns
+    ``(state, calm)``, ``calm`` False where the step was shortened. ``None``: no limit.
+    """
+    if max_move is None:
+        return new, jnp.asarray(True)
+    delta = new.mean - prior.mean
+    sq = inc.gradient() @ delta
+    if not inc.prior_gain:
+        u = delta @ inc.X
+        sq = sq - u @ (u if inc.c is None else inc.c * u)
+    limit = jnp.asarray(max_move, delta.dtype)
+    calm = ~(sq > limit**2)  # NaN counts as calm here: the guard skips a non-finite step
+    scale = jnp.where(calm, 1.0, limit / jnp.sqrt(jnp.where(calm, 1.0, sq)))  # no NaN in the gradient
+    return new._replace(mean=prior.mean + scale * delta), calm
+
+
 def iterate(belief, prior, evaluate: Callable, cfg: Config):
     """``cfg.num_iters`` passes of the implicit iteration from ``q_0 = q_{t-1}`` (module docstring).
 
     ``evaluate(q, i) -> Increment`` gives the site under the belief ``q`` of pass ``i - 1``. With
     ``correction``, the gradient of pass i > 0 gains ``X diag(c) X^T (mu_q - mu_{t-1})`` (the mirror
     step in natural parameters); without ``update_cov_twice`` the curvature of the first pass is
-    kept. Returns ``(state, ok, change)``, ``change`` the relative move of the mean in the last pass.
+    kept. Each pass's mean step is limited by :func:`limit_move`. Returns ``(state, ok, change,
+    calm)``, ``change`` the relative move of the mean in the last pass, ``calm`` False where a pass was
+    shortened.
     """
-    q, first, ok = prior, None, jnp.asarray(True)
+    q, first, ok, calm = prior, None, jnp.asarray(True), jnp.asarray(True)
     change = jnp.zeros((), prior.mean.dtype)
     for i in range(cfg.num_iters):
         inc = evaluate(q, i)
@@ -102,9 +129,11 @@ def iterate(belief, prior, evaluate: Callable, cfg: Config):
         elif not cfg.update_cov_twice:
             inc = first._replace(coef=inc.coef, g=inc.g)
         new, ok = absorb(belief, prior, inc)
+        new, pass_calm = limit_move(prior, new, inc, cfg.max_move)
+        calm = calm & pass_calm
         change = jnp.linalg.norm(new.mean - q.mean) / (1.0 + jnp.linalg.norm(prior.mean))
         q = new
-    return q, ok, change
+    return q, ok, change, calm
 
 
 # --------------------------------------------------------------------------- GLM sites
@@ -122,11 +151,30 @@ def moment_site(model, belief, q, X, y):
     return Increment(X.T, -h, g)
 
 
-def ekf_glm_site(model, q, X, y):
-    """GLM linearised at the mean: Fisher ``F(eta)`` and score ``d log p / d eta`` ([RVGA] eq. 81)."""
+def ekf_glm_site(model, q, X, y, jitter=0.0, empirical=False):
+    """GLM linearised at the mean: Fisher ``F(eta)`` and score ``d log p / d eta`` ([RVGA] eq. 81),
+    both scaled by ``s = V / (V + jitter)`` (:func:`moment_weights`); ``empirical``: curvature
+    ``score^2`` (the empirical Fisher) in place of ``F``."""
     eta = X @ q.mean
     score = jax.vmap(jax.grad(lambda e, t: model.family.log_prob(t, e)))(eta, y)
-    return Increment(X.T, model.family.fisher(eta), score)
+    fisher = model.family.fisher(eta)
+    if jitter:
+        s = moment_weights(model.family, eta, jitter)
+        fisher, score = fisher * s, score * s
+    return Increment(X.T, score**2 if empirical else fisher, score)
+
+
+def moment_weights(family, eta, jitter):
+    """``s = V / (V + jitter)`` of an elementwise family, ``V = Var(y | eta)`` (the shape of ``eta``).
+
+    A Gaussian likelihood with the output's conditional mean and variance ``V + jitter``,
+    linearised at the mean, is the EKF with Fisher ``s F`` and score ``s d log p / d eta``
+    (exactly, for the canonical links here and the Gaussian family): the jitter damps the step of
+    an output whose variance vanishes (a saturated one), where the natural-parameter EKF's step
+    becomes the whole predictive variance (experiments/REPORT.md, "Networks from any prior").
+    """
+    V = family.variance(eta)
+    return V / (V + jnp.asarray(jitter, V.dtype))
 
 
 def qkf_site(belief, q, X, y):
@@ -160,23 +208,44 @@ def implicit_site(model, belief, q, X, y, max_iter):
 
 # --------------------------------------------------------------------------- nonlinear sites
 
-def _root_rows(family, eta):
-    """Rows of the Fisher's square root as cotangents of ``eta``: ``U`` (r, *eta.shape), ``sum_r U_r U_r^T = F``.
+def _root_rows(root, eta):
+    """Rows of a root of the Fisher as cotangents of ``eta``: ``U`` (r, *eta.shape), ``sum_r U_r U_r^T = F``.
 
-    Elementwise families: ``R = fisher_root(ravel(eta))``. Families whose ``fisher_root`` maps logits
-    (..., K) to blocks (..., K, K) (the categorical family, per observation of a minibatch): one
-    block per leading index, laid out block-diagonally.
+    Elementwise families: ``R = root(ravel(eta))``. Roots that map logits (..., K) to blocks
+    (..., K, K) (the categorical family, per observation of a minibatch): one block per leading
+    index, laid out block-diagonally.
     """
-    blocks = jax.eval_shape(family.fisher_root, eta).shape
+    blocks = jax.eval_shape(root, eta).shape
     if eta.ndim >= 2 and blocks == eta.shape + eta.shape[-1:]:
-        R = family.fisher_root(eta)  # (B..., K, K)
+        R = root(eta)  # (B..., K, K)
         lead = int(np.prod(eta.shape[:-1]))
         K = eta.shape[-1]
         R = R.reshape(lead, K, K)
         U = jnp.einsum("ab,ark->arbk", jnp.eye(lead, dtype=R.dtype), R)
         return U.reshape((lead * K,) + eta.shape)
-    R = family.fisher_root(jnp.ravel(eta))
+    R = root(jnp.ravel(eta))
     return R.reshape((R.shape[0],) + eta.shape)
+
+
+def _observation_rows(score, eta, coupled: bool):
+    """The score split into one cotangent of ``eta`` per observation (r, *eta.shape): per component
+    (elementwise families), or per row of K logits (``coupled``, the categorical family)."""
+    n = score.size // (eta.shape[-1] if coupled else 1)
+    flat = score.reshape(n, -1)
+    U = jnp.einsum("ab,ak->abk", jnp.eye(n, dtype=score.dtype), flat)
+    return U.reshape((n,) + eta.shape)
+
+
+def _coupled_moments(family, eta, dlogp, jitter):
+    """A root of ``V (V + jitter I)^{-1} V`` and the score ``V (V + jitter I)^{-1} d log p / d eta``
+    for a family whose ``variance`` is a (..., K, K) matrix equal to its Fisher (the categorical
+    family's canonical link), by the eigen-decomposition of ``V`` per observation."""
+    lam, Q = jnp.linalg.eigh(family.variance(eta))
+    lam = jnp.maximum(lam, 0.0)
+    shrink = lam / (lam + jnp.asarray(jitter, lam.dtype))
+    root = (jnp.sqrt(lam * shrink)[..., :, None] * jnp.swapaxes(Q, -1, -2))
+    score = jnp.einsum("...ij,...j->...i", Q, shrink * jnp.einsum("...ji,...j->...i", Q, dlogp))
+    return (lambda e: root), score
 
 
 def _pullback_rows(f, theta, shape, dtype):
@@ -197,13 +266,17 @@ def _jacobian_rows(model, theta, x, eta):
     return rows(x).reshape(eta.size, theta.shape[0])
 
 
-def linearise(model, theta, x, y):
+def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False):
     """``(C, grad)`` at ``theta``: ``C = R J`` (r, d) with ``R^T R = F`` (GGN, [LRVGA] eq. 41), ``grad log p``.
 
     ``R`` is the family's ``fisher_root`` (the full Fisher of a categorical output, per observation).
     Reverse mode (one pullback per row of ``R``) when ``eta`` has fewer outputs than parameters.
     A diagonal ``R`` (elementwise families) scales the rows of ``J`` itself, and ``grad = J^T d log p
     / d eta`` combines the same rows: one pullback per output, none more for the gradient.
+
+    ``jitter > 0``: the moment-matched Gaussian likelihood (:func:`moment_weights`): ``F`` and the
+    score scaled by ``V (V + jitter)^{-1}``. ``empirical``: ``C`` holds one gradient row per
+    observation (the empirical Fisher ``sum_i g_i g_i^T``) instead of ``R J``.
     """
     def eta_of(th):
         return model.predict(th, x)
@@ -214,10 +287,18 @@ def linearise(model, theta, x, y):
         raise ValueError(f"y of shape {jnp.shape(y)} has more components than the model's output eta "
                          f"of shape {jnp.shape(eta)}: each observation would be counted more than once")
     dlogp = jax.grad(lambda e: jnp.sum(log_prob(y, e)))(eta)
+    root = model.family.fisher_root
+    if jitter and root_diagonal is not None:
+        s = moment_weights(model.family, eta, jitter)
+        dlogp, root_diagonal = dlogp * s, (lambda e, r=root_diagonal: r(e) * jnp.sqrt(s))
+        root = lambda e, r=root_diagonal: jnp.diag(jnp.ravel(r(e)))  # noqa: E731
+    elif jitter:
+        root, dlogp = _coupled_moments(model.family, eta, dlogp, jitter)
     if root_diagonal is not None and eta.size <= theta.shape[0]:
         J = _jacobian_rows(model, theta, x, eta)  # (n, d)
-        return jnp.ravel(root_diagonal(eta))[:, None] * J, jnp.ravel(dlogp) @ J
-    U = _root_rows(model.family, eta)
+        weights = jnp.ravel(dlogp) if empirical else jnp.ravel(root_diagonal(eta))
+        return weights[:, None] * J, jnp.ravel(dlogp) @ J
+    U = _observation_rows(dlogp, eta, root_diagonal is None) if empirical else _root_rows(root, eta)
     if U.shape[0] <= theta.shape[0]:
         _, pullback = jax.vjp(eta_of, theta)
         return jax.vmap(lambda u: pullback(u)[0])(U), pullback(dlogp)[0]
@@ -225,9 +306,10 @@ def linearise(model, theta, x, y):
     return U.reshape(U.shape[0], -1) @ J, jnp.ravel(dlogp) @ J
 
 
-def ekf_site(model, q, x, y):
-    """Any model linearised at the mean: ``X = J^T R^T``, ``g = J^T d log p / d eta`` ([RVGA] eqs. 54-55)."""
-    C, grad = linearise(model, q.mean, x, y)
+def ekf_site(model, q, x, y, jitter=0.0, empirical=False):
+    """Any model linearised at the mean: ``X = J^T R^T``, ``g = J^T d log p / d eta`` ([RVGA] eqs. 54-55);
+    ``jitter``, ``empirical``: :func:`linearise`."""
+    C, grad = linearise(model, q.mean, x, y, jitter, empirical)
     return Increment(C.T, g=grad)
 
 
@@ -271,6 +353,6 @@ def info_from(change, cfg: Config, iterations) -> SolverInfo:
                        residual=change, iterations=iterations)
 
 
-__all__ = ["Increment", "Config", "absorb", "iterate", "exact_site", "moment_site", "ekf_glm_site",
+__all__ = ["Increment", "Config", "absorb", "limit_move", "iterate", "moment_weights", "exact_site", "moment_site", "ekf_glm_site",
            "qkf_site", "implicit_site", "linearise", "ekf_site", "sampled_site", "mean_rows", "published_draws",
            "info_from"]

@@ -57,7 +57,8 @@ def lowrank_variants(rank):
         "poisson": lrvga(models.poisson(), rank=rank),
         "ekf_logistic": lrvga(models.logistic(), rank=rank, scheme="ekf", inner_loops=3),
         "ekf_nonlinear": lrvga(models.nonlinear(h, models.poisson_family()), rank=rank, scheme="ekf"),
-        "sampled_nonlinear": lrvga(models.nonlinear(h, models.bernoulli()), rank=rank, num_samples=10),
+        "sampled_nonlinear": lrvga(models.nonlinear(h, models.bernoulli()), rank=rank, scheme="sampled",
+                                    num_samples=10),
         "sampled_logistic": lrvga(models.logistic(), rank=rank, scheme="sampled", num_samples=4),
     }
 

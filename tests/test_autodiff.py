@@ -121,7 +121,7 @@ FILTERS = {
     **{name: (lambda make=make: _full(make())) for name, make in LOGISTIC_FILTERS.items()},
     "rvga_poisson": lambda: _full(jr.rvga(jr.models.poisson(), "implicit")),
     "rvga_nonlinear": lambda: _full(jr.rvga(jr.models.nonlinear(lambda th, x: x @ th, jr.models.bernoulli()),
-                                            num_samples=20), KEY),
+                                            "sampled", num_samples=20), KEY),
     "kalman": lambda: _full(jr.kalman(0.5)),
     **{f"lrvga_{scheme}": (lambda scheme=scheme: _lowrank(
         jr.lrvga(jr.models.logistic(), rank=2, inner_loops=3, scheme=scheme), KEY))

@@ -212,7 +212,7 @@ def test_step_fn_follows_the_update_one_observation_at_a_time(name):
         flt = jr.ekf(jr.models.logistic())
         s = flt.init(np.zeros(d), np.eye(d))
     elif name == "rvga_nonlinear_typed_key":
-        flt = jr.rvga(jr.models.nonlinear(lambda th, x: x @ th, jr.models.gaussian(0.25)), num_samples=4)
+        flt = jr.rvga(jr.models.nonlinear(lambda th, x: x @ th, jr.models.gaussian(0.25)), "sampled", num_samples=4)
         s = flt.init(np.zeros(d), np.eye(d), key=jax.random.key(0))
     elif name == "lrvga":
         flt = jr.lrvga(jr.models.logistic(), 2)

@@ -217,7 +217,7 @@ def test_sampled_linear_gaussian_with_antithetic_noise_equals_hand_computed_extr
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(3), d, p, 1.0, eps=1e-3)
     z, e = antithetic(jax.random.PRNGKey(4), 3, d, p)
     model = models.nonlinear(lambda th, x: x @ th, models.gaussian(nv))
-    flt = lrvga(model, rank=p, inner_loops=n_in, frozen_noise=(z, e), published=True)
+    flt = lrvga(model, rank=p, inner_loops=n_in, scheme="sampled", frozen_noise=(z, e), published=True)
     state, _ = run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
     @jax.jit
     def step(mu, W, psi, x, yt):
@@ -259,7 +259,7 @@ def test_sampled_vector_output_and_pytree_input(n_eta, d):
     ys = rng.normal(size=(N, n_eta))
     z, e = antithetic(jax.random.PRNGKey(8), 2, d, p)
     model = models.nonlinear(lambda th, x: x["A"] @ th, models.gaussian(nv))
-    flt = lrvga(model, rank=p, frozen_noise=(z, e), published=True)
+    flt = lrvga(model, rank=p, scheme="sampled", frozen_noise=(z, e), published=True)
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(9), d, p, 1.0, eps=1e-2)
     state, _ = run(flt, flt.init(jnp.zeros(d), W0, psi0), xs, ys)
     @jax.jit
@@ -310,8 +310,8 @@ def test_mlp_pytree_parameters_with_unravel():
     W0, psi0 = lowrank.init_factors_plain(jax.random.PRNGKey(0), d, p, 1.0, scale=0.1)
     mean0 = 0.3 * jax.random.normal(jax.random.PRNGKey(1), (d,))
     key = jax.random.PRNGKey(2)
-    a = lrvga(models.nonlinear(mlp, models.bernoulli(), unravel=unravel), rank=p, num_samples=8)
-    b = lrvga(models.nonlinear(mlp_flat, models.bernoulli()), rank=p, num_samples=8)
+    a = lrvga(models.nonlinear(mlp, models.bernoulli(), unravel=unravel), rank=p, scheme="sampled", num_samples=8)
+    b = lrvga(models.nonlinear(mlp_flat, models.bernoulli()), rank=p, scheme="sampled", num_samples=8)
     sa, _ = run(a, a.init(mean0, W0, psi0, key), X, y)
     sb, _ = run(b, b.init(mean0, W0, psi0, key), X, y)
     assert rel(sa.mean, sb.mean) <= 1e-12 and rel(sa.psi, sb.psi) <= 1e-12

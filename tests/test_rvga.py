@@ -560,7 +560,7 @@ def test_input_errors_name_the_argument():
     with pytest.raises(ValueError, match="process_noise must be >= 0"):
         jr.rvga(jr.models.logistic(), process_noise=-0.1)
     with pytest.raises(ValueError, match="key"):
-        mc = jr.rvga(jr.models.nonlinear(lambda th, x: x @ th))
+        mc = jr.rvga(jr.models.nonlinear(lambda th, x: x @ th), "sampled")
         mc.update(mc.init(np.zeros(3), np.eye(3)), np.ones(3), 0.0)
 
 

@@ -135,11 +135,11 @@ def test_full_constructors_reject_bad_options():
     with pytest.raises(ValueError, match=r"^model must be a GLM"):
         jr.mirror_prox(jr.models.nonlinear(lambda th, x: x @ th))
     with pytest.raises(ValueError, match=r"^num_iters must be a positive integer"):
-        jr.rvga(jr.models.nonlinear(lambda th, x: x @ th), num_iters=0)
+        jr.rvga(jr.models.nonlinear(lambda th, x: x @ th), "sampled", num_iters=0)
     with pytest.raises(ValueError, match=r"^num_iters is not used by scheme 'implicit'"):
         jr.rvga(jr.models.poisson(), num_iters=3)
     with pytest.raises(ValueError, match=r"^num_samples must be >= 2"):
-        jr.rvga(jr.models.nonlinear(lambda th, x: x @ th), num_samples=1)
+        jr.rvga(jr.models.nonlinear(lambda th, x: x @ th), "sampled", num_samples=1)
     factories = [lambda pn: jr.rvga(LOGISTIC, process_noise=pn), lambda pn: jr.ekf(LOGISTIC, process_noise=pn),
                  lambda pn: jr.qkf(process_noise=pn), lambda pn: jr.kalman(1.0, process_noise=pn),
                  lambda pn: jr.mirror_prox(LOGISTIC, process_noise=pn),
@@ -151,7 +151,7 @@ def test_full_constructors_reject_bad_options():
 
 
 def test_monte_carlo_rvga_needs_a_key():
-    flt = jr.rvga(jr.models.nonlinear(lambda th, x: jnp.tanh(x @ th)))
+    flt = jr.rvga(jr.models.nonlinear(lambda th, x: jnp.tanh(x @ th)), "sampled")
     with pytest.raises(ValueError, match=r"^key"):
         flt.update(full_state(flt), jnp.ones(D), 0.0)
 
