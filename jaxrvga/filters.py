@@ -484,6 +484,8 @@ def rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int]
     belief = Dense()
 
     def init(mean, cov, key=None):
+        from .validation import check_key  # one key rule for both filters (issue 26.9)
+        key = check_key(key, scheme == "sampled", "scheme='sampled'")
         return belief.init(mean, cov, key if scheme == "sampled" else None)
 
     return _filter(belief, model, scheme, cfg, process_noise, init)
@@ -570,8 +572,8 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
                          f"got {cfg.frozen_noise[0].shape} and {cfg.frozen_noise[1].shape}")
 
     def init(mean, W, psi, key=None):
-        if scheme == "sampled" and key is None and not given_noise:
-            raise ValueError("key is required by scheme='sampled' (init(mean, W, psi, key))")
+        from .validation import check_key  # one key rule for both filters (issue 26.9)
+        key = check_key(key, scheme == "sampled" and not given_noise, "scheme='sampled'")
         state = belief.init(mean, W, psi, key if scheme == "sampled" else None)
         if given_noise:
             z, e = cfg.frozen_noise

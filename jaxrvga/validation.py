@@ -162,3 +162,35 @@ def check_batch_problem(family, X, y, prior_mean, prior_cov, x_name: str = "X"):
         family.check_y("y", y)
     dtype = jnp.result_type(X, mu, Sigma, y)
     return X.astype(dtype), y.astype(dtype), mu.astype(dtype), Sigma.astype(dtype)
+
+
+def _raw_key_shape():
+    """Shape of the raw key data of JAX's default PRNG implementation ((2,) for threefry2x32)."""
+    return jax.eval_shape(lambda: jax.random.PRNGKey(0)).shape
+
+
+def check_key(key, required: bool = False, needed_by: str = "this filter"):
+    """``key`` is None (refused if ``required``) or one PRNG key: a typed key of shape ()
+    (``jax.random.key``) or raw ``uint32`` key data of the default implementation's shape
+    (``jax.random.PRNGKey``, (2,)). An integer seed, floats, strings and batches of keys are refused
+    (an integer would fail later inside JAX with a TypeError); checked on shapes and dtypes, so
+    traced keys (vmapped fleets) are checked too. Returns ``key``."""
+    if key is None:
+        if required:
+            raise ValueError(f"key is required by {needed_by}: pass init(..., key=jax.random.key(seed))")
+        return None
+    hint = "a PRNG key, jax.random.key(seed) or jax.random.PRNGKey(seed)"
+    if isinstance(key, (bool, int, np.integer)):
+        raise ValueError(f"key must be {hint}, got the integer {key!r}; pass jax.random.key({key!r})")
+    dtype = getattr(key, "dtype", None)
+    if dtype is None or not hasattr(key, "shape"):
+        raise ValueError(f"key must be {hint}, got {type(key).__name__}")
+    if jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"key must be one typed PRNG key (shape ()), got shape {key.shape}")
+        return key
+    want = _raw_key_shape()
+    if dtype != jnp.uint32 or tuple(key.shape) != want:
+        raise ValueError(f"key must be {hint}; raw key data must be uint32 of shape {want}, "
+                         f"got {dtype} of shape {tuple(key.shape)}")
+    return key

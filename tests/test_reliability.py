@@ -689,3 +689,33 @@ def test_ys_that_would_broadcast_raise_naming_ys():
     for ys in (np.eye(3)[[0, 1, 2, 0]], np.array([0, 1, 2, 0])):
         _, converged = jr.run(flt, state, xs, ys, trace_fn=lambda s, x, y: s.info.converged)
         assert np.all(converged)
+
+
+def test_prng_keys_one_rule_at_init_for_both_filters():
+    """Issue 26.9: ``key=42`` (a raw JAX TypeError), floats, strings and batches of keys raise a
+    ValueError naming ``key`` at ``init`` of both filters; a ``sampled`` filter given no key fails at
+    ``init`` for both (the dense one failed only in ``run``). Typed (``jax.random.key``) and raw
+    (``jax.random.PRNGKey``) keys of the same seed give the same run."""
+    d = 3
+    dense = jr.rvga(LOGISTIC, "sampled", num_samples=4)
+    low = jr.lrvga(LOGISTIC, rank=1, scheme="sampled", num_samples=4)
+    inits = {"dense": lambda **k: dense.init(jnp.zeros(d), jnp.eye(d), **k),
+             "lowrank": lambda **k: low.init(jnp.zeros(d), jnp.ones((d, 1)), jnp.ones(d), **k)}
+    bad = [42, np.int64(3), True, "0", 1.5, jnp.zeros(2), jnp.zeros(2, jnp.int32),
+           jax.random.split(jax.random.PRNGKey(0), 2), jax.random.split(jax.random.key(0), 2)]
+    for name, init in inits.items():
+        with pytest.raises(ValueError, match=r"^key is required"):
+            init()
+        for key in bad:
+            with pytest.raises(ValueError, match=r"^key must be"):
+                init(key=key)
+    X = np.random.default_rng(0).normal(size=(3, d))
+    y = np.array([0.0, 1.0, 1.0])
+    for flt, init in ((dense, inits["dense"]), (low, inits["lowrank"])):
+        typed, _ = jr.run(flt, init(key=jax.random.key(7)), X, y)
+        raw, _ = jr.run(flt, init(key=jax.random.PRNGKey(7)), X, y)
+        np.testing.assert_array_equal(typed.mean, raw.mean)
+    # a key given to a filter that needs none is still checked, then dropped
+    with pytest.raises(ValueError, match=r"^key must be"):
+        jr.kalman(1.0).init(jnp.zeros(d), jnp.eye(d), key=0)
+    assert jr.kalman(1.0).init(jnp.zeros(d), jnp.eye(d), key=jax.random.PRNGKey(0)).key is None
