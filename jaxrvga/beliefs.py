@@ -99,6 +99,20 @@ def _check_mean(mean):
     return mean
 
 
+#: Dtypes of the low-rank belief: its projection and Woodbury solves factorise p x p matrices
+#: (Cholesky, eigh), which JAX's LAPACK kernels offer in float32 and float64 only.
+LOWRANK_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _check_lowrank_dtype(dtype):
+    """The low-rank belief runs in float32 or float64 (:data:`LOWRANK_DTYPES`): bfloat16 and
+    float16 would fail at the first step with JAX's NotImplementedError."""
+    if np.dtype(dtype) not in LOWRANK_DTYPES:
+        raise ValueError(f"mean has dtype {np.dtype(dtype).name}; the low-rank belief supports float32 and "
+                         f"float64 (its p x p factorisations have no {np.dtype(dtype).name} kernel): cast "
+                         f"mean, W and psi")
+
+
 def psi_min(dtype):
     """The absolute floor of ``psi`` after a prediction step: ``sqrt(tiny)`` of ``dtype`` (1e-19 in
     float32), so that ``1 / psi`` and the whitened Gram of a unit-scale ``W`` stay finite."""
@@ -243,6 +257,7 @@ class LowRank(NamedTuple):
     def init(self, mean, W, psi, key=None) -> LowRankState:
         """Initial state ``N(mean, (W W^T + diag(psi))^{-1})`` (shapes and values checked where concrete)."""
         mean = _check_mean(mean)
+        _check_lowrank_dtype(mean.dtype)
         d = mean.shape[0]
         W = jnp.asarray(W)
         if jnp.iscomplexobj(W):

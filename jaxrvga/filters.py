@@ -577,9 +577,9 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
         state = belief.init(mean, W, psi, key if scheme == "sampled" else None)
         if given_noise:
             z, e = cfg.frozen_noise
-            if z.shape[1] != state.mean.shape[0] or e.shape[1] != rank:
-                raise ValueError(f"frozen_noise must have shapes (K, {state.mean.shape[0]}) and (K, {rank}), "
-                                 f"got {z.shape} and {e.shape}")
+            if z.shape[0] < 1 or z.shape[1] != state.mean.shape[0] or e.shape[1] != rank:
+                raise ValueError(f"frozen_noise must have shapes (K, {state.mean.shape[0]}) and (K, {rank}) "
+                                 f"with K >= 1 samples, got {z.shape} and {e.shape}")
         return state
 
     return _filter(belief, model, scheme, cfg, process_noise, init)

@@ -54,12 +54,14 @@ from typing import NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.stats import norm
 
 from . import metrics, special
 from .models import Family, Model, _linear_predict
-from .validation import (check_batch_problem, check_cov, check_finite, check_float_array, check_positive, check_vector, is_concrete)
+from .validation import (check_batch_problem, check_cov, check_finite, check_float_array, check_positive,
+                         check_tolerance, check_vector, is_concrete, positive_int)
 
 # ---------------------------------------------------------------------------------------------
 # Likelihoods and their Gaussian expectations
@@ -194,6 +196,8 @@ def _step_controlled(propose, init, r, max_iter, tol, adaptive):
     Returns ``(state, elbo, residual, iterations, r_k, rejected)``; ``iterations`` counts the
     proposals (each costs one iteration), ``rejected`` those that were rejected.
     """
+    max_iter = positive_int("max_iter", max_iter, minimum=0)  # 0: the start itself
+    check_tolerance("tol", tol)
     r = jnp.asarray(r, dtype=init[1].dtype)
 
     def body(c):
@@ -474,7 +478,7 @@ def fit_kernel(likelihood: Union[Model, Family], K, y, prior_mean=None, r=0.8,
     dtype = jnp.result_type(K, y, mu)
     K, y, mu = K.astype(dtype), y.astype(dtype), mu.astype(dtype)
     gt0 = jnp.broadcast_to(jnp.asarray(gt0, dtype), (N,))
-    if is_concrete(gt0) and bool(jnp.any(gt0 < 0)):
+    if is_concrete(gt0) and np.any(np.asarray(gt0) < 0):
         raise ValueError("gt0 must be >= 0")
     expected = expectation(likelihood, num_points)
     diag_K = jnp.diag(K)

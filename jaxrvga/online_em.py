@@ -139,12 +139,13 @@ def check_params(params) -> GMMParams:
     if w.ndim != 1 or w.shape != m.shape or w.shape != v.shape:
         raise ValueError(f"weights, means and variances must be vectors of one length K, got "
                          f"shapes {w.shape}, {m.shape}, {v.shape}")
-    if is_concrete((w, m, v)):
+    if is_concrete((w, m, v)):  # in NumPy: jnp on concrete arrays inside a jit trace gives tracers
         for n, a in zip(GMMParams._fields, (w, m, v)):
             check_finite(n, a)
-        if bool(jnp.any(w <= 0)) or abs(float(jnp.sum(w)) - 1.0) > 1e-8:
+        wn, vn = np.asarray(w, np.float64), np.asarray(v, np.float64)
+        if np.any(wn <= 0) or abs(float(np.sum(wn)) - 1.0) > 1e-8:
             raise ValueError("weights must be positive and sum to one")
-        if bool(jnp.any(v <= 0)):
+        if np.any(vn <= 0):
             raise ValueError("variances must be positive")
     dtype = jnp.result_type(w, m, v)
     return GMMParams(w.astype(dtype), m.astype(dtype), v.astype(dtype))
@@ -311,7 +312,7 @@ def titterington(n0: float = 20.0) -> Filter:
     keeps the first steps from leaving the parameter space. Asymptotically normal with covariance
     ``I_c^{-2} I / (2 I I_c^{-1} - 1)`` when ``2 I I_c^{-1} > 1`` (Thm 1).
     """
-    if not float(n0) >= 1.0:
+    if is_concrete(n0) and not float(n0) >= 1.0:
         raise ValueError(f"n0 must be >= 1 (n0 = 0 divides by zero at the first step), got {n0!r}")
 
     def init(params):
@@ -372,8 +373,8 @@ def incremental_em() -> Filter:
         i = jnp.asarray(i)
         if not jnp.issubdtype(i.dtype, jnp.integer):
             raise ValueError(f"{name} must hold integer item indices, got dtype {i.dtype}")
-        if is_concrete(i) and i.size and (int(jnp.min(i)) < 0 or int(jnp.max(i)) >= n):
-            raise ValueError(f"{name} must lie in [0, {n}), got values in [{int(jnp.min(i))}, {int(jnp.max(i))}]")
+        if is_concrete(i) and i.size and (int(np.min(i)) < 0 or int(np.max(i)) >= n):
+            raise ValueError(f"{name} must lie in [0, {n}), got values in [{int(np.min(i))}, {int(np.max(i))}]")
         return i
 
     def check(state, xs, ys):

@@ -59,6 +59,9 @@ def _axis(mesh: Mesh) -> str:
 
 
 def _check_divisible(d: int, mesh: Mesh):
+    """``d`` splits evenly over the devices of ``mesh``, a one-axis Mesh (checked first, so that
+    ``mesh="cpu"`` raises ValueError naming ``mesh``, not an AttributeError)."""
+    _axis(mesh)
     n = mesh.devices.size
     if d % n:
         raise ValueError(f"the dimension d = {d} must be divisible by the number of devices {n} of mesh")

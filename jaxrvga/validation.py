@@ -120,17 +120,30 @@ def check_counts(name: str, y):
     return y
 
 
-def positive_int(name: str, value) -> int:
-    """``value`` as a Python int >= 1 (integer-likes such as ``np.int64`` accepted, bools not)."""
+def positive_int(name: str, value, minimum: int = 1) -> int:
+    """``value`` as a Python int >= ``minimum`` (default 1; integer-likes such as ``np.int64``
+    accepted; bools, floats such as 2.5 and traced values not)."""
+    what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
     try:
         if isinstance(value, bool):
             raise TypeError
         value = operator.index(value)
     except TypeError:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise ValueError(f"{name} must be {what}, got {value!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
     return value
+
+
+def check_tolerance(name: str, tol):
+    """A stopping tolerance: a real scalar, finite and >= 0 where concrete (it may be traced).
+    NaN would never stop a loop and ``inf`` would stop it at once reporting convergence; both,
+    negative values, complex numbers and strings raise. Returns ``tol``."""
+    if isinstance(tol, (str, bytes, bool)) or np.iscomplexobj(tol) or np.ndim(tol) != 0:
+        raise ValueError(f"{name} must be a real scalar >= 0, got {tol!r}")
+    if is_concrete(tol) and not (np.isfinite(float(tol)) and float(tol) >= 0):
+        raise ValueError(f"{name} must be finite and >= 0, got {tol!r}")
+    return tol
 
 
 def check_choice(name: str, value, allowed: Iterable[str]):

@@ -719,3 +719,54 @@ def test_prng_keys_one_rule_at_init_for_both_filters():
     with pytest.raises(ValueError, match=r"^key must be"):
         jr.kalman(1.0).init(jnp.zeros(d), jnp.eye(d), key=0)
     assert jr.kalman(1.0).init(jnp.zeros(d), jnp.eye(d), key=jax.random.PRNGKey(0)).key is None
+
+
+def test_raw_exceptions_are_value_errors_naming_the_argument():
+    """Issue 26.8: each input that raised a raw TypeError, ZeroDivisionError, AttributeError,
+    TracerBoolConversionError or NotImplementedError now raises ValueError naming the argument;
+    ``klprox`` refuses ``max_iter=-5``, ``2.5``, ``tol=NaN`` and ``tol=inf`` (which reported
+    converged) and still takes ``max_iter=0`` (the start) and ``tol=0``."""
+    from jaxrvga import klprox, sharding
+    models, d = jr.models, 3
+    rng = np.random.default_rng(0)
+    soft = jr.rvga(models.softmax_regression(d, 3), "ekf")
+    with pytest.raises(ValueError, match=r"^ys"):  # one-hot rows of width K + 1
+        jr.run(soft, soft.init(jnp.zeros(3 * d), jnp.eye(3 * d)), rng.normal(size=(4, d)), np.eye(4))
+    mb = jr.rvga(models.minibatch(models.nonlinear(lambda th, x: jnp.tanh(x @ th))), "ekf")
+    with pytest.raises(ValueError, match=r"^ys"):  # y (T, 4) for minibatches of m = 8
+        jr.run(mb, mb.init(jnp.zeros(d), jnp.eye(d)), rng.normal(size=(5, 8, d)), np.zeros((5, 4)))
+    for bad in (np.ones(2), 1j):
+        with pytest.raises(ValueError, match=r"^process_noise"):
+            jr.kalman(1.0, process_noise=bad)
+    frozen = jr.lrvga(LOGISTIC, rank=1, scheme="sampled", published=True,
+                      frozen_noise=(np.zeros((0, d)), np.zeros((0, 1))))
+    with pytest.raises(ValueError, match=r"^frozen_noise .*K >= 1"):
+        frozen.init(jnp.zeros(d), jnp.ones((d, 1)), jnp.ones(d))
+    flt = jr.lrvga(LOGISTIC, rank=1)
+    state = flt.init(jnp.zeros(4), jnp.ones((4, 1)), jnp.ones(4))
+    for call in (lambda: sharding.run(flt, state, np.zeros((3, 4)), np.zeros(3), mesh="cpu"),
+                 lambda: sharding.shard_state(state, "cpu"), lambda: sharding.shard_inputs(np.zeros((3, 4)), "cpu")):
+        with pytest.raises(ValueError, match=r"^mesh must be"):
+            call()
+    params = oem.GMMParams(jnp.array([0.5, 0.5]), jnp.array([-1.0, 1.0]), jnp.array([1.0, 1.0]))
+    jitted = jax.jit(lambda x: oem.incremental_em().init(params, x))(jnp.zeros(3))  # closed-over params
+    eager = oem.incremental_em().init(params, jnp.zeros(3))
+    np.testing.assert_array_equal(jitted.params.means, eager.params.means)
+    jax.jit(lambda n0: oem.titterington(n0).init(params))(20.0)
+    bad = params._replace(weights=jnp.array([0.9, 0.9]))
+    with pytest.raises(ValueError, match=r"^weights"):  # closed over: still checked inside jit
+        jax.jit(lambda x: oem.cappe_moulines().init(bad))(0.0)
+    for dtype in (jnp.bfloat16, jnp.float16):
+        with pytest.raises(ValueError, match=r"^mean has dtype .*float32 and float64"):
+            jr.lrvga(LOGISTIC, rank=1, scheme="ekf").init(jnp.zeros(d, dtype), jnp.ones((d, 1), dtype),
+                                                          jnp.ones(d, dtype))
+    X, y = rng.normal(size=(10, 2)), (np.arange(10) % 2).astype(float)
+    fits = (lambda **k: klprox.fit(LOGISTIC, X, y, np.zeros(2), np.eye(2), **k),
+            lambda **k: klprox.fit_kernel(LOGISTIC, X @ X.T + np.eye(10), y, **k))
+    for fit in fits:
+        for kw, name in ((dict(max_iter=-5), "max_iter"), (dict(max_iter=2.5), "max_iter"),
+                         (dict(tol=np.nan), "tol"), (dict(tol=np.inf), "tol"), (dict(tol=-1.0), "tol")):
+            with pytest.raises(ValueError, match=rf"^{name}"):
+                fit(**kw)
+        start = fit(max_iter=0, tol=0.0)
+        assert int(start.iterations) == 0 and not bool(start.converged)
