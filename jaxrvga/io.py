@@ -137,17 +137,78 @@ def _check_info_and_step(state, batch):
     _check_key(state.key)
 
 
-def _check_gaussian(st):
+def _values(x):
+    """``x`` in NumPy float64 (value checks of a load; bfloat16 and other ml_dtypes included)."""
+    return np.asarray(x).astype(np.float64)
+
+
+def _finite(name, x):
+    _need(np.all(np.isfinite(_values(x))), f"{name} must be finite (it holds NaN or inf)")
+
+
+def _positive(name, x):
+    v = _values(x)
+    _need(np.all(np.isfinite(v)) and np.all(v > 0), f"{name} must be positive and finite, got min {np.min(v)!r}")
+
+
+def _symmetric_pd(name, cov):
+    """``cov`` (..., d, d): finite, symmetric to ``sqrt(eps)`` of its dtype relative to its largest
+    entry, and positive definite (a float64 Cholesky factorisation of each matrix succeeds): what
+    the skip-and-flag guard keeps (:func:`jaxrvga.filters._guarded`)."""
+    c = _values(cov)
+    _finite(name, c)
+    tol = np.sqrt(np.finfo(_dtype_of(cov)).eps) * max(float(np.max(np.abs(c), initial=0.0)), 1e-300)
+    asym = float(np.max(np.abs(c - np.swapaxes(c, -1, -2)), initial=0.0))
+    _need(asym <= tol, f"{name} must be symmetric, max |{name} - {name}^T| = {asym:.3g}")
+    try:
+        np.linalg.cholesky(0.5 * (c + np.swapaxes(c, -1, -2)))
+    except np.linalg.LinAlgError:
+        raise ValueError(f"{name} must be positive definite") from None
+
+
+def _check_moments(st, vectors=(), cov="cov", scalars=()):
+    """``mean`` (..., D) and ``cov`` (..., D, D) of one floating dtype, the listed per-datum
+    vectors (``alpha``, ``gamma``: (..., N)) of one shape and the same batch shape, and the listed
+    scalars (``converged``, ``iterations``, ...) of the batch shape (the batch results: Laplace,
+    dual, KL-prox)."""
+    for f in scalars:
+        x = getattr(st, f)
+        _need(x is None or (_is_array(x) and _shape(x) == _shape(st.mean)[:-1]),
+              f"{f} must be an array of shape {_shape(st.mean)[:-1]}, got {_shape(x) if _is_array(x) else type(x).__name__}")
     _floating("mean", st.mean)
-    _floating("cov", st.cov)
+    _floating(cov, getattr(st, cov))
+    m, c = _shape(st.mean), _shape(getattr(st, cov))
+    _need(len(m) >= 1 and c == m + m[-1:], f"{cov} has shape {c}, expected {m + m[-1:]} for a mean of shape {m}")
+    _need(_dtype_of(getattr(st, cov)) == _dtype_of(st.mean), f"mean and {cov} must share one dtype")
+    shapes = {_shape(getattr(st, f)) for f in vectors if getattr(st, f) is not None}
+    for f in vectors:
+        if getattr(st, f) is not None:
+            _floating(f, getattr(st, f))
+    _need(len(shapes) <= 1, f"{', '.join(vectors)} must share one shape, got {sorted(shapes)}")
+    _need(all(len(s) >= 1 and s[:-1] == m[:-1] for s in shapes),
+          f"{', '.join(vectors)} must have the batch shape {m[:-1]} of the mean plus one axis, got {sorted(shapes)}")
+
+
+def _check_gaussian(st):
+    """Shapes and dtypes of ``GaussianState``; finite mean and a finite, symmetric, positive
+    definite covariance (every filter state is, by its guard)."""
+    _check_moments(st)
     m = _shape(st.mean)
-    _need(len(m) >= 1 and _shape(st.cov) == m + m[-1:],
-          f"cov has shape {_shape(st.cov)}, expected {m + m[-1:]} for a mean of shape {m}")
-    _need(_dtype_of(st.cov) == _dtype_of(st.mean), "mean and cov must share one dtype")
+    _finite("mean", st.mean)
+    _symmetric_pd("cov", st.cov)
     _check_info_and_step(st, m[:-1])
 
 
+def _check_kernel_result(st):
+    """``KernelResult``: ``mean``, ``var``, ``alpha``, ``gamma``, ``gt`` (N,) and ``chol`` (N, N), one dtype."""
+    _check_moments(st, ("var", "alpha", "gamma", "gt"), cov="chol",
+                   scalars=("iterations", "converged", "residual", "elbo", "r", "rejected"))
+    _need(_shape(st.var) == _shape(st.mean), f"var has shape {_shape(st.var)}, expected {_shape(st.mean)}")
+
+
 def _check_lowrank(st):
+    """Shapes and dtypes of ``LowRankState``; finite ``mean`` and ``W``, ``psi > 0``, and a cached
+    ``gram`` equal to ``W^T diag(psi)^-1 W`` recomputed from them (:func:`_check_gram`)."""
     for f in ("mean", "W", "psi"):
         _floating(f, getattr(st, f))
     m, W = _shape(st.mean), _shape(st.W)
@@ -159,7 +220,31 @@ def _check_lowrank(st):
         _floating("gram", st.gram)
         _need(_shape(st.gram) == W[:-2] + (W[-1], W[-1]),
               f"gram has shape {_shape(st.gram)}, expected {W[:-2] + (W[-1], W[-1])} for W of shape {W}")
+        _need(_dtype_of(st.gram) == _dtype_of(st.W), "gram must have the dtype of W")
     _check_info_and_step(st, m[:-1])
+    _finite("mean", st.mean)
+    _finite("W", st.W)
+    _positive("psi", st.psi)
+    if st.gram is not None:
+        _check_gram(st.gram, st.W, st.psi)
+
+
+def _check_gram(gram, W, psi):
+    """The cached whitened Gram is verified, not trusted (nor silently replaced, which would change
+    a round trip's bits): ``G = B^T B``, ``B = W / sqrt(psi)``, recomputed in float64, must match
+    the stored one entry by entry to ``sqrt(eps)`` of the dtype in the metric of ``I + G``,
+    ``|G_ij - stored_ij| <= sqrt(eps) sqrt((1 + G_ii)(1 + G_jj))`` (a filter's own Gram is within
+    a few eps: it is recomputed at every projection). A Gram edited by hand gave wrong steps with
+    every step converged (issue 26.4)."""
+    B = _values(W) / np.sqrt(_values(psi))[..., None]
+    G = np.einsum("...ip,...iq->...pq", B, B)
+    d = 1.0 + np.diagonal(G, axis1=-2, axis2=-1)
+    scale = np.sqrt(d[..., :, None] * d[..., None, :])
+    err = np.abs(_values(gram) - G) / scale
+    worst = float(np.max(np.where(np.isnan(err), np.inf, err), initial=0.0))
+    tol = float(np.sqrt(np.finfo(_dtype_of(W)).eps))
+    _need(worst <= tol, f"gram does not match W and psi (relative deviation {worst:.3g} > {tol:.1g}); "
+                        f"save the state with gram=None to have it recomputed")
 
 
 def _check_fa_state(st):
@@ -167,6 +252,8 @@ def _check_fa_state(st):
     _floating("psi", st.psi)
     W = _shape(st.W)
     _need(len(W) >= 2 and _shape(st.psi) == W[:-1], f"W {W} and psi {_shape(st.psi)} must be (d, p) and (d,)")
+    _finite("W", st.W)
+    _positive("psi", st.psi)
 
 
 def _check_vectors(*fields):
@@ -189,8 +276,12 @@ def _registry() -> dict:
         entries = [(core.SolverInfo, _check_solver_info), (core.GaussianState, _check_gaussian),
                    (core.LowRankState, _check_lowrank), (factor_analysis.FAState, _check_fa_state),
                    (online_em.GMMParams, gmm), (online_em.GMMStats, _check_vectors("s0", "s1", "s2")),
-                   (batch.LaplaceResult, None), (dual.DualResult, None),
-                   (klprox.KLProxResult, None), (klprox.KernelResult, None)]
+                   (batch.LaplaceResult, lambda st: _check_moments(st, scalars=("converged", "iterations"))),
+                   (dual.DualResult, lambda st: _check_moments(
+                       st, ("alpha", "lam", "xi"), scalars=("value", "iterations", "converged", "residual"))),
+                   (klprox.KLProxResult, lambda st: _check_moments(
+                       st, ("alpha", "gamma"), scalars=("iterations", "converged", "residual", "elbo", "r", "rejected"))),
+                   (klprox.KernelResult, _check_kernel_result)]
         for mod, names in ((factor_analysis, ("OnlineFAState", "OnlineEMState")),
                            (online_em, ("MixtureStatsState", "OnlineEMState", "TitteringtonState",
                                         "IncrementalEMState"))):
@@ -301,6 +392,36 @@ def save(path, state) -> None:
 
 
 _MAX_DEPTH = 64
+#: Default cap of :func:`load`: the arrays of a file may expand to at most this many times the
+#: bytes stored in it, plus :data:`LOAD_SLACK` (``save`` does not compress, so its files expand
+#: by about 1x; a zip bomb expands by 1000x).
+LOAD_EXPANSION = 8
+LOAD_SLACK = 1 << 20
+
+
+def _check_sizes(archive, where, max_bytes):
+    """Refuse, before anything is decompressed, an archive whose entries would expand to more than
+    ``max_bytes`` (default ``LOAD_EXPANSION`` x the stored bytes + ``LOAD_SLACK``), and any
+    ``.npy`` entry whose header declares more array bytes than the entry holds (NumPy allocates
+    the declared array before reading it)."""
+    infos = archive.zip.infolist()
+    stored = sum(i.compress_size for i in infos)
+    total = sum(i.file_size for i in infos)
+    limit = LOAD_EXPANSION * stored + LOAD_SLACK if max_bytes is None else max_bytes
+    if total > limit:
+        raise ValueError(f"{where}: the arrays would expand to {total} bytes from {stored} stored, over the "
+                         f"limit of {limit} (pass load(..., max_bytes=...) to allow more)")
+    for info in infos:
+        if not info.filename.endswith(".npy"):
+            continue
+        with archive.zip.open(info) as fh:
+            version = np.lib.format.read_magic(fh)
+            shape, _, dtype = (np.lib.format.read_array_header_1_0(fh) if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0(fh))
+        declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if declared > info.file_size:
+            raise ValueError(f"{where}: entry {info.filename!r:.40} declares {declared} bytes of array "
+                             f"data but holds {info.file_size}")
 _PY_TYPES = {"bool": bool, "int": int, "float": float, "str": str}
 
 
@@ -423,8 +544,13 @@ class _Decoder:
         return obj
 
 
-def load(path):
+def load(path, *, max_bytes: Optional[int] = None):
     """Read a state written by :func:`save`.
+
+    ``max_bytes``: the most bytes the file's entries may expand to (default: 8 times the bytes
+    stored in the file plus 1 MiB; :func:`save` does not compress, so its files never come near):
+    checked from the archive's directory and the arrays' headers before anything is read, so a
+    zip bomb is refused without being expanded.
 
     Only registered NamedTuple classes are rebuilt (the library's states and those passed to
     :func:`register`); nothing is imported or called by a name read from the file, and each
@@ -432,8 +558,14 @@ def load(path):
     Raises ``FileNotFoundError`` for a missing file and ``ValueError`` for anything else that is
     not a well-formed jaxrvga state (not an ``.npz`` archive, truncated or corrupted bytes, no
     ``__jaxrvga_state__`` entry, a newer format version, an unregistered class, leaves that
-    disagree with their declared type).
+    disagree with their declared type, values that break a type's invariants: a covariance that
+    is not symmetric positive definite, ``psi <= 0``, non-finite means, a cached ``gram`` of a
+    low-rank state that does not match its ``W`` and ``psi``, entries that would expand past
+    ``max_bytes``).
     """
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, np.integer))
+                                  or max_bytes < 0):
+        raise ValueError(f"max_bytes must be an integer >= 0 or None, got {max_bytes!r}")
     where = str(path) if not hasattr(path, "read") else "<file>"
     try:
         archive = np.load(path, allow_pickle=False)
@@ -445,6 +577,7 @@ def load(path):
         raise ValueError(f"{where} is not a jaxrvga state file (a plain .npy array)")
     with archive:
         try:
+            _check_sizes(archive, where, max_bytes)
             return _load_archive(archive, where)
         except ValueError:
             raise

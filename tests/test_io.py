@@ -331,3 +331,102 @@ def test_deep_nesting_and_a_non_string_description(tmp_path):
     np.savez(path, **{io.META_KEY: np.arange(3)})
     with pytest.raises(ValueError, match="unreadable"):
         io.load(path)
+
+
+def _lowrank_run(dtype=jnp.float64, **kw):
+    """A real L-RVGA state (it carries the whitened Gram) after a few logistic steps."""
+    import jaxrvga as jr
+    rng = np.random.default_rng(0)
+    d = 5
+    flt = jr.lrvga(jr.models.logistic(), rank=2, **kw)
+    state = flt.init(jnp.zeros(d, dtype), jnp.asarray(rng.normal(size=(d, 2)), dtype), jnp.ones(d, dtype))
+    X, y = rng.normal(size=(6, d)).astype(dtype), (rng.random(6) < 0.5).astype(dtype)
+    return flt, run(flt, state, X, y)[0], X, y
+
+
+def test_load_checks_values_and_the_cached_gram(tmp_path):
+    """Issue 26.4: a low-rank state whose cached ``gram`` was edited loaded and gave a wrong answer
+    with every step converged; ``psi = -1``, NaN means, a non-PD covariance loaded too. The loader
+    verifies the Gram against ``W`` and ``psi`` (recomputed in float64, to ``sqrt(eps)``) and each
+    type's values; the filter's own states (float32 and float64, buffered) still load bit for bit."""
+    path = tmp_path / "s.npz"
+    for dtype, kw in ((jnp.float64, {"buffer": 2}), (jnp.float32, {"process_noise": 0.5})):
+        _, state, _, _ = _lowrank_run(dtype, **kw)
+        _leaves_identical(_roundtrip(tmp_path, state), state)
+    flt, state, X, y = _lowrank_run()
+    G = np.asarray(state.gram)
+    bad = {"gram": G + np.diag([0.5, 0.0]) * G[0, 0], "psi": -np.ones_like(state.psi),
+           "mean": np.asarray(state.mean).copy() * np.nan, "W": np.asarray(state.W) * np.inf}
+    match = {"gram": "gram does not match", "psi": "psi must be positive", "mean": "mean must be finite",
+             "W": "W must be finite"}
+    for field, value in bad.items():
+        io.save(path, state._replace(**{field: jnp.asarray(value)}))
+        with pytest.raises(ValueError, match=match[field]):
+            io.load(path)
+    io.save(path, state._replace(gram=None))  # no cache: loads, and the filter rebuilds it
+    out = run(flt, io.load(path), X, y)[0]
+    np.testing.assert_allclose(out.mean, run(flt, state, X, y)[0].mean, rtol=1e-10)
+    info, step = solver_info(), jnp.asarray(0, jnp.int32)
+    for cov, what in ((-jnp.eye(3), "positive definite"), (jnp.array([[1.0, 2, 0], [0, 1, 0], [0, 0, 1]]), "symmetric"),
+                      (jnp.eye(3).at[0, 0].set(jnp.nan), "finite")):
+        io.save(path, GaussianState(jnp.zeros(3), cov, step, info))
+        with pytest.raises(ValueError, match=what):
+            io.load(path)
+
+
+def test_load_checks_the_batch_results(tmp_path):
+    """Issue 26.4: KL-prox, dual and Laplace results loaded with a (7, 7) covariance for a (4,) mean
+    and mismatched per-datum vectors; each is refused, and real results round-trip."""
+    import jaxrvga as jr
+    from jaxrvga import batch, dual, klprox
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(8, 2))
+    y = (X[:, 0] > 0).astype(float)
+    L = jr.models.logistic()
+    results = [batch.laplace(L, X, y, np.zeros(2), np.eye(2)), dual.fit(L, X, y, np.zeros(2), np.eye(2)),
+               klprox.fit(L, X, y, np.zeros(2), np.eye(2), max_iter=20),
+               klprox.fit_kernel(L, X @ X.T + np.eye(8), y, max_iter=20)]
+    path = tmp_path / "r.npz"
+    for res in results:
+        _leaves_identical(_roundtrip(tmp_path, res), res)
+        cov = "chol" if hasattr(res, "chol") else "cov"
+        for broken in (res._replace(**{cov: jnp.eye(7)}), res._replace(mean=jnp.zeros(4)),
+                       res._replace(converged=jnp.ones(3, bool))):
+            io.save(path, broken)
+            with pytest.raises(ValueError, match="inconsistent"):
+                io.load(path)
+        if hasattr(res, "alpha"):
+            io.save(path, res._replace(alpha=jnp.zeros(3)))
+            with pytest.raises(ValueError, match="alpha"):
+                io.load(path)
+
+
+def test_load_refuses_a_zip_bomb(tmp_path):
+    """Issue 26.4: a 126 kB file whose entries expand to 128 MB is refused before anything is
+    expanded (the archive's directory against ``max_bytes``, default 8x the stored bytes + 1 MiB),
+    and so is an entry whose ``.npy`` header declares more bytes than it holds (NumPy would
+    allocate them); an explicit ``max_bytes`` admits the large file."""
+    import zipfile
+    path = tmp_path / "bomb.npz"
+    meta = json.dumps({"format": io.FORMAT, "version": 1, "tree": {"t": "array", "kind": "numpy",
+                                                                   "dtype": "float64", "leaf": "leaf_00000"}})
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, arr in ((io.META_KEY, np.array(meta)), ("leaf_00000", np.zeros(2 ** 24))):
+            with zf.open(name + ".npy", "w", force_zip64=True) as fh:
+                np.lib.format.write_array(fh, arr)
+    assert path.stat().st_size < 200_000
+    with pytest.raises(ValueError, match="expand"):
+        io.load(path)
+    assert io.load(path, max_bytes=2 ** 28).shape == (2 ** 24,)
+    with pytest.raises(ValueError, match="max_bytes"):
+        io.load(path, max_bytes=-1)
+    # a header that declares 2**40 float64 in a small entry
+    lie = tmp_path / "lie.npz"
+    with zipfile.ZipFile(lie, "w") as zf:
+        with zf.open(io.META_KEY + ".npy", "w") as fh:
+            np.lib.format.write_array(fh, np.array(meta))
+        with zf.open("leaf_00000.npy", "w") as fh:
+            np.lib.format.write_array_header_1_0(fh, {"descr": "<f8", "fortran_order": False, "shape": (2 ** 40,)})
+            fh.write(b"\0" * 64)
+    with pytest.raises(ValueError, match="declares"):
+        io.load(lie)
