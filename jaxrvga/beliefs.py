@@ -337,10 +337,16 @@ class LowRank(NamedTuple):
         return self.draw(state, self.noise(key, num, state.mean.shape[0], state.mean.dtype))
 
     def _pending_root(self, state, X, c):
-        """``X sqrt(c)`` (``c`` clipped at 0: a factor needs a PSD increment); checks the state's width."""
+        """``X sqrt(c)`` (``c`` clipped at 0: a factor needs a PSD increment); checks that the state is
+        one of this filter: ``W`` of width ``rank + buffer``, and a whitened Gram only where the
+        filter keeps one (a published or ``fa_step`` filter would leave it stale, or fail in a
+        ``cond`` with a TypeError; issue 26.7)."""
         width = self.rank + (self.buffer if self.keeps_gram else 0)
         if state.W.shape[-1] != width:
             raise ValueError(f"state: W has {state.W.shape[-1]} columns, this filter keeps rank + buffer = {width}")
+        if state.gram is not None and not self.keeps_gram:
+            raise ValueError("state carries a whitened Gram (a state of the default L-RVGA); this filter "
+                             "(published or fa_step) keeps none: pass state._replace(gram=None)")
         return X if c is None else X * jnp.sqrt(jnp.maximum(c, 0.0))
 
     def add(self, state, X, c):

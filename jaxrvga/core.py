@@ -339,7 +339,19 @@ def step_fn(flt: Filter, state, x, y) -> Step:
         used[a.dtype.str] += a.size
     del leaves, stored  # keep no example arrays alive
 
+    def check(s):
+        """``s`` has the structure, leaf shapes and dtypes of the example state (a state of another
+        filter or size would be packed into the wrong slots: issue 26.7); checked when traced."""
+        got, tree = jax.tree_util.tree_flatten(s)
+        if tree != treedef:
+            raise ValueError(f"state has the structure {tree}, not that of the state step_fn compiled for ({treedef})")
+        for (_, _, shape, dtype, _), a in zip(layout, got):
+            if tuple(jnp.shape(_stored(a))) != tuple(shape) or jnp.result_type(a) != dtype:
+                raise ValueError(f"state has a leaf of shape {jnp.shape(a)} and dtype {jnp.result_type(a)} where "
+                                 f"the state step_fn compiled for has {shape} and {dtype}")
+
     def pack(s):
+        check(s)
         parts = [[] for _ in groups]
         for a in jax.tree_util.tree_leaves(s):
             a = _stored(a)

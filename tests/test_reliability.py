@@ -770,3 +770,29 @@ def test_raw_exceptions_are_value_errors_naming_the_argument():
                 fit(**kw)
         start = fit(max_iter=0, tol=0.0)
         assert int(start.iterations) == 0 and not bool(start.converged)
+
+
+def test_a_state_of_another_filter_is_refused():
+    """Issue 26.7: ``step_fn(...).pack`` of a state of another size or structure garbled it silently;
+    now ValueError naming ``state``. A low-rank filter that keeps no Gram (published, ``fa_step``)
+    given a state that carries one (it failed with a TypeError, or left the Gram stale) and a
+    state of another width are refused."""
+    flt = jr.lrvga(LOGISTIC, rank=1)
+    state = flt.init(jnp.zeros(4), jnp.ones((4, 1)), jnp.ones(4))
+    step = jr.step_fn(flt, state, jnp.ones(4), 1.0)
+    others = (jr.lrvga(LOGISTIC, rank=1).init(jnp.zeros(5), jnp.ones((5, 1)), jnp.ones(5)),
+              jr.lrvga(LOGISTIC, rank=2).init(jnp.zeros(4), jnp.ones((4, 2)), jnp.ones(4)),
+              state._replace(gram=None), state._replace(mean=state.mean.astype(jnp.float32)))
+    for other in others:
+        with pytest.raises(ValueError, match=r"^state"):
+            step.pack(other)
+    out = step.unpack(step.update(step.pack(state), jnp.ones(4), 1.0))
+    np.testing.assert_array_equal(out.mean, flt.update(state, jnp.ones(4), 1.0).mean)
+    fa_step = lambda W, psi, X: fa.recursive_em_step(W, psi, X, 1.0, 1.0, 1)  # noqa: E731
+    for other in (jr.lrvga(LOGISTIC, rank=1, published=True), jr.lrvga(LOGISTIC, rank=1, fa_step=fa_step)):
+        with pytest.raises(ValueError, match=r"^state carries a whitened Gram"):
+            other.update(state, jnp.ones(4), 1.0)
+        other.update(state._replace(gram=None), jnp.ones(4), 1.0)
+    with pytest.raises(ValueError, match=r"^state: W has 3 columns"):
+        jr.lrvga(LOGISTIC, rank=1).update(jr.lrvga(LOGISTIC, rank=3).init(jnp.zeros(4), jnp.ones((4, 3)), jnp.ones(4)),
+                                          jnp.ones(4), 1.0)
