@@ -515,6 +515,9 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
       em_tol: ``inner_loops`` becomes a maximum: a projection's EM stops after the first loop that
         moves ``W`` by at most ``em_tol`` relative to it (Frobenius norms). The iterate is then
         stored between loops (one more d x p array during the projection). Not with ``published``.
+        The loop is a ``lax.while_loop``: a run with ``em_tol`` is differentiable in forward mode
+        (``jax.jvp``, ``jax.jacfwd``) only; ``jax.grad`` raises JAX's while-loop error (use a fixed
+        ``inner_loops`` without ``em_tol`` for gradients).
       published: the published L-RVGA (EM from ``W_{t-1}``, mean step with the projected
         precision, the sampled scheme's two passes without correction): reproduces the paper and
         the authors' code. The default projects the exact precision step from a spectral warm
