@@ -3,22 +3,22 @@
 ``rvga(model, scheme=...)`` is the dense belief ([RVGA] Alg. 1) and ``lrvga(model, rank=p, ...)``
 the low-rank one ([LRVGA]); both take the same schemes, options, defaults and checks:
 
-=============  =======================================  ==========================================
-scheme         models                                   options
-=============  =======================================  ==========================================
-``exact``      linear-Gaussian (the default there)      -
-``implicit``   GLMs (the default); nonlinear: Monte     ``max_iter`` (root solver); nonlinear:
-               Carlo implicit iteration                 as ``sampled`` with ``num_iters=3``
-``explicit``   GLMs; nonlinear: one Monte-Carlo pass    -
-``extragrad``  GLMs                                     ``correction``, ``update_cov_twice``
-``ekf``        any (the textbook EKF)                   ``curvature`` (``"empirical"``)
-``moment_ekf`` any (the nonlinear default): the EKF of  ``jitter``, ``curvature`` (``"empirical"``)
-               a Gaussian likelihood with the output's
-               mean and variance + ``jitter``
-``qkf``        logistic                                 -
-``sampled``    any                                      ``num_samples``, ``num_iters``, ``tol``,
-                                                        ``curvature`` (dense only: ``"hessian"``)
-=============  =======================================  ==========================================
+==============  =======================================  ==========================================
+scheme          models                                   options
+==============  =======================================  ==========================================
+``exact``       linear-Gaussian (the default there)      -
+``implicit``    GLMs (the default); nonlinear: Monte     ``max_iter`` (root solver); nonlinear:
+                Carlo implicit iteration                 as ``sampled`` with ``num_iters=3``
+``explicit``    GLMs; nonlinear: one Monte-Carlo pass    -
+``extragrad``   GLMs                                     ``correction``, ``update_cov_twice``
+``ekf``         any (the textbook EKF)                   ``curvature`` (``"empirical"``)
+``moment_ekf``  any (the nonlinear default): the EKF of  ``jitter``, ``curvature``
+                a Gaussian likelihood with the output's  (``"empirical"``)
+                mean and variance + ``jitter``
+``qkf``         logistic                                 -
+``sampled``     any                                      ``num_samples``, ``num_iters``, ``tol``,
+                                                         ``curvature`` (dense only: ``"hessian"``)
+==============  =======================================  ==========================================
 
 Every scheme but the published L-RVGA's takes ``max_move``: a step whose mean moves by more than
 that Mahalanobis length under the previous belief is shortened to it and flagged
