@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo experiments experiments-quick benchmarks docs clean
+.PHONY: test demo experiments experiments-quick benchmarks docs gallery clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ benchmarks: $(STAMP)
 docs: $(STAMP)
 	$(ONE_BLAS) $(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 	@echo "Documentation: docs/_build/html/index.html"
+
+# The figures and printed results of the example gallery (docs/_static/gallery/): run after an
+# example changes and commit what it writes; `make docs` only reads them (about a minute on CPU).
+gallery: $(STAMP)
+	$(ONE_BLAS) $(PY) docs/make_gallery.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build docs/api

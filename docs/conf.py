@@ -172,9 +172,30 @@ def _skip_namedtuple_fields(app, what, name, obj, skip, options):
     return None
 
 
+def _viewcode_own_module(app, modname, fullname):
+    """No source link for a name a module re-exports (``jaxrvga.factor_analysis.fa_kl``).
+
+    viewcode keeps, for each source file, the module of the first page that documented one of its
+    names and links every name of that file to that module's page: when ``factor_analysis``'s page
+    (read first) documents ``fa_kl`` from ``metrics.py``, all the links of ``metrics.py``'s source
+    page pointed at anchors of ``factor_analysis`` on the ``metrics`` page, which do not exist.
+    Answering with the documenting module itself, where the name is not defined, leaves the
+    re-export without a source link and the defining module's page with correct ones.
+    """
+    try:
+        obj = importlib.import_module(modname)
+        for part in fullname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return None
+    home = getattr(obj, "__module__", None)
+    return modname if isinstance(home, str) and home != modname else None
+
+
 def setup(app):
     app.connect("autodoc-process-docstring", _formula_blocks, priority=400)   # before napoleon (500)
     app.connect("autodoc-skip-member", _skip_namedtuple_fields)
+    app.connect("viewcode-follow-imported", _viewcode_own_module)
 
 
 # --- Markdown ------------------------------------------------------------------------------

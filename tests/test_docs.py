@@ -89,3 +89,76 @@ def test_markdown_pages_are_included_not_copied(site):
         assert f'src="_images/{name}"' in report and (site / "_images" / name).exists(), name
     assert "<h1>Benchmarks" in (site / "benchmarks.html").read_text(encoding="utf-8")
     assert "```" not in _text(site / "benchmarks.html")       # fences parsed, not shown raw
+
+
+# --- the example gallery, published text, internal links ---------------------------------------
+
+EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py") if p.stem not in ("__init__", "common"))
+
+
+def test_every_example_has_a_gallery_page_with_a_figure(site):
+    assert len(EXAMPLES) >= 5
+    index = (site / "examples.html").read_text(encoding="utf-8")
+    for name in EXAMPLES:
+        page = site / "gallery" / f"{name}.html"
+        assert page.exists(), f"examples/{name}.py has no page docs/gallery/{name}.md"
+        assert f'href="gallery/{name}.html"' in index, name
+        source = page.read_text(encoding="utf-8")
+        images = re.findall(r'<img\b[^>]*\bsrc="([^"]+)"', source)
+        assert images, f"gallery/{name}.html has no <img>"
+        for src in images:
+            assert (page.parent / src).resolve().exists(), (name, src)
+        text = _text(page)
+        assert f"python -m examples.{name}" in text, name                    # its command
+        assert "def main(" in text, name                                       # its code
+        assert f"{name}.main(" in text, name                                   # its printed result
+
+
+def _pages(site):
+    return sorted(site.rglob("*.html"))
+
+
+def test_no_issue_numbers_or_placeholder_text_in_published_pages(site):
+    # _modules/ holds the highlighted source of jaxrvga (viewcode): the code verbatim, comments included.
+    found = []
+    for page in _pages(site):
+        if "_modules" in page.relative_to(site).parts:
+            continue
+        text = _text(page)
+        for match in re.finditer(r"\bissues? #?\d+", text, flags=re.I):
+            found.append((str(page.relative_to(site)), text[max(0, match.start() - 60):match.end() + 20]))
+        if "will list them as they are added" in text:
+            found.append((str(page.relative_to(site)), "placeholder text"))
+    assert not found, found
+
+
+def test_internal_links_and_anchors_resolve(site):
+    ids, broken = {}, []
+    for page in _pages(site):
+        ids[page] = set(re.findall(r'\bid="([^"]+)"', page.read_text(encoding="utf-8")))
+    for page in _pages(site):
+        for href in re.findall(r'\bhref="([^"]*)"', page.read_text(encoding="utf-8")):
+            href = html.unescape(href)
+            if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", href) or href.startswith("//"):
+                continue                                     # external (http:, mailto:, ...)
+            path, _, anchor = href.partition("#")
+            path = path.split("?", 1)[0]
+            target = (page.parent / path).resolve() if path else page
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                broken.append((str(page.relative_to(site)), href, "no such file"))
+            elif anchor and target.suffix == ".html" and anchor not in ids.get(target, ()):
+                broken.append((str(page.relative_to(site)), href, "no such id"))
+    assert not broken, f"{len(broken)} broken internal links, e.g. {broken[:10]}"
+
+
+def test_front_page_example_runs():
+    """The short example of the front page (docs/index.md) runs as written."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "index.md").read_text(encoding="utf-8"), flags=re.S)
+    assert blocks, "docs/index.md has no python block"
+    assert len([line for line in blocks[0].splitlines() if line.strip()]) <= 10
+    namespace = {}
+    exec(compile(blocks[0], "docs/index.md", "exec"), namespace)
+    p, var = namespace["p"], namespace["var"]
+    assert p.shape == var.shape == (3,) and bool(namespace["state"].info.converged)

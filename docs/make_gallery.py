@@ -1,0 +1,229 @@
+"""Figures and printed results of the example gallery (``docs/gallery/``), at small sizes.
+
+Run once by hand from the repository root after an example changes, and commit what it writes::
+
+    make gallery                                                          # every example
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python docs/make_gallery.py drifting_stream   # one
+
+For each example of ``examples/`` it writes ``docs/_static/gallery/<name>.txt`` (what the
+example's ``main`` prints at the size given in ``SIZES``) and ``docs/_static/gallery/<name>.png``
+(a plot of its result, computed here with the example's own functions). The documentation build
+only reads these files: it never runs an example. Needs the ``nn`` and ``experiments`` extras.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+OUT = os.path.join(ROOT, "docs", "_static", "gallery")
+
+import jax  # noqa: E402
+from jax.flatten_util import ravel_pytree  # noqa: E402
+
+import jaxrvga as jr  # noqa: E402
+
+# The sizes the gallery runs each example at (smaller than the examples' defaults).
+SIZES = {
+    "digits_binary": dict(num_train=600, num_test=597, hidden=16),
+    "digits_multiclass": dict(num_train=600, num_test=597, hidden=16),
+    "diabetes_regression": dict(),
+    "drifting_stream": dict(T=2000),
+    "ekf_calibration": dict(num_train=600, num_test=597, hidden=16, num_samples=256),
+}
+
+
+def printed(name):
+    """What ``examples.<name>.main(**SIZES[name])`` prints, and what it returns."""
+    module = importlib.import_module(f"examples.{name}")
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        out = module.main(**SIZES[name])
+    args = ", ".join(f"{k}={v!r}" for k, v in SIZES[name].items())
+    text = f">>> from examples import {name}\n>>> {name}.main({args})\n" + buffer.getvalue()
+    with open(os.path.join(OUT, name + ".txt"), "w") as f:
+        f.write(text)
+    return out
+
+
+def reliability(ax, conf, correct, label, bins=10):
+    """Accuracy against mean confidence in the equal-width bins of ``conf`` that hold a point."""
+    idx = np.minimum((conf * bins).astype(int), bins - 1)
+    xs, ys, ns = [], [], []
+    for b in range(bins):
+        inside = idx == b
+        if inside.any():
+            xs.append(conf[inside].mean()); ys.append(correct[inside].mean()); ns.append(inside.sum())
+    ax.plot(xs, ys, "o-", label=label, markersize=3)
+
+
+def _digits_fit(name, hidden, num_train, num_test, rank=10, prior_var=0.1, seed=0):
+    """The digits examples' fit (as their ``main``): the state, the model and the test set."""
+    from sklearn.datasets import load_digits
+
+    from examples.common import as_f32, lowrank_init, split
+
+    X, y = load_digits(return_X_y=True)
+    if name == "digits_binary":
+        from examples.digits_binary import MLP
+        Xtr, ytr, Xte, yte = split(X / 16.0, (y % 2 == 0), num_train, num_test, seed)
+        net = MLP(hidden)
+        theta0, unravel = ravel_pytree(net.init(jax.random.PRNGKey(seed), Xtr[0]))
+        model = jr.models.nonlinear(net.apply, jr.models.bernoulli(), unravel=unravel)
+    else:
+        from examples.digits_multiclass import network
+        Xtr, ytr, Xte, yte = split(X / 16.0, y, num_train, num_test, seed)
+        theta0, unravel, h = network(hidden, jax.random.PRNGKey(seed))
+        model = jr.models.nonlinear(h, jr.models.categorical(10), unravel=unravel)
+    flt = jr.lrvga(model, rank=rank, scheme="ekf")
+    state = lowrank_init(flt, theta0, rank, prior_var, jax.random.PRNGKey(seed + 1))
+    state, _ = jr.run(flt, state, *as_f32(Xtr, ytr))
+    Xte_j, = as_f32(Xte)
+    lin = np.asarray(jr.predictive(state, Xte_j, model=model).mean, np.float64)
+    mc = np.asarray(jr.predictive(state, Xte_j, model=model, key=jax.random.PRNGKey(seed + 2),
+                                  num_samples=256).mean, np.float64)
+    return lin, mc, yte.astype(int)
+
+
+def fig_digits_binary(out):
+    lin, mc, y = _digits_fit("digits_binary", **{k: SIZES["digits_binary"][k]
+                                                  for k in ("hidden", "num_train", "num_test")})
+    fig, (a, b) = plt.subplots(1, 2, figsize=(7.5, 3.2))
+    for probs, label in ((lin, "linearised"), (mc, "Monte Carlo")):
+        conf = np.maximum(probs, 1 - probs)
+        reliability(a, conf, (probs > 0.5) == y, f"{label} (ECE {out[_key(label)]['ece']:.3f})")
+    a.plot([0.5, 1], [0.5, 1], "k:", lw=1)
+    a.set(xlabel="predicted probability of the chosen class", ylabel="fraction correct",
+          title="reliability on the test set")
+    a.legend(fontsize=8)
+    b.hist([lin[y == 1], lin[y == 0]], bins=20, range=(0, 1), label=["even digits", "odd digits"], stacked=True)
+    b.set(xlabel="linearised P(even)", ylabel="test images", title=f"accuracy {out['linearised']['accuracy']:.3f}")
+    b.legend(fontsize=8)
+    return fig
+
+
+def _key(label):
+    return "linearised" if label == "linearised" else "monte_carlo"
+
+
+def fig_digits_multiclass(out):
+    lin, mc, y = _digits_fit("digits_multiclass", **{k: SIZES["digits_multiclass"][k]
+                                                      for k in ("hidden", "num_train", "num_test")})
+    fig, (a, b) = plt.subplots(1, 2, figsize=(7.5, 3.4))
+    for probs, label in ((lin, "linearised"), (mc, "Monte Carlo")):
+        reliability(a, probs.max(1), probs.argmax(1) == y, f"{label} (ECE {out[_key(label)]['ece']:.3f})")
+    a.plot([0.1, 1], [0.1, 1], "k:", lw=1)
+    a.set(xlabel="top-class probability", ylabel="fraction correct", title="reliability on the test set")
+    a.legend(fontsize=8)
+    confusion = np.zeros((10, 10))
+    np.add.at(confusion, (y, lin.argmax(1)), 1)
+    b.imshow(confusion / confusion.sum(1, keepdims=True), cmap="Blues", vmin=0, vmax=1)
+    b.set(xticks=range(10), yticks=range(10), xlabel="predicted digit", ylabel="true digit",
+          title=f"confusion (accuracy {out['linearised']['accuracy']:.3f})")
+    return fig
+
+
+def fig_diabetes_regression(out):
+    from sklearn.datasets import load_diabetes
+
+    from examples.common import as_f32, lowrank_init, split
+    from examples.diabetes_regression import MLP, standardise
+
+    X, y = load_diabetes(return_X_y=True)                 # main()'s defaults (SIZES is empty)
+    Xtr, ytr, Xte, yte = split(X, y, 352, 90, 0)
+    (Xtr, Xte), (ytr, yte) = standardise(Xtr, Xte), standardise(ytr, yte)
+    net = MLP(16)
+    theta0, unravel = ravel_pytree(net.init(jax.random.PRNGKey(0), Xtr[0]))
+    model = jr.models.nonlinear(net.apply, jr.models.gaussian(0.5), unravel=unravel)
+    flt = jr.lrvga(model, rank=10, scheme="ekf")
+    state = lowrank_init(flt, theta0, 10, 0.3, jax.random.PRNGKey(1))
+    state, _ = jr.run(flt, state, *as_f32(Xtr, ytr))
+    mean, var = jr.predictive(state, *as_f32(Xte), model=model, observation_noise=True)
+    mean, sd = np.asarray(mean), np.sqrt(np.asarray(var))
+    order = np.argsort(mean)
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    t = np.arange(len(order))
+    ax.fill_between(t, (mean - 1.96 * sd)[order], (mean + 1.96 * sd)[order], alpha=0.3,
+                    label="95 % predictive interval")
+    ax.plot(t, mean[order], "C0", label="predictive mean")
+    ax.plot(t, yte[order], "k.", markersize=4, label="observed")
+    s = out["linearised"]
+    ax.set(xlabel="test patients, sorted by predictive mean", ylabel="standardised progression",
+           title=f"RMSE {s['rmse']:.3f} (mean predictor {out['baseline_rmse']:.3f}), "
+                 f"coverage {s['coverage95']:.2f}")
+    ax.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def fig_drifting_stream(out):
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from examples.common import lowrank_init
+    from examples.drifting_stream import prequential, stream
+
+    T = SIZES["drifting_stream"]["T"]
+    xs, ys, p_true = stream(T, 0, 2.0)
+    mlp = eqx.nn.MLP(2, "scalar", 16, depth=2, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+    params, static = eqx.partition(mlp, eqx.is_array)
+    theta0, unravel = ravel_pytree(params)
+    model = jr.models.nonlinear(lambda q, x: eqx.combine(q, static)(x), jr.models.bernoulli(), unravel=unravel)
+    window = 200
+    smooth = lambda hits: np.convolve(hits, np.ones(window) / window, mode="valid")  # noqa: E731
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    t = np.arange(window, T + 1)
+    for name, eta in (("no process noise", None), ("process_noise = 1e-4", 1e-4)):
+        flt = jr.lrvga(model, rank=10, scheme="ekf", process_noise=eta)
+        state = lowrank_init(flt, theta0, 10, 0.3, jax.random.PRNGKey(1))
+        _, probs = prequential(flt, state, model, jnp.asarray(xs), jnp.asarray(ys))
+        ax.plot(t, smooth((np.asarray(probs) > 0.5) == ys), label=name)
+    ax.plot(t, smooth((p_true > 0.5) == ys), "k:", label="the true law (Bayes)")
+    ax.set(xlabel="point of the stream", ylabel=f"accuracy, last {window} points",
+           title="prediction of each point before its update", ylim=(0.4, 1.0))
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def fig_ekf_calibration(out):
+    from examples.ekf_calibration import SCALES
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(7.5, 3.2))
+    x = np.arange(len(SCALES))
+    for i, scheme in enumerate(("ekf", "sampled")):
+        r = out[scheme]
+        a.bar(x + (i - 0.5) * 0.38, [r[c]["var_ratio"] for c in SCALES], 0.38, label=f"scheme={scheme!r}")
+        b.bar(x + (i - 0.5) * 0.38, [r[c]["ece_network"] for c in SCALES], 0.38, label=f"scheme={scheme!r}")
+    a.axhline(1.0, color="k", ls=":", lw=1)
+    for ax in (a, b):
+        ax.set_xticks(x, [f"c = {c:g}" for c in SCALES])
+        ax.set_xlabel("covariance scaled by c")
+    a.set(ylabel="MC logit variance / c J P J^T", title="dispersion through the network")
+    b.set(ylabel="ECE", title="ECE of the Monte-Carlo predictive")
+    a.legend(fontsize=8)
+    return fig
+
+
+def make(name):
+    out = printed(name)
+    fig = globals()["fig_" + name](out)
+    fig.tight_layout()
+    path = os.path.join(OUT, name + ".png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    print(f"{name}: {path} ({os.path.getsize(path) // 1024} kB)")
+
+
+if __name__ == "__main__":
+    os.makedirs(OUT, exist_ok=True)
+    for name in sys.argv[1:] or list(SIZES):
+        make(name)
