@@ -340,7 +340,7 @@ class LowRank(NamedTuple):
         """``X sqrt(c)`` (``c`` clipped at 0: a factor needs a PSD increment); checks that the state is
         one of this filter: ``W`` of width ``rank + buffer``, and a whitened Gram only where the
         filter keeps one (a published or ``fa_step`` filter would leave it stale, or fail in a
-        ``cond`` with a TypeError; issue 26.7)."""
+        ``cond`` with a TypeError)."""
         width = self.rank + (self.buffer if self.keeps_gram else 0)
         if state.W.shape[-1] != width:
             raise ValueError(f"state: W has {state.W.shape[-1]} columns, this filter keeps rank + buffer = {width}")

@@ -341,7 +341,7 @@ def step_fn(flt: Filter, state, x, y) -> Step:
 
     def check(s):
         """``s`` has the structure, leaf shapes and dtypes of the example state (a state of another
-        filter or size would be packed into the wrong slots: issue 26.7); checked when traced."""
+        filter or size would be packed into the wrong slots); checked when traced."""
         got, tree = jax.tree_util.tree_flatten(s)
         if tree != treedef:
             raise ValueError(f"state has the structure {tree}, not that of the state step_fn compiled for ({treedef})")

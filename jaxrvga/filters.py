@@ -49,7 +49,7 @@ from .core import Filter, solver_info
 from .factor_analysis import PSI_FLOOR
 from .models import Model
 from .schemes import Config
-from .validation import all_finite, check_choice, is_concrete, positive_int
+from .validation import all_finite, check_choice, check_key, is_concrete, positive_int
 
 SCHEMES = ("exact", "implicit", "explicit", "extragrad", "ekf", "moment_ekf", "qkf", "sampled")
 CURVATURES = ("ggn", "hessian", "empirical")
@@ -484,7 +484,6 @@ def rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int]
     belief = Dense()
 
     def init(mean, cov, key=None):
-        from .validation import check_key  # one key rule for both filters (issue 26.9)
         key = check_key(key, scheme == "sampled", "scheme='sampled'")
         return belief.init(mean, cov, key if scheme == "sampled" else None)
 
@@ -575,7 +574,6 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
                          f"got {cfg.frozen_noise[0].shape} and {cfg.frozen_noise[1].shape}")
 
     def init(mean, W, psi, key=None):
-        from .validation import check_key  # one key rule for both filters (issue 26.9)
         key = check_key(key, scheme == "sampled" and not given_noise, "scheme='sampled'")
         state = belief.init(mean, W, psi, key if scheme == "sampled" else None)
         if given_noise:

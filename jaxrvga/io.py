@@ -235,7 +235,7 @@ def _check_gram(gram, W, psi):
     the stored one entry by entry to ``sqrt(eps)`` of the dtype in the metric of ``I + G``,
     ``|G_ij - stored_ij| <= sqrt(eps) sqrt((1 + G_ii)(1 + G_jj))`` (a filter's own Gram is within
     a few eps: it is recomputed at every projection). A Gram edited by hand gave wrong steps with
-    every step converged (issue 26.4)."""
+    every step converged."""
     B = _values(W) / np.sqrt(_values(psi))[..., None]
     G = np.einsum("...ip,...iq->...pq", B, B)
     d = 1.0 + np.diagonal(G, axis1=-2, axis2=-1)
