@@ -6,16 +6,16 @@ the low-rank one ([LRVGA]); both take the same schemes, options, defaults and ch
 ==============  =======================================  ==========================================
 scheme          models                                   options
 ==============  =======================================  ==========================================
-``exact``       linear-Gaussian (the default there)      -
+``exact``       linear-Gaussian (the default there)      none
 ``implicit``    GLMs (the default); nonlinear: Monte     ``max_iter`` (root solver); nonlinear:
                 Carlo implicit iteration                 as ``sampled`` with ``num_iters=3``
-``explicit``    GLMs; nonlinear: one Monte-Carlo pass    -
+``explicit``    GLMs; nonlinear: one Monte-Carlo pass    none
 ``extragrad``   GLMs                                     ``correction``, ``update_cov_twice``
 ``ekf``         any (the textbook EKF)                   ``curvature`` (``"empirical"``)
 ``moment_ekf``  any (the nonlinear default): the EKF of  ``jitter``, ``curvature``
                 a Gaussian likelihood with the output's  (``"empirical"``)
                 mean and variance + ``jitter``
-``qkf``         logistic                                 -
+``qkf``         logistic                                 none
 ``sampled``     any                                      ``num_samples``, ``num_iters``, ``tol``,
                                                          ``curvature`` (dense only: ``"hessian"``)
 ==============  =======================================  ==========================================
