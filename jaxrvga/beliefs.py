@@ -119,9 +119,14 @@ def psi_min(dtype):
     return jnp.sqrt(jnp.finfo(dtype).tiny).astype(dtype)
 
 
+def no_process_noise(process_noise) -> bool:
+    """True where the prediction step is the identity: no ``eta`` given, or a literal 0."""
+    return process_noise is None or (isinstance(process_noise, (int, float)) and process_noise == 0)
+
+
 def _inflation(process_noise, dtype):
     """``1 + eta`` of the prediction step, or ``None`` when there is no process noise."""
-    if process_noise is None or (isinstance(process_noise, (int, float)) and process_noise == 0):
+    if no_process_noise(process_noise):
         return None
     return 1.0 + jnp.asarray(process_noise, dtype)
 

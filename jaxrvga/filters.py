@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import schemes
-from .beliefs import Dense, LowRank
+from .beliefs import Dense, LowRank, no_process_noise
 from .core import Filter, solver_info
 from .factor_analysis import PSI_FLOOR
 from .models import Model
@@ -211,13 +211,13 @@ def _predict(spec, state):
     and :func:`_guarded` skips and flags the step. The low-rank belief keeps ``psi`` above its
     floor (:meth:`~jaxrvga.beliefs.LowRank.predict`).
     """
-    kept = spec.belief.predict(state, None)
+    kept = spec.belief.predict(state, None)  # the state with its caches (a low-rank Gram), not inflated
     eta = spec.process_noise
-    if eta is None or (isinstance(eta, (int, float)) and eta == 0):
+    if no_process_noise(eta):
         return kept, jnp.asarray(True)
     eta = jnp.asarray(eta, state.mean.dtype)
     valid = jnp.isfinite(eta) & (eta >= 0)
-    prior = spec.belief.predict(state, jnp.where(valid, eta, jnp.zeros_like(eta)))
+    prior = spec.belief.predict(kept, jnp.where(valid, eta, jnp.zeros_like(eta)))
     ok = valid & all_finite(*_changed_fields(prior, kept))
     pick = lambda a, b: a if a is b else jnp.where(ok, a, b)  # noqa: E731
     return jax.tree_util.tree_map(pick, prior, kept), ok
@@ -276,12 +276,11 @@ def _check_y_shape(model: Model, name: str, y, eta_shape, time_axis: bool = Fals
     if model.family.name == "categorical":
         if shape == eta_shape[:-1]:
             return
-        if shape == eta_shape and is_concrete(y):
-            a = np.asarray(y)
-            if not (np.all((a == 0) | (a == 1)) and np.all(np.sum(a, axis=-1) == 1)):
+        if shape == eta_shape:
+            a = np.asarray(y) if is_concrete(y) else None
+            if a is not None and not (np.all((a == 0) | (a == 1)) and np.all(np.sum(a, axis=-1) == 1)):
                 raise ValueError(f"{name}: one-hot rows of the categorical model must hold exactly one 1 "
                                  f"and zeros elsewhere")
-        if shape == eta_shape:
             return
         raise ValueError(f"{name} must hold labels of shape {eta_shape[:-1]} or one-hot rows of shape "
                          f"{eta_shape} for the model's logits, got shape {shape}")

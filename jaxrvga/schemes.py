@@ -287,18 +287,18 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False):
         raise ValueError(f"y of shape {jnp.shape(y)} has more components than the model's output eta "
                          f"of shape {jnp.shape(eta)}: each observation would be counted more than once")
     dlogp = jax.grad(lambda e: jnp.sum(log_prob(y, e)))(eta)
-    root = model.family.fisher_root
-    if jitter and root_diagonal is not None:
+    root, diag = model.family.fisher_root, None if root_diagonal is None else root_diagonal(eta)
+    if jitter and diag is not None:
         s = moment_weights(model.family, eta, jitter)
-        dlogp, root_diagonal = dlogp * s, (lambda e, r=root_diagonal: r(e) * jnp.sqrt(s))
-        root = lambda e, r=root_diagonal: jnp.diag(jnp.ravel(r(e)))  # noqa: E731
+        dlogp, diag = dlogp * s, diag * jnp.sqrt(s)
+        root = lambda e: jnp.diag(jnp.ravel(diag))  # noqa: E731
     elif jitter:
         root, dlogp = _coupled_moments(model.family, eta, dlogp, jitter)
-    if root_diagonal is not None and eta.size <= theta.shape[0]:
+    if diag is not None and eta.size <= theta.shape[0]:
         J = _jacobian_rows(model, theta, x, eta)  # (n, d)
-        weights = jnp.ravel(dlogp) if empirical else jnp.ravel(root_diagonal(eta))
+        weights = jnp.ravel(dlogp) if empirical else jnp.ravel(diag)
         return weights[:, None] * J, jnp.ravel(dlogp) @ J
-    U = _observation_rows(dlogp, eta, root_diagonal is None) if empirical else _root_rows(root, eta)
+    U = _observation_rows(dlogp, eta, diag is None) if empirical else _root_rows(root, eta)
     if U.shape[0] <= theta.shape[0]:
         _, pullback = jax.vjp(eta_of, theta)
         return jax.vmap(lambda u: pullback(u)[0])(U), pullback(dlogp)[0]
