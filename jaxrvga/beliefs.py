@@ -7,8 +7,8 @@ A belief is a small configuration object whose methods act on a state (a NamedTu
 
 Both offer the same operations:
 
-* ``predict(state, process_noise)``: the prediction step of a fading-memory filter,
-  ``P_{t|t-1} = (1 + eta) P_{t-1}`` ([LRVGA] Remark 1);
+* ``predict(state, dynamics)``: the prediction step under :class:`~jaxrvga.dynamics.Dynamics`,
+  ``N(gamma mu + (1 - gamma) m, gamma^2 (1 + eta) P + Q)`` (exact for both beliefs);
 * ``marginal(state, X)``: means and variances of ``x_i^T theta`` for the rows of ``X`` (m, d);
 * ``solve(state, g)``: ``P g``; ``sample(state, key, num)``: draws of ``theta`` (antithetic pairs);
 * ``add(state, X, c)``: the precision step ``P^{-1} + X diag(c) X^T`` ([RVGA] eq. 29, [LRVGA] eq. 7),
@@ -34,6 +34,7 @@ import numpy as np
 
 from . import lowrank
 from .core import GaussianState, LowRankState, solver_info
+from .dynamics import Dynamics
 from .factor_analysis import PSI_FLOOR, recursive_em_step, spectral_em_step
 from .validation import check_cov, check_finite, check_positive, check_vector, is_concrete
 
@@ -119,18 +120,6 @@ def psi_min(dtype):
     return jnp.sqrt(jnp.finfo(dtype).tiny).astype(dtype)
 
 
-def no_process_noise(process_noise) -> bool:
-    """True where the prediction step is the identity: no ``eta`` given, or a literal 0."""
-    return process_noise is None or (isinstance(process_noise, (int, float)) and process_noise == 0)
-
-
-def _inflation(process_noise, dtype):
-    """``1 + eta`` of the prediction step, or ``None`` when there is no process noise."""
-    if no_process_noise(process_noise):
-        return None
-    return 1.0 + jnp.asarray(process_noise, dtype)
-
-
 class Dense(NamedTuple):
     """Full-covariance belief ``N(mean, cov)`` ([RVGA] Alg. 1); state :class:`~jaxrvga.core.GaussianState`."""
 
@@ -142,10 +131,15 @@ class Dense(NamedTuple):
         cov = check_cov("cov", cov, mean.shape[0]).astype(mean.dtype)
         return GaussianState(mean, cov, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key)
 
-    def predict(self, state, process_noise):
-        """``P_{t|t-1} = (1 + eta) P_{t-1}`` ([LRVGA] Remark 1)."""
-        grow = _inflation(process_noise, state.cov.dtype)
-        return state if grow is None else state._replace(cov=state.cov * grow)
+    def predict(self, state, dynamics: Dynamics):
+        """``N(gamma mu + (1 - gamma) m, s P + Q)``, ``s = gamma^2 (1 + eta)``: the Kalman prediction with
+        ``F = gamma I`` after the inflation of [LRVGA] Remark 1 (:mod:`jaxrvga.dynamics`)."""
+        s, q = dynamics.cov_scale(state.cov.dtype), dynamics.noise(state.cov.dtype)
+        cov = state.cov if s is None else s * state.cov
+        if q is not None:
+            d = cov.shape[0]
+            cov = cov.at[jnp.diag_indices(d)].add(jnp.broadcast_to(q, (d,)))
+        return state._replace(mean=dynamics.predict_mean(state.mean), cov=cov)
 
     def marginal(self, state, X):
         """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d)."""
@@ -285,24 +279,34 @@ class LowRank(NamedTuple):
             gram = lowrank.whitened_gram(W, psi, self.block_rows)
         return LowRankState(mean, W, psi, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key, gram)
 
-    def predict(self, state, process_noise):
-        """``(W W^T + Psi) / (1 + eta)`` as ``(W / sqrt(1 + eta), psi / (1 + eta))`` ([LRVGA] Remark 1).
+    def predict(self, state, dynamics: Dynamics):
+        """The prediction of :mod:`jaxrvga.dynamics`, exact in precision form, O(d p^2).
+
+        With ``Lam = W W^T + diag(psi)`` and ``s = gamma^2 (1 + eta)`` the predicted precision
+        ``(s Lam^{-1} + Q)^{-1}`` is again diagonal plus rank p (Woodbury twice):
+        ``psi' = psi / (s + q psi)`` and ``W' = diag(sqrt(s) / (s + q psi)) W L^{-T}`` with
+        ``L L^T = M = I + W^T diag(q / (s + q psi)) W`` (p x p). Without ``Q`` it is the common
+        scale ``(W / sqrt(s), psi / s)``, which leaves the whitened Gram as it is; with ``Q`` the
+        Gram is recomputed from the new factors (one more pass over the rows).
 
         ``psi`` stays at or above :func:`psi_min` (``sqrt(tiny)`` of its dtype): repeated prediction
         of directions that no data reach would otherwise take it to 0 (float32: after about 126
-        steps of ``eta = 1``), where no later step can be resolved. The whitened Gram is unchanged
-        by the common scale (recomputed where a row was floored); a state without it (built by
-        hand) gets it here.
+        steps of ``eta = 1``), where no later step can be resolved (the Gram is recomputed where a
+        row was floored). A state without its Gram (built by hand) gets it here.
         """
         if self.keeps_gram and state.gram is None:
             state = state._replace(gram=lowrank.whitened_gram(state.W, state.psi, self.block_rows))
-        grow = _inflation(process_noise, state.W.dtype)
-        if grow is None:
+        state = state._replace(mean=dynamics.predict_mean(state.mean))
+        s, q = dynamics.cov_scale(state.W.dtype), dynamics.noise(state.W.dtype)
+        if s is None and q is None:
             return state
-        W, psi = state.W / jnp.sqrt(grow), state.psi / grow
+        if q is None:
+            W, psi, gram = state.W / jnp.sqrt(s), state.psi / s, state.gram
+        else:
+            W, psi = _add_noise(state.W, state.psi, 1.0 if s is None else s, q)
+            gram = None if state.gram is None else lowrank.whitened_gram(W, psi, self.block_rows)
         low = psi < psi_min(psi.dtype)
         psi = jnp.where(low, psi_min(psi.dtype), psi)
-        gram = state.gram
         if gram is not None:  # the floored rows did not scale with W: their Gram is recomputed
             gram = jax.lax.cond(jnp.any(low), lambda: lowrank.whitened_gram(W, psi, self.block_rows), lambda: gram)
         return state._replace(W=W, psi=psi, gram=gram)
@@ -476,6 +480,15 @@ class LowRank(NamedTuple):
         offset = jnp.arange(q) - start[1]
         order = jnp.where((offset >= 0) & (offset < m), q + offset, jnp.arange(q))
         return W, state.gram[order][:, order]
+
+
+def _add_noise(W, psi, s, q):
+    """``(W', psi')`` of ``(s (W W^T + diag psi)^{-1} + diag(q))^{-1}`` (:meth:`LowRank.predict`)."""
+    denom = s + q * psi
+    M = W.T @ (W * (q / denom)[:, None])
+    L = jnp.linalg.cholesky(M + jnp.eye(M.shape[0], dtype=M.dtype))
+    scaled = W * (jnp.sqrt(s) / denom)[:, None]
+    return jax.scipy.linalg.solve_triangular(L, scaled.T, lower=True).T, psi / denom
 
 
 def _resolved(chol, gram):

@@ -26,11 +26,28 @@ class Filter(NamedTuple):
     ``init(...) -> state`` builds the state; ``update(state, x, y) -> state`` absorbs one
     observation. ``check(state, xs, ys)``, when given, validates a whole data set
     before :func:`run` scans it (label values, shapes); it never runs under ``jit``.
+    ``predict(state) -> state``, when given, is the prediction step alone: the prior that the
+    next ``update`` conditions on the observation (:mod:`jaxrvga.dynamics`; ``None``: a filter
+    without dynamics, whose prior is the state itself). ``model``: the observation model, when the
+    filter has one (used by :func:`jaxrvga.log_evidence`).
     """
 
     init: Callable[..., Any]
     update: Callable[[Any, Any, Any], Any]
     check: Optional[Callable[[Any, Any, Any], None]] = None
+    predict: Optional[Callable[[Any], Any]] = None
+    model: Optional[Any] = None
+
+    def __eq__(self, other):
+        """Field by field identity (a model may hold arrays, which have no ``==`` to a bool)."""
+        return isinstance(other, Filter) and all(a is b for a, b in zip(self, other))
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        """Hashable as a static ``jit`` argument, by the identity of its fields."""
+        return hash(tuple(id(a) for a in self))
 
 
 class SolverInfo(NamedTuple):
@@ -88,6 +105,33 @@ class LowRankState(NamedTuple):
     gram: Optional[jax.Array] = None
 
 
+class Prequential(NamedTuple):
+    """A trace function evaluated before each update, on the predicted belief (the prior of the
+    step): ``fn(predicted_state, x, y) -> pytree``. Pass one as ``trace_fn`` of :func:`run` or
+    :func:`scan` for one-step-ahead (prequential) scores; make one with :func:`prequential`."""
+
+    fn: Callable[[Any, Any, Any], Any]
+
+
+def prequential(fn: Callable[[Any, Any, Any], Any]) -> Prequential:
+    """Mark ``fn(state, x, y)`` to see the predicted belief before ``(x, y)`` is absorbed
+    (``flt.predict(state)``; the state itself for a filter without a prediction step), not the
+    belief after it: e.g. ``jr.run(flt, state, xs, ys, jr.prequential(score))``."""
+    if not callable(fn):
+        raise ValueError(f"prequential takes a trace function fn(state, x, y), got {type(fn).__name__}")
+    return Prequential(fn)
+
+
+def _trace(flt: Filter, trace_fn, before, after, x, y):
+    """The trace of one step: ``trace_fn`` of the belief after it, or a :class:`Prequential` one of
+    the predicted belief before it."""
+    if trace_fn is None:
+        return None
+    if isinstance(trace_fn, Prequential):
+        return trace_fn.fn(before if flt.predict is None else flt.predict(before), x, y)
+    return trace_fn(after, x, y)
+
+
 def _keep(state, x, y):
     del x, y
     return state
@@ -108,8 +152,7 @@ def _scan(flt: Filter, state, xs, ys, trace_fn, length=None, every=None, validat
             leaves = jax.tree_util.tree_leaves
             checkify.check(padded | all_finite(*leaves((x, y))), "jaxrvga.run: NaN or inf in the data at step {i}", i=i)
             checkify.check(all_finite(*leaves(new)), "jaxrvga.run: the state became NaN or inf at step {i}", i=i)
-        out = None if trace_fn is None else trace_fn(new, x, y)
-        return new, out
+        return new, _trace(flt, trace_fn, carry, new, x, y)
 
     seq = (jnp.arange(jax.tree_util.tree_leaves(xs)[0].shape[0]), xs, ys)
     if every is None:
@@ -226,7 +269,9 @@ def run(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None, *,
       xs, ys: arrays (or pytrees) whose leading axis is time.
       trace_fn: optional ``trace_fn(state, x, y) -> pytree`` evaluated after each step;
         its outputs are stacked along time. Nothing else is stored, so a (T, d, d)
-        covariance history exists only if ``trace_fn`` returns the covariance.
+        covariance history exists only if ``trace_fn`` returns the covariance. Wrapped by
+        :func:`prequential`, it is evaluated before each step on the predicted belief instead
+        (one-step-ahead scores such as :func:`jaxrvga.trace_log_predictive`).
       donate: donate the initial state's buffers to the computation (the caller's
         ``state`` must not be used afterwards). Saves one copy of the state in memory.
       validate: checked mode (``jax.experimental.checkify``): raise ``ValueError`` naming
@@ -388,5 +433,5 @@ def trace_mean(state, x=None, y=None):
     return state.mean
 
 
-__all__ = ["Filter", "SolverInfo", "GaussianState", "LowRankState", "run", "solver_info",
+__all__ = ["Filter", "SolverInfo", "GaussianState", "LowRankState", "run", "solver_info", "Prequential", "prequential",
            "trace_info", "trace_mean", "scan", "Step", "step_fn", "tree_where"]

@@ -44,8 +44,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import schemes
-from .beliefs import Dense, LowRank, no_process_noise
+from .beliefs import Dense, LowRank
 from .core import Filter, solver_info
+from .dynamics import Dynamics, dynamics
 from .factor_analysis import PSI_FLOOR
 from .models import Model
 from .schemes import Config
@@ -61,13 +62,13 @@ EXACT_STEPS = ("exact", "implicit")
 
 
 class Spec(NamedTuple):
-    """What an update needs: the model, the belief, the scheme's name and options, the process noise."""
+    """What an update needs: the model, the belief, the scheme's name and options, the dynamics."""
 
     model: Model
     belief: object
     scheme: str
     cfg: Config
-    process_noise: object = None
+    dynamics: Dynamics = Dynamics()
 
 
 # --------------------------------------------------------------------------- steps
@@ -203,31 +204,54 @@ def _clean_data(x, y):
 
 
 def _predict(spec, state):
-    """The prediction step under the guard: ``(prior, ok)``.
+    """The prediction step (:mod:`jaxrvga.dynamics`) under the guard: ``(prior, ok)``.
 
-    ``ok`` is False where the process noise is not a finite ``eta >= 0`` (it may be traced, e.g.
-    vmapped) or the predicted belief is not finite (``eta = 1e308``); the prior is then the state
-    itself, not inflated (the invalid ``eta`` never reaches the arithmetic: a double ``where``),
-    and :func:`_guarded` skips and flags the step. The low-rank belief keeps ``psi`` above its
-    floor (:meth:`~jaxrvga.beliefs.LowRank.predict`).
+    ``ok`` is False where the dynamics are invalid (not finite, ``q < 0`` or ``eta < 0``; they may
+    be traced, e.g. vmapped) or the predicted belief is not finite (``eta = 1e308``); the prior is
+    then the state itself (the invalid values never reach the arithmetic: a double ``where``), and
+    :func:`_guarded` skips and flags the step.
     """
-    kept = spec.belief.predict(state, None)  # the state with its caches (a low-rank Gram), not inflated
-    eta = spec.process_noise
-    if no_process_noise(eta):
+    _check_state(spec, state)
+    kept = spec.belief.predict(state, Dynamics())  # the state with its caches (a low-rank Gram)
+    dyn = spec.dynamics
+    if dyn.is_identity:
         return kept, jnp.asarray(True)
-    eta = jnp.asarray(eta, state.mean.dtype)
-    valid = jnp.isfinite(eta) & (eta >= 0)
-    prior = spec.belief.predict(kept, jnp.where(valid, eta, jnp.zeros_like(eta)))
+    dyn.check_dimension(state.mean.shape[0])
+    dtype = state.mean.dtype
+    valid = dyn.valid(dtype)
+    prior = spec.belief.predict(kept, dyn.where_valid(valid, dtype))
     ok = valid & all_finite(*_changed_fields(prior, kept))
     pick = lambda a, b: a if a is b else jnp.where(ok, a, b)  # noqa: E731
     return jax.tree_util.tree_map(pick, prior, kept), ok
 
 
-def _update(spec: Spec, state, x, y):
-    """One R-VGA step of ``spec`` (module docstring)."""
+def _check_state(spec, state):
     want = spec.belief.state_type
     if not isinstance(state, want):
         raise ValueError(f"state must be a {want.__name__} (from this filter's init), got {type(state).__name__}")
+
+
+def _without_new_cache(out, state):
+    """``out`` with the structure of ``state`` (a scan carry): a state without a Gram gets none back."""
+    if getattr(state, "gram", 0) is None and getattr(out, "gram", None) is not None:
+        return out._replace(gram=None)
+    return out
+
+
+def _predict_fn(spec: Spec):
+    """``predict(state) -> state``: the prior of the next update (:func:`_predict`); a prediction that
+    could not be applied keeps the state and sets ``info.converged`` to False."""
+    def predict(state):
+        prior, ok = _predict(spec, state)
+        info = prior.info._replace(converged=prior.info.converged & ok)
+        return _without_new_cache(prior._replace(info=info), state)
+
+    return predict
+
+
+def _update(spec: Spec, state, x, y):
+    """One R-VGA step of ``spec`` (module docstring): the prediction, then the observation."""
+    _check_state(spec, state)
     if spec.model.is_glm:
         x, y = _glm_inputs(state, x, y, spec.model)
     else:
@@ -242,9 +266,7 @@ def _update(spec: Spec, state, x, y):
     prior, predicted = _predict(spec, state)
     new, ok, info = _STEPS[spec.scheme](spec, prior, x, y)
     out = _guarded(spec.belief, prior, new, ok & finite & predicted, info)
-    if getattr(state, "gram", 0) is None and getattr(out, "gram", None) is not None:
-        out = out._replace(gram=None)  # the state's own structure (a scan carry): no cache in, none out
-    return out
+    return _without_new_cache(out, state)
 
 
 def _glm_inputs(state, x, y, model):
@@ -332,23 +354,6 @@ def _unused(scheme, **given):
             raise ValueError(f"{name} is not used by scheme {scheme!r}")
 
 
-def _check_process_noise(process_noise):
-    """``process_noise`` is None or a real scalar ``eta``, finite and >= 0 where concrete (a traced
-    one is checked at each step by :func:`_predict`)."""
-    if process_noise is None:
-        return
-    shape = dtype = None
-    if not isinstance(process_noise, (str, bytes, bool)):
-        try:
-            shape, dtype = np.shape(process_noise), jnp.result_type(process_noise)
-        except (TypeError, ValueError):
-            pass
-    if shape != () or not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
-        raise ValueError(f"process_noise must be a real scalar eta >= 0, got {process_noise!r}")
-    if is_concrete(process_noise) and not (np.isfinite(float(process_noise)) and float(process_noise) >= 0):
-        raise ValueError(f"process_noise must be >= 0 and finite, got {process_noise!r}")
-
-
 def _configure(model, scheme, dense, published, *, jitter=None, max_move=None, **options):
     """Validate the options once for both beliefs; returns ``(scheme, Config)`` with the scheme's
     ``jitter`` (``moment_ekf`` only) and the guard's ``max_move`` (none with ``published``)."""
@@ -373,13 +378,12 @@ def _configure(model, scheme, dense, published, *, jitter=None, max_move=None, *
 
 
 def _configure_scheme(model, scheme, dense, published, *, num_iters, num_samples, curvature, max_iter,
-                      correction, update_cov_twice, tol, frozen_noise, process_noise):
+                      correction, update_cov_twice, tol, frozen_noise):
     """The scheme's name and :class:`~jaxrvga.schemes.Config` (all but ``jitter`` and ``max_move``)."""
     if not isinstance(model, Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
     scheme = _default_scheme(model) if scheme is None else scheme
     _check_model_scheme(model, scheme)
-    _check_process_noise(process_noise)
     check_choice("curvature", curvature, CURVATURES)
     if not model.is_glm and scheme in ("implicit", "explicit"):  # the Monte-Carlo implicit iteration
         if scheme == "explicit" and num_iters not in (None, 1):
@@ -432,8 +436,9 @@ def _frozen(frozen_noise):
     return (z, e)
 
 
-def _filter(belief, model, scheme, cfg, process_noise, init) -> Filter:
-    return Filter(init, _update_fn(Spec(model, belief, scheme, cfg, process_noise)), _make_check(model))
+def _filter(belief, model, scheme, cfg, dyn, init) -> Filter:
+    spec = Spec(model, belief, scheme, cfg, dyn)
+    return Filter(init, _update_fn(spec), _make_check(model), _predict_fn(spec), model)
 
 
 def _update_fn(spec: Spec):
@@ -451,7 +456,7 @@ def rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int]
          num_samples: Optional[int] = None, curvature: str = "ggn", process_noise=None,
          max_iter: Optional[int] = None, correction: Optional[bool] = None,
          update_cov_twice: Optional[bool] = None, tol: Optional[float] = None, jitter: Optional[float] = None,
-         max_move: Optional[float] = None) -> Filter:
+         max_move: Optional[float] = None, decay=None, additive_noise=None, decay_to=None) -> Filter:
     """R-VGA with a full covariance ([RVGA] Alg. 1): the dense belief times ``scheme`` (module docstring).
 
     Args:
@@ -462,7 +467,11 @@ def rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int]
       num_samples: Monte-Carlo draws per pass (``sampled``; antithetic pairs; default 100).
       curvature: ``"ggn"`` (``E[J^T F J]``, [LRVGA] eq. 41), ``"hessian"`` (``sampled`` only) or
         ``"empirical"`` (``ekf``, ``moment_ekf``: one gradient column ``g_i g_i^T`` per observation).
-      process_noise: ``eta >= 0``: ``P_{t|t-1} = (1 + eta) P_{t-1}`` ([LRVGA] Remark 1); may be traced.
+      process_noise, decay, additive_noise, decay_to: the prediction step before each observation,
+        ``theta_t = gamma (theta_{t-1} - m) + m + N(0, Q)`` after ``P <- (1 + eta) P``
+        ([LRVGA] Remark 1), with ``eta = process_noise >= 0``, ``gamma = decay``,
+        ``Q = additive_noise`` (scalar ``q I`` or (d,) ``diag(q)``) and ``m = decay_to`` (default
+        0): :mod:`jaxrvga.dynamics`. All may be traced. ``flt.predict(state)`` is that step alone.
       max_iter: iteration cap of the implicit root solve (default: the solver's).
       correction, update_cov_twice: ``extragrad`` only (default True, True).
       tol: ``sampled``: ``info.converged`` is False when the last pass moved the mean by more
@@ -476,17 +485,18 @@ def rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int]
 
     ``init(mean, cov, key=None)``; ``key`` is required by ``sampled``.
     """
+    dyn = dynamics(decay, additive_noise, process_noise, decay_to)
     scheme, cfg = _configure(model, scheme, True, False, num_iters=num_iters, num_samples=num_samples,
                              curvature=curvature, max_iter=max_iter, correction=correction,
                              update_cov_twice=update_cov_twice, tol=tol, frozen_noise=False,
-                             process_noise=process_noise, jitter=jitter, max_move=max_move)
+                             jitter=jitter, max_move=max_move)
     belief = Dense()
 
     def init(mean, cov, key=None):
         key = check_key(key, scheme == "sampled", "scheme='sampled'")
         return belief.init(mean, cov, key if scheme == "sampled" else None)
 
-    return _filter(belief, model, scheme, cfg, process_noise, init)
+    return _filter(belief, model, scheme, cfg, dyn, init)
 
 
 def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Optional[str] = None,
@@ -496,10 +506,10 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
           tol: Optional[float] = None, curvature: str = "ggn", fa_step: Optional[Callable] = None,
           psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None, buffer: int = 0,
           em_tol: Optional[float] = None, jitter: Optional[float] = None,
-          max_move: Optional[float] = None) -> Filter:
+          max_move: Optional[float] = None, decay=None, additive_noise=None, decay_to=None) -> Filter:
     """L-RVGA ([LRVGA]): the low-rank belief ``(W W^T + diag(psi))^{-1}`` times ``scheme``.
 
-    Same schemes and options as :func:`rvga`, ``jitter`` and ``max_move`` included (``max_move`` is
+    Same schemes and options as :func:`rvga`, the dynamics, ``jitter`` and ``max_move`` included (``max_move`` is
     refused with ``published``, which takes every step as published; ``curvature="hessian"`` is refused: the low-rank
     precision needs a PSD curvature factor; ``num_samples`` defaults to 10, since every draw adds
     a column to the step's factor), plus:
@@ -537,6 +547,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
     ``init(mean, W, psi, key=None)``; ``key`` is required by ``sampled`` (unless the noise is given).
     """
     rank = positive_int("rank", rank)
+    dyn = dynamics(decay, additive_noise, process_noise, decay_to)
     if published:
         inner_loops = positive_int("inner_loops", 1 if inner_loops is None else inner_loops)
     else:
@@ -565,7 +576,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
     scheme, cfg = _configure(model, scheme, False, published, num_iters=num_iters, num_samples=num_samples,
                              curvature=curvature, max_iter=max_iter, correction=correction,
                              update_cov_twice=update_cov_twice, tol=tol, frozen_noise=frozen_noise,
-                             process_noise=process_noise, jitter=jitter, max_move=max_move)
+                             jitter=jitter, max_move=max_move)
     belief = LowRank(rank, inner_loops, bool(published), fa_step, float(psi_floor), block_rows, int(buffer), em_tol)
     given_noise = not isinstance(cfg.frozen_noise, bool)
     if given_noise and cfg.frozen_noise[1].shape[1] != rank:
@@ -582,7 +593,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
                                  f"with K >= 1 samples, got {z.shape} and {e.shape}")
         return state
 
-    return _filter(belief, model, scheme, cfg, process_noise, init)
+    return _filter(belief, model, scheme, cfg, dyn, init)
 
 
 def with_block_rows(flt: Filter, block_rows: Optional[int]) -> Filter:
@@ -596,31 +607,37 @@ def with_block_rows(flt: Filter, block_rows: Optional[int]) -> Filter:
         raise ValueError("flt must be a filter built by jaxrvga.lrvga")
     if block_rows is not None and block_rows != 0:
         block_rows = positive_int("block_rows", block_rows)
-    return Filter(flt.init, _update_fn(spec._replace(belief=spec.belief._replace(block_rows=block_rows))), flt.check)
+    spec = spec._replace(belief=spec.belief._replace(block_rows=block_rows))
+    return flt._replace(update=_update_fn(spec), predict=_predict_fn(spec))
 
 
-def kalman(noise_var=1.0, process_noise=None) -> Filter:
-    """The Kalman filter for a static parameter: ``rvga(linear_gaussian(noise_var))`` ([RVGA] Thm 2).
+def kalman(noise_var=1.0, process_noise=None, *, decay=None, additive_noise=None, decay_to=None) -> Filter:
+    """The Kalman filter: ``rvga(linear_gaussian(noise_var))`` ([RVGA] Thm 2), for a static parameter
+    or, with ``decay`` and ``additive_noise``, the transition ``F = decay I``, ``Q = additive_noise``
+    (:mod:`jaxrvga.dynamics`).
 
     ``x`` is a row (d,) with scalar ``y`` or a matrix ``H`` (m, d) with ``y`` (m,).
     """
     from .models import linear_gaussian
-    return rvga(linear_gaussian(noise_var), "exact", process_noise=process_noise)
+    return rvga(linear_gaussian(noise_var), "exact", process_noise=process_noise, decay=decay,
+                additive_noise=additive_noise, decay_to=decay_to)
 
 
-def ekf(model: Model, process_noise=None) -> Filter:
+def ekf(model: Model, process_noise=None, *, decay=None, additive_noise=None, decay_to=None) -> Filter:
     """Extended Kalman filter = online natural gradient: ``rvga(model, "ekf")`` ([RVGA] Thm 3, eqs. 54-55, 81)."""
-    return rvga(model, "ekf", process_noise=process_noise)
+    return rvga(model, "ekf", process_noise=process_noise, decay=decay, additive_noise=additive_noise,
+                decay_to=decay_to)
 
 
-def qkf(process_noise=None) -> Filter:
+def qkf(process_noise=None, *, decay=None, additive_noise=None, decay_to=None) -> Filter:
     """Quadratic (Jaakkola-Jordan) Kalman filter: ``rvga(logistic(), "qkf")`` ([RVGA] eqs. 82-90)."""
     from .models import logistic
-    return rvga(logistic(), "qkf", process_noise=process_noise)
+    return rvga(logistic(), "qkf", process_noise=process_noise, decay=decay, additive_noise=additive_noise,
+                decay_to=decay_to)
 
 
 def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: bool = True,
-                process_noise=None) -> Filter:
+                process_noise=None, decay=None, additive_noise=None, decay_to=None) -> Filter:
     """Mirror prox with a full covariance: ``rvga(model, "extragrad")`` with the paper's defaults.
 
     ``correction=False, update_cov_twice=True`` is [LRVGA] eqs. (139)-(142) and the authors' code;
@@ -629,7 +646,7 @@ def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: boo
     if not isinstance(model, Model) or not model.is_glm:
         raise ValueError("model must be a GLM from jaxrvga.models (linear_gaussian, logistic, poisson, glm)")
     return rvga(model, "extragrad", correction=correction, update_cov_twice=update_cov_twice,
-                process_noise=process_noise)
+                process_noise=process_noise, decay=decay, additive_noise=additive_noise, decay_to=decay_to)
 
 
 __all__ = ["rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "with_block_rows", "SCHEMES", "Spec"]

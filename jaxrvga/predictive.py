@@ -115,9 +115,10 @@ def _gaussian_moments(family, m, v, noise: bool):
     return Predictive(e1, var)
 
 
-def _linearised(model, belief, X):
-    """``(m, v)`` of ``eta = h(theta, x) ~ N(h(mean, x), J P J^T)`` for each leading-axis entry of ``X``."""
-    full = model.family.name == "categorical"
+def _linearised(model, belief, X, full=None):
+    """``(m, v)`` of ``eta = h(theta, x) ~ N(h(mean, x), J P J^T)`` for each leading-axis entry of ``X``;
+    ``v`` the diagonal, or the whole ``J P J^T`` where ``full`` (default: for a categorical family)."""
+    full = model.family.name == "categorical" if full is None else full
     d = belief.mean.shape[0]
 
     def one(x):
@@ -191,3 +192,90 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
     if jax.eval_shape(model.predict, belief.mean, x0).shape == ():  # scalar predictor: (n,)
         return Predictive(out.mean[:, 0], out.var[:, 0])
     return out
+
+
+def _gaussian_log_density(y, m, V):
+    """``log N(y | m, V)`` for ``y``, ``m`` (k,) and ``V`` (k, k), by a Cholesky factor of ``V``."""
+    L = jnp.linalg.cholesky(V)
+    z = jax.scipy.linalg.solve_triangular(L, y - m, lower=True)
+    return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diagonal(L))) - 0.5 * y.shape[0] * jnp.log(2.0 * jnp.pi)
+
+
+def _quadrature_log_density(family, y, m, v, num_points: int):
+    """``log E_{eta ~ N(m, v)}[p(y | eta)]`` elementwise, by Gauss-Hermite quadrature in log space."""
+    z, w = special.gauss_hermite(num_points)
+    z, log_w = jnp.asarray(z, m.dtype), jnp.log(jnp.asarray(w, m.dtype))
+    eta = m[..., None] + jnp.sqrt(v)[..., None] * z
+    return jax.scipy.special.logsumexp(family.log_prob(y[..., None], eta) + log_w, axis=-1)
+
+
+def _log_density_given_eta(family, y, m, V, num_points: int):
+    """``log E[p(y | eta)]`` summed over the inputs, for ``eta ~ N(m, V)`` per input (``m`` (n, k), ``V``
+    (n, k, k)): Gaussian in closed form, categorical by the pairwise probit, others by quadrature
+    of each component."""
+    if family.name == "gaussian":
+        noise = jax.vmap(jnp.diag)(family.variance(m))
+        return jnp.sum(jax.vmap(_gaussian_log_density)(jnp.reshape(y, m.shape), m, V + noise))
+    if family.name == "categorical":
+        p, _ = special.softmax_probit(m, V)
+        return jnp.sum(family.log_prob(y, jnp.log(p)))
+    v = jnp.diagonal(V, axis1=-2, axis2=-1)
+    return jnp.sum(_quadrature_log_density(family, jnp.reshape(y, m.shape), m, v, num_points))
+
+
+def _log_density_monte_carlo(model, belief, x, y, key, num):
+    """``log mean_s p(y | theta_s, x)`` over ``num`` exact samples of the belief."""
+    thetas = belief.sample(key, num)
+    log_lik = jax.vmap(lambda theta: model.log_lik(theta, x, y))(thetas)
+    return jax.scipy.special.logsumexp(log_lik) - jnp.log(jnp.asarray(num, log_lik.dtype))
+
+
+def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, num_samples: int = 1024,
+                   num_points: int = 32):
+    """``log p(y | x) = log E_q[p(y | theta, x)]``: the log density of an observation under the belief.
+
+    Evaluated on a filter's predicted belief before it absorbs ``(x, y)``, this is the
+    one-step-ahead (prequential) log predictive ``log p(y_t | y_{1:t-1})``, whose sum over a data
+    set is the log evidence (:func:`jaxrvga.log_evidence`).
+
+    Args:
+      state: a dense or low-rank state (as :func:`predictive`).
+      x, y: one observation as the filters take it: a GLM row (d,) with a scalar ``y`` or a
+        minibatch (m, d) with ``y`` (m,); a nonlinear model's input with ``y`` of its output's
+        shape; a :func:`~jaxrvga.models.minibatch` model's batch.
+      model: the observation model (``None``: logistic).
+      key: ``None`` for the deterministic forms: the linear-Gaussian model is exact (the joint
+        ``N(y | X mu, X P X^T + s2 I)`` of a minibatch); other GLMs integrate ``p(y | eta)`` over
+        ``eta = x^T theta ~ N(x^T mu, x^T P x)`` by Gauss-Hermite quadrature with ``num_points``
+        nodes (exact as it grows, for one observation; a minibatch's rows are taken as
+        independent given the belief); a nonlinear predictor is linearised at the mean
+        (``eta ~ N(h(mu, x), J P J^T)``), then the Gaussian family is closed form, the categorical
+        by the pairwise probit of :func:`~jaxrvga.special.softmax_probit`, others by quadrature.
+        A PRNG key selects Monte Carlo instead: ``log mean_s p(y | theta_s, x)`` over
+        ``num_samples`` exact samples of the belief, exact as ``num_samples`` grows (a biased,
+        consistent estimate of the log).
+
+    Returns:
+      A scalar, summed over a minibatch's observations.
+    """
+    model = models.logistic() if model is None else model
+    if not isinstance(model, models.Model):
+        raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
+    belief = _belief(state)
+    if key is not None:
+        return _log_density_monte_carlo(model, belief, x, y, key, positive_int("num_samples", num_samples))
+    num_points = positive_int("num_points", num_points)
+    family = model.family
+    if model.is_glm:
+        X = jnp.atleast_2d(jnp.asarray(x, belief.mean.dtype))
+        y = jnp.reshape(jnp.asarray(y, belief.mean.dtype), (-1,))
+        m = X @ belief.mean
+        if family.name == "gaussian":
+            return _gaussian_log_density(y, m, belief.sandwich(X) + jnp.diag(family.variance(m)))
+        return jnp.sum(_quadrature_log_density(family, y, m, belief.quad(X), num_points))
+    if model.per_input is not None:  # a minibatch model: x is a batch already
+        model = model._replace(predict=model.per_input, per_input=None)
+    else:
+        x, y = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], (x, y))
+    m, V = _linearised(model, belief, x, full=True)
+    return _log_density_given_eta(family, y, m, V, num_points)

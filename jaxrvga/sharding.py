@@ -142,7 +142,7 @@ def _sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
         shardings = _shardings(state_specs(new, d, mesh), mesh)
         return jax.lax.with_sharding_constraint(new, shardings)
 
-    return Filter(flt.init, update, flt.check)
+    return flt._replace(update=update)
 
 
 def run(flt: Filter, state, xs, ys, mesh: Optional[Mesh] = None, trace_fn=None, *,

@@ -618,9 +618,9 @@ def test_lowrank_prediction_keeps_psi_above_its_floor_float32():
     belief = jr.beliefs.LowRank(1)
     W = jnp.array([[1.0], [0.5], [0.0], [0.0]], jnp.float32)
     state = belief.init(jnp.zeros(4, jnp.float32), W, jnp.array([1.0, 1.0, 1e-30, 1e-10], jnp.float32))
-    predict = jax.jit(belief.predict)
+    predict = jax.jit(lambda s: belief.predict(s, jr.dynamics.Dynamics(process_noise=jnp.float32(1.0))))
     for _ in range(200):
-        state = predict(state, jnp.float32(1.0))
+        state = predict(state)
     floor = float(psi_min(jnp.float32))
     assert floor > 0 and bool(jnp.all(state.psi >= floor)) and bool(jnp.all(jnp.isfinite(state.W)))
     np.testing.assert_allclose(state.gram, lowrank.whitened_gram(state.W, state.psi), rtol=1e-5)
