@@ -49,7 +49,10 @@ def log_evidence(flt: Filter, state, xs, ys, *, model: Optional[models.Model] = 
     (the prior's mean and scale, the model's noise variance, the dynamics' ``decay``,
     ``additive_noise`` and ``process_noise``): it is one :func:`jaxrvga.scan`, not jitted, so that
     it can be called inside ``jax.jit``, ``jax.grad`` or ``jax.vmap`` with the filter built there
-    (empirical Bayes: maximise it over the hyper-parameters, e.g. with optax).
+    (empirical Bayes: maximise it over the hyper-parameters, e.g. with optax). The low-rank
+    belief's projection differentiates an eigendecomposition, whose derivative is undefined where
+    eigenvalues repeat: start it from generic factors (:func:`jaxrvga.lowrank.init_factors`), not
+    ``W = 0`` (NaN gradients).
 
     Args:
       flt, state: a filter with an observation model (``flt.model``, e.g. :func:`jaxrvga.rvga`,
