@@ -39,6 +39,7 @@ SIZES = {
     "digits_multiclass": dict(num_train=600, num_test=597, hidden=16),
     "diabetes_regression": dict(),
     "drifting_stream": dict(T=2000),
+    "empirical_bayes": dict(),
     "ekf_calibration": dict(num_train=600, num_test=597, hidden=16, num_samples=256),
 }
 
@@ -179,17 +180,47 @@ def fig_drifting_stream(out):
     theta0, unravel = ravel_pytree(params)
     model = jr.models.nonlinear(lambda q, x: eqx.combine(q, static)(x), jr.models.bernoulli(), unravel=unravel)
     window = 200
-    smooth = lambda hits: np.convolve(hits, np.ones(window) / window, mode="valid")  # noqa: E731
-    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    smooth = lambda v: np.convolve(v, np.ones(window) / window, mode="valid")  # noqa: E731
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9.5, 3.4))
     t = np.arange(window, T + 1)
-    for name, eta in (("no process noise", None), ("process_noise = 1e-4", 1e-4)):
-        flt = jr.lrvga(model, rank=10, scheme="ekf", process_noise=eta)
+    drifts = (("no drift model", {}), ("process_noise = 1e-4", dict(process_noise=1e-4)),
+              ("additive_noise = 1e-4", dict(additive_noise=1e-4)))
+    for name, dynamics in drifts:
+        flt = jr.lrvga(model, rank=10, scheme="ekf", **dynamics)
         state = lowrank_init(flt, theta0, 10, 0.3, jax.random.PRNGKey(1))
-        _, probs = prequential(flt, state, model, jnp.asarray(xs), jnp.asarray(ys))
-        ax.plot(t, smooth((np.asarray(probs) > 0.5) == ys), label=name)
-    ax.plot(t, smooth((p_true > 0.5) == ys), "k:", label="the true law (Bayes)")
-    ax.set(xlabel="point of the stream", ylabel=f"accuracy, last {window} points",
-           title="prediction of each point before its update", ylim=(0.4, 1.0))
+        _, (probs, log_pred) = prequential(flt, state, model, jnp.asarray(xs), jnp.asarray(ys))
+        a.plot(t, smooth((np.asarray(probs) > 0.5) == ys), label=name)
+        b.plot(t, smooth(np.asarray(log_pred)), label=name)
+    a.plot(t, smooth((p_true > 0.5) == ys), "k:", label="the true law (Bayes)")
+    a.set(xlabel="point of the stream", ylabel=f"accuracy, last {window} points",
+          title="prediction of each point before its update", ylim=(0.4, 1.0))
+    a.legend(fontsize=8, loc="lower right")
+    b.set(xlabel="point of the stream", ylabel=f"mean log p(y_t | y_1:t-1), last {window}",
+          title="one-step-ahead log predictive")
+    return fig
+
+
+def fig_empirical_bayes(out):
+    import jax.numpy as jnp
+
+    from examples.empirical_bayes import data, filter_and_prior
+
+    X, y, _, _ = data()
+    grid = np.linspace(-5.0, 1.0, 41), np.linspace(-1.5, 0.5, 41)
+    evidence = jax.jit(jax.vmap(jax.vmap(lambda a, b: jr.log_evidence(*filter_and_prior(jnp.stack([a, b]), 10),
+                                                                       X, y), (None, 0)), (0, None)))
+    values = np.asarray(evidence(jnp.asarray(grid[0]), jnp.asarray(grid[1])))
+    fig, ax = plt.subplots(figsize=(6.0, 4.2))
+    levels = np.sort(values.max() - np.array([0.5, 2, 5, 10, 20, 50, 100, 200]))
+    cs = ax.contour(np.exp(grid[1]), np.exp(grid[0]), values, levels=levels, cmap="viridis")
+    ax.clabel(cs, fontsize=7, fmt="%.0f")
+    for name, marker in (("default", "o"), ("fitted", "*")):
+        r = out[name]
+        ax.plot(r["noise_var"], r["prior_var"], marker, ms=10, label=f"{name}: log evidence {r['log_evidence']:.1f}")
+    b = out["bayesian_ridge"]
+    ax.plot(b["noise_var"], b["prior_var"], "k+", ms=14, label="sklearn BayesianRidge")
+    ax.set(xscale="log", yscale="log", xlabel="noise variance s2", ylabel="prior variance s0",
+           title="log evidence of the Kalman filter (jr.log_evidence)")
     ax.legend(fontsize=8, loc="lower right")
     return fig
 

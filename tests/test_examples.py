@@ -102,8 +102,21 @@ def test_drifting_stream():
     pytest.importorskip("equinox")
     from examples import drifting_stream
     out = drifting_stream.main(T=1000, verbose=False)
-    for name in ("static", "process_noise"):
+    for name in ("static", "process_noise", "additive_noise"):
         assert 0.75 < out[name]["accuracy"] <= out["bayes"] + 0.05  # a frozen network scores about 0.5
+        assert -0.5 < out[name]["log_predictive"] < 0.0  # a coin scores log(1/2) = -0.69
+
+
+def test_empirical_bayes():
+    """The fitted variances are BayesianRidge's (the same evidence; float32 here, float64 to 1e-4 in
+    tests/test_evidence.py), the evidence rises and the held-out log predictive improves."""
+    from examples import empirical_bayes
+    out = empirical_bayes.main(verbose=False)
+    fitted, ridge = out["fitted"], out["bayesian_ridge"]
+    np.testing.assert_allclose([fitted["prior_var"], fitted["noise_var"]], [ridge["prior_var"], ridge["noise_var"]],
+                               rtol=1e-3)
+    assert fitted["log_evidence"] > out["default"]["log_evidence"]
+    assert fitted["test_log_predictive"] > out["default"]["test_log_predictive"]
 
 
 def test_ekf_calibration():
