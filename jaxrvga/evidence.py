@@ -1,4 +1,4 @@
-"""One-step-ahead log predictive densities and the log evidence of a filter's run.
+"""One-step-ahead log predictive densities and the log evidence of a run of a filter.
 
 Before observation ``t`` a filter holds the predicted belief ``q_t(theta)`` (its prior for that
 observation, :meth:`~jaxrvga.Filter.predict`); ``log p(y_t | y_{1:t-1}) = log E_{q_t}[p(y_t | theta,
