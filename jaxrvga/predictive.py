@@ -77,7 +77,7 @@ def _belief(state) -> _Belief:
     if hasattr(state, "W") and hasattr(state, "psi"):
         W = check_finite("state.W", check_float_array("state.W", state.W))
         psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
-        return _Belief(mean, None, lowrank.factorize(W, psi))
+        return _Belief(mean, None, lowrank.factorize(W, psi, getattr(state, "gram", None)))  # a filter's cached Gram
     if hasattr(state, "cov"):
         cov = check_float_array("state.cov", state.cov)
         if cov.shape != (mean.shape[0],) * 2:
