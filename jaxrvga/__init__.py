@@ -9,15 +9,15 @@ and memory linear in the dimension.
 from . import (batch, beliefs, blocks, data, dual, dynamics, evidence, factor_analysis, filters, implicit, io,
                klprox, lowrank, metrics, models, online_em, schemes, sharding, special, validation)
 from .batch import LaplaceResult, laplace
-from .core import (Filter, GaussianState, LowRankState, Prequential, SolverInfo, Step, prequential, run, scan,
+from .core import (DiagonalState, Filter, GaussianState, LowRankState, Prequential, SolverInfo, Step, prequential, run, scan,
                    step_fn, trace_info, trace_mean)
 from .evidence import log_evidence, trace_log_predictive
-from .filters import ekf, kalman, lrvga, mirror_prox, qkf, rvga
+from .filters import diag_rvga, ekf, kalman, lrvga, mirror_prox, qkf, rvga
 from .predictive import Predictive, log_predictive, predictive
 
 __version__ = "0.1.0"
 
-__all__ = ["Filter", "GaussianState", "LowRankState", "SolverInfo", "Step", "run", "scan", "step_fn",
+__all__ = ["Filter", "GaussianState", "LowRankState", "DiagonalState", "diag_rvga", "SolverInfo", "Step", "run", "scan", "step_fn",
            "trace_info", "trace_mean", "rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "predictive",
            "Predictive", "laplace", "LaplaceResult", "prequential", "Prequential", "log_predictive",
            "trace_log_predictive", "log_evidence",

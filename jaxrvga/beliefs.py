@@ -3,9 +3,10 @@
 A belief is a small configuration object whose methods act on a state (a NamedTuple pytree):
 
 * :class:`Dense` - full covariance, :class:`~jaxrvga.core.GaussianState` ``(mean, cov)``, O(d^2);
-* :class:`LowRank` - precision ``W W^T + diag(psi)``, :class:`~jaxrvga.core.LowRankState`, O(d p).
+* :class:`LowRank` - precision ``W W^T + diag(psi)``, :class:`~jaxrvga.core.LowRankState`, O(d p);
+* :class:`Diagonal` - precision ``diag(psi)`` (mean field), :class:`~jaxrvga.core.DiagonalState`, O(d).
 
-Both offer the same operations:
+All offer the same operations:
 
 * ``predict(state, dynamics)``: the prediction step under :class:`~jaxrvga.dynamics.Dynamics`,
   ``N(gamma mu + (1 - gamma) m, gamma^2 (1 + eta) P + Q)`` (exact for both beliefs);
@@ -33,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lowrank
-from .core import GaussianState, LowRankState, solver_info
+from .core import DiagonalState, GaussianState, LowRankState, solver_info
 from .dynamics import Dynamics
 from .factor_analysis import PSI_FLOOR, recursive_em_step, spectral_em_step
 from .validation import check_cov, check_finite, check_positive, check_vector, is_concrete
@@ -493,6 +494,79 @@ def _add_noise(W, psi, s, q):
     return (W * (jnp.sqrt(s) / denom)[:, None]) @ L_inv.T, psi / denom
 
 
+class Diagonal(NamedTuple):
+    """Mean-field belief ``N(mean, diag(psi)^{-1})``; state :class:`~jaxrvga.core.DiagonalState`, O(d).
+
+    Each step keeps the diagonal of the new precision, ``psi + diag(X diag(c) X^T)`` (the
+    KL-optimal diagonal Gaussian given that precision: mean-field R-VGA, the variational diagonal
+    EKF for the ``ekf`` scheme), and the mean step is ``mu + g / psi`` with that diagonal
+    (the previous one with ``prior_gain``). Where every increment is diagonal (inputs along the
+    axes) it is the dense belief exactly.
+    """
+
+    state_type = DiagonalState
+
+    def init(self, mean, var, key=None) -> DiagonalState:
+        """Initial state ``N(mean, diag(var))``: ``var`` the (d,) prior variances (a scalar broadcasts), > 0."""
+        mean = _check_mean(mean)
+        var = jnp.asarray(var)
+        if jnp.iscomplexobj(var):
+            raise ValueError("var must be real")
+        if var.ndim > 1 or (var.ndim == 1 and var.shape != mean.shape):
+            raise ValueError(f"var must be a scalar or have shape {mean.shape} to match the mean, got {var.shape}")
+        var = check_positive("var", jnp.broadcast_to(var.astype(mean.dtype), mean.shape))
+        return DiagonalState(mean, 1.0 / var, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key)
+
+    def predict(self, state, dynamics: Dynamics):
+        """The prediction of :mod:`jaxrvga.dynamics`: variances ``s / psi + q``, i.e.
+        ``psi' = psi / (s + q psi)``; ``psi`` floored at :func:`psi_min` as :meth:`LowRank.predict` does."""
+        state = state._replace(mean=dynamics.predict_mean(state.mean))
+        s, q = dynamics.cov_scale(state.psi.dtype), dynamics.noise(state.psi.dtype)
+        if s is None and q is None:
+            return state
+        psi = state.psi / ((1.0 if s is None else s) + (0.0 if q is None else q) * state.psi)
+        return state._replace(psi=jnp.maximum(psi, psi_min(psi.dtype)))
+
+    def marginal(self, state, X):
+        """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d): ``(X * X) / psi`` summed."""
+        return X @ state.mean, (X * X) @ (1.0 / state.psi)
+
+    def solve(self, state, g):
+        """``P g = g / psi``."""
+        return g / state.psi
+
+    def noise(self, key, num: int, dim: int, dtype):
+        """Base noise of :meth:`draw`: ``num`` antithetic standard normal rows of length ``dim``."""
+        return antithetic_normals(key, num, dim, dtype)
+
+    def draw(self, state, z):
+        """Draws ``mean + z / sqrt(psi)`` from base noise ``z`` (num, d)."""
+        return state.mean + z / jnp.sqrt(state.psi)
+
+    def sample(self, state, key, num: int):
+        """``num`` draws with antithetic base noise, shape (num, d)."""
+        return self.draw(state, self.noise(key, num, state.mean.shape[0], state.mean.dtype))
+
+    def add(self, state, X, c):
+        """``psi + diag(X diag(c) X^T)``; ``c`` may be negative. Returns ``(state, ok)``, ``ok`` False
+        where a precision would not be positive and finite."""
+        square = X * X
+        psi = state.psi + (jnp.sum(square, axis=1) if c is None else square @ c)
+        return state._replace(psi=psi), jnp.all(jnp.isfinite(psi) & (psi > 0))
+
+    def absorb(self, prior, X, c, g, prior_gain: bool = False):
+        """:meth:`add` and the mean step ``mu + g / psi`` (:func:`add_then_solve`); returns ``(state, ok)``."""
+        return add_then_solve(self, prior, X, c, g, prior_gain)
+
+    def finish(self, state):
+        """Nothing to project: returns ``(state, (dropped, em_loops) = (0, 0))``."""
+        return state, no_projection(state.mean.dtype)
+
+    def settle(self, prior, new, ok):
+        """``new`` where ``ok``, else ``prior`` (:func:`finish_or_keep`)."""
+        return finish_or_keep(self, prior, new, ok)
+
+
 def _resolved(chol, gram):
     """Every pivot of the Cholesky factor of ``M = I + gram`` exceeds the rounding of its diagonal.
 
@@ -510,4 +584,4 @@ def _buffer_fill(gram, rank: int, width: int):
     return jnp.max(jnp.where(used, jnp.arange(1, width - rank + 1), 0), initial=0)
 
 
-__all__ = ["Dense", "LowRank", "antithetic_normals", "add_then_solve", "finish_or_keep", "no_projection"]
+__all__ = ["Dense", "LowRank", "Diagonal", "antithetic_normals", "add_then_solve", "finish_or_keep", "no_projection"]

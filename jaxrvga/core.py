@@ -132,6 +132,19 @@ def _trace(flt: Filter, trace_fn, before, after, x, y):
     return trace_fn(after, x, y)
 
 
+class DiagonalState(NamedTuple):
+    """State of a mean-field filter: ``N(mean, diag(psi)^{-1})``, ``psi`` (d,) the precisions.
+
+    O(d) memory; ``info`` and ``key`` as in :class:`GaussianState`.
+    """
+
+    mean: jax.Array
+    psi: jax.Array
+    step: jax.Array
+    info: SolverInfo
+    key: Optional[jax.Array] = None
+
+
 def _keep(state, x, y):
     del x, y
     return state
@@ -433,5 +446,5 @@ def trace_mean(state, x=None, y=None):
     return state.mean
 
 
-__all__ = ["Filter", "SolverInfo", "GaussianState", "LowRankState", "run", "solver_info", "Prequential", "prequential",
+__all__ = ["Filter", "SolverInfo", "GaussianState", "LowRankState", "DiagonalState", "run", "solver_info", "Prequential", "prequential",
            "trace_info", "trace_mean", "scan", "Step", "step_fn", "tree_where"]

@@ -1,7 +1,8 @@
-"""The R-VGA filters: a belief (dense or low-rank) times an update scheme.
+"""The R-VGA filters: a belief (dense, low-rank or diagonal) times an update scheme.
 
-``rvga(model, scheme=...)`` is the dense belief ([RVGA] Alg. 1) and ``lrvga(model, rank=p, ...)``
-the low-rank one ([LRVGA]); both take the same schemes, options, defaults and checks:
+``rvga(model, scheme=...)`` is the dense belief ([RVGA] Alg. 1), ``lrvga(model, rank=p, ...)``
+the low-rank one ([LRVGA]) and ``diag_rvga(model, ...)`` the diagonal (mean-field) one; all take
+the same schemes, options, defaults and checks:
 
 ==============  =======================================  ==========================================
 scheme          models                                   options
@@ -44,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import schemes
-from .beliefs import Dense, LowRank
+from .beliefs import Dense, Diagonal, LowRank
 from .core import Filter, solver_info
 from .dynamics import Dynamics, dynamics
 from .factor_analysis import PSI_FLOOR
@@ -402,8 +403,8 @@ def _configure_scheme(model, scheme, dense, published, *, num_iters, num_samples
     if frozen_noise is not False and not (scheme == "sampled" and published):
         raise ValueError("frozen_noise is only used by scheme='sampled' with published=True")
     if curvature == "hessian" and not dense:
-        raise ValueError("curvature='hessian' needs the dense belief (jr.rvga): the low-rank one needs a PSD "
-                         "curvature factor")
+        raise ValueError("curvature='hessian' needs the dense belief (jr.rvga): the low-rank belief needs a PSD "
+                         "curvature factor and the diagonal one would form the d x d Hessian")
     max_iter = None if max_iter is None else positive_int("max_iter", max_iter)
     if scheme == "sampled":
         if published:
@@ -596,6 +597,36 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
     return _filter(belief, model, scheme, cfg, dyn, init)
 
 
+def diag_rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int] = None,
+              num_samples: Optional[int] = None, curvature: str = "ggn", process_noise=None,
+              max_iter: Optional[int] = None, correction: Optional[bool] = None,
+              update_cov_twice: Optional[bool] = None, tol: Optional[float] = None,
+              jitter: Optional[float] = None, max_move: Optional[float] = None, decay=None,
+              additive_noise=None, decay_to=None) -> Filter:
+    """Mean-field R-VGA: the diagonal belief ``N(mean, diag(psi)^{-1})`` times ``scheme``, O(d) per column.
+
+    Same schemes, options and defaults as :func:`rvga` (module table), the dynamics included;
+    each step keeps the diagonal of the new precision (:class:`~jaxrvga.beliefs.Diagonal`), so a
+    network of millions of weights costs a few passes over them per output. ``num_samples``
+    defaults to 10 and ``curvature="hessian"`` is refused (it would form the d x d Hessian).
+
+    ``init(mean, var, key=None)``: ``var`` the (d,) prior variances (a scalar broadcasts); ``key``
+    is required by ``sampled``.
+    """
+    dyn = dynamics(decay, additive_noise, process_noise, decay_to)
+    scheme, cfg = _configure(model, scheme, False, False, num_iters=num_iters, num_samples=num_samples,
+                             curvature=curvature, max_iter=max_iter, correction=correction,
+                             update_cov_twice=update_cov_twice, tol=tol, frozen_noise=False,
+                             jitter=jitter, max_move=max_move)
+    belief = Diagonal()
+
+    def init(mean, var, key=None):
+        key = check_key(key, scheme == "sampled", "scheme='sampled'")
+        return belief.init(mean, var, key if scheme == "sampled" else None)
+
+    return _filter(belief, model, scheme, cfg, dyn, init)
+
+
 def with_block_rows(flt: Filter, block_rows: Optional[int]) -> Filter:
     """The L-RVGA filter ``flt`` (from :func:`lrvga`) with its projection's row blocks set explicitly.
 
@@ -649,4 +680,4 @@ def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: boo
                 process_noise=process_noise, decay=decay, additive_noise=additive_noise, decay_to=decay_to)
 
 
-__all__ = ["rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "with_block_rows", "SCHEMES", "Spec"]
+__all__ = ["rvga", "lrvga", "diag_rvga", "kalman", "ekf", "qkf", "mirror_prox", "with_block_rows", "SCHEMES", "Spec"]

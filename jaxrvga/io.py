@@ -247,6 +247,18 @@ def _check_gram(gram, W, psi):
                         f"save the state with gram=None to have it recomputed")
 
 
+def _check_diagonal(st):
+    """Shapes and dtypes of ``DiagonalState``; a finite mean and precisions ``psi > 0``."""
+    _floating("mean", st.mean)
+    _floating("psi", st.psi)
+    m = _shape(st.mean)
+    _need(len(m) >= 1 and _shape(st.psi) == m, f"psi has shape {_shape(st.psi)}, expected {m}")
+    _need(_dtype_of(st.psi) == _dtype_of(st.mean), "mean and psi must share one dtype")
+    _check_info_and_step(st, m[:-1])
+    _finite("mean", st.mean)
+    _positive("psi", st.psi)
+
+
 def _check_fa_state(st):
     _floating("W", st.W)
     _floating("psi", st.psi)
@@ -274,7 +286,8 @@ def _registry() -> dict:
 
         gmm = _check_vectors("weights", "means", "variances")
         entries = [(core.SolverInfo, _check_solver_info), (core.GaussianState, _check_gaussian),
-                   (core.LowRankState, _check_lowrank), (factor_analysis.FAState, _check_fa_state),
+                   (core.LowRankState, _check_lowrank), (core.DiagonalState, _check_diagonal),
+                   (factor_analysis.FAState, _check_fa_state),
                    (online_em.GMMParams, gmm), (online_em.GMMStats, _check_vectors("s0", "s1", "s2")),
                    (batch.LaplaceResult, lambda st: _check_moments(st, scalars=("converged", "iterations"))),
                    (dual.DualResult, lambda st: _check_moments(

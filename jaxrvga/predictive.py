@@ -1,8 +1,9 @@
 """Predictive means and variances of any Gaussian belief under any observation model.
 
 A belief ``q(theta) = N(mean, P)`` is a dense state or :class:`jaxrvga.LaplaceResult` (fields
-``mean``, ``cov``) or a low-rank state (``mean``, ``W``, ``psi``; precision ``W W^T + diag(psi)``,
-handled through :func:`jaxrvga.lowrank.factorize` in O(d p^2): no d x d array is formed).
+``mean``, ``cov``), a low-rank state (``mean``, ``W``, ``psi``; precision ``W W^T + diag(psi)``,
+handled through :func:`jaxrvga.lowrank.factorize` in O(d p^2): no d x d array is formed) or a
+diagonal state (``mean``, ``psi``; precision ``diag(psi)``).
 
 For an input ``x`` the predictor ``eta = h(theta, x)`` is Gaussian under ``q``: exactly for a GLM
 (``eta = x^T theta ~ N(x^T mean, x^T P x)``) and to first order otherwise
@@ -40,27 +41,37 @@ class Predictive(NamedTuple):
 
 
 class _Belief(NamedTuple):
-    """``N(mean, P)`` with ``P = cov`` (dense) or ``P = (W W^T + diag psi)^{-1}`` through ``fac``."""
+    """``N(mean, P)`` with ``P = cov`` (dense), ``P = (W W^T + diag psi)^{-1}`` through ``fac`` or
+    ``P = diag(var)`` (diagonal)."""
 
     mean: jax.Array
     cov: Optional[jax.Array]
     fac: Optional[lowrank.Woodbury]
+    var: Optional[jax.Array] = None
 
     def quad(self, X):
         """``x^T P x`` for each row of ``X`` ((d,) or (n, d)): the diagonal of ``X P X^T``."""
         if self.fac is not None:
             return self.fac.quad_form(X.T)
+        if self.var is not None:
+            return (X * X) @ self.var
         return jnp.einsum("...i,ij,...j->...", X, self.cov, X)
 
     def sandwich(self, J):
         """``J P J^T`` (k, k) for ``J`` (k, d), symmetrised."""
-        S = J @ (self.fac.solve(J.T) if self.fac is not None else self.cov @ J.T)
+        if self.var is not None:
+            S = (J * self.var) @ J.T
+        else:
+            S = J @ (self.fac.solve(J.T) if self.fac is not None else self.cov @ J.T)
         return 0.5 * (S + S.T)
 
     def sample(self, key, num):
         """``num`` exact samples of ``N(mean, P)``, (num, d)."""
         if self.fac is not None:
             return lowrank.sample(key, self.mean, self.fac.W, self.fac.psi, num)
+        if self.var is not None:
+            z = jax.random.normal(key, (num, self.mean.shape[0]), dtype=self.mean.dtype)
+            return self.mean + z * jnp.sqrt(self.var)
         w, U = jnp.linalg.eigh(0.5 * (self.cov + self.cov.T))  # P may be singular (e.g. 0)
         z = jax.random.normal(key, (num, self.mean.shape[0]), dtype=self.mean.dtype)
         return self.mean + (z * jnp.sqrt(jnp.maximum(w, 0.0))) @ U.T
@@ -78,13 +89,18 @@ def _belief(state) -> _Belief:
         W = check_finite("state.W", check_float_array("state.W", state.W))
         psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
         return _Belief(mean, None, lowrank.factorize(W, psi, getattr(state, "gram", None)))  # a filter's cached Gram
+    if hasattr(state, "psi"):  # a diagonal state: precisions psi
+        psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
+        if psi.shape != mean.shape:
+            raise ValueError(f"state.psi must have shape {mean.shape} to match the mean, got {psi.shape}")
+        return _Belief(mean, None, None, 1.0 / psi)
     if hasattr(state, "cov"):
         cov = check_float_array("state.cov", state.cov)
         if cov.shape != (mean.shape[0],) * 2:
             raise ValueError(f"state.cov must have shape {(mean.shape[0],) * 2} to match the mean, got {cov.shape}")
         return _Belief(mean, check_cov("state.cov", cov, mean.shape[0], semidefinite=True), None)
-    raise ValueError("state must have fields (mean, cov) (dense state, LaplaceResult) or "
-                     f"(mean, W, psi) (low-rank state), got {type(state).__name__}")
+    raise ValueError("state must have fields (mean, cov) (dense state, LaplaceResult), (mean, W, psi) "
+                     f"(low-rank state) or (mean, psi) (diagonal state), got {type(state).__name__}")
 
 
 def _component_variance(family, eta):
