@@ -1,14 +1,14 @@
-"""Online training of an MLP: L-RVGA (EKF and sampled schemes) against optax Adam, one pass each.
+"""Online training of an MLP: L-RVGA (EKF and sampled schemes) and the diagonal belief against optax Adam.
 
-    python -m benchmarks.bench_nn [--repeat 3] [--profile]
+    python -m benchmarks.bench_nn [--repeat 3] [--profile] [--only TEXT ...]
     python -m benchmarks.bench_nn --kernels [--repeat 5]
 
 Same network on both sides: an MLP 64-128-64-1 (ReLU, 16 641 weights, LeCun-normal start, the
 same start for every method) on the sklearn digits labelled even/odd (1200 training images,
 597 test), float32. Each method is one jitted ``lax.scan`` over the training set: ``jr.scan`` of
 ``jr.lrvga(model, rank=10, scheme=...)`` (prior ``N(theta0, 0.1 I)``; with ``buffer=b`` the
-curvature columns are projected once per ``b`` columns, :func:`jaxrvga.lrvga`; "batch m": each EKF
-update takes m images at once, the network vmapped over them, one linearisation at the mean for
+curvature columns are projected once per ``b`` columns, :func:`jaxrvga.lrvga`), ``jr.diag_rvga``
+(the same prior, mean field); "batch m": each EKF update takes m images at once, the network vmapped over them, one linearisation at the mean for
 the m), and Adam steps on the log-loss with batch 1 (1200 steps) or batch 16 (75 steps). Compile
 time (``lower().compile()``) is excluded from the run time and reported apart; the run time is the
 best of ``--repeat`` rounds, each round running every method in turn (so that a change of the
@@ -63,7 +63,9 @@ METHODS = [("Adam, batch 1", "adam", (1e-3, 1)), ("Adam, batch 16", "adam", (3e-
            ("L-RVGA ekf, batch 4, buffer=8", "lrvga", ("ekf", {"batch": 4, "buffer": 8})),
            ("L-RVGA ekf, batch 16, buffer=16", "lrvga", ("ekf", {"batch": 16, "buffer": 16})),
            ("L-RVGA sampled (K=10)", "lrvga", ("sampled", {})),
-           ("L-RVGA sampled, buffer=20", "lrvga", ("sampled", {"buffer": 20}))]
+           ("L-RVGA sampled, buffer=20", "lrvga", ("sampled", {"buffer": 20})),
+           ("diagonal ekf", "diag", ("ekf", {})), ("diagonal moment_ekf", "diag", ("moment_ekf", {})),
+           ("diagonal ekf, batch 16", "diag", ("ekf", {"batch": 16}))]
 
 
 # --------------------------------------------------------------------------- problem
@@ -133,6 +135,22 @@ def lrvga_run(h, theta0, scheme, batch=1, **options):
         return jr.scan(flt, state, *((xs, ys) if batch == 1 else minibatches(xs, ys, batch)))[0]
 
     return run, state, model, flt
+
+
+def diag_run(h, theta0, scheme, batch=1, **options):
+    """``(run(state, xs, ys) -> state, init_state, model, filter)`` of one pass of ``jr.diag_rvga``
+    (prior ``N(theta0, PRIOR_VAR I)``; ``batch`` as in :func:`lrvga_run`)."""
+    model = jr.models.nonlinear(h, jr.models.bernoulli())
+    flt = jr.diag_rvga(model if batch == 1 else jr.models.minibatch(model), scheme=scheme, **options)
+    state = flt.init(theta0, PRIOR_VAR)
+
+    def run(state, xs, ys):
+        return jr.scan(flt, state, *((xs, ys) if batch == 1 else minibatches(xs, ys, batch)))[0]
+
+    return run, state, model, flt
+
+
+RUNS = {"lrvga": lrvga_run, "diag": diag_run}
 
 
 def adam_step(h, opt):
@@ -210,7 +228,7 @@ def timed(compiled, args):
     return out, seconds, rss.rise
 
 
-def compare(repeat):
+def compare(repeat, methods=METHODS):
     """Every method compiled first, then timed in ``repeat`` rounds that run each method once in turn
     (a change of the machine's load during the run then falls on every method alike); the time of a
     method is its best round."""
@@ -225,11 +243,11 @@ def compare(repeat):
           f"{'compile s':>9} {'XLA temp MB':>11} {'x state':>7} {'RSS rise MB':>11}")
     predict = jax.jit(jax.vmap(lambda th, x: jax.nn.sigmoid(h(th, x)), in_axes=(None, 0)))
     runs = []
-    for name, kind, arg in METHODS:
+    for name, kind, arg in methods:
         if kind == "adam":
             fn, args, score = adam_run(h, *arg), (theta0, xs, ys), lambda th: predict(th, Xte_j)
         else:
-            fn, state, model, _ = lrvga_run(h, theta0, arg[0], **arg[1])
+            fn, state, model, _ = RUNS[kind](h, theta0, arg[0], **arg[1])
             args = (state, xs, ys)
             score = lambda out, model=model: jr.predictive(out, Xte_j, model=model).mean
         runs.append((name, args, score) + compiled_run(fn, args))
@@ -303,6 +321,11 @@ def flops(methods):
             batch = arg[1]
             minibatch = (jnp.asarray(Xtr[:batch]), jnp.asarray(ytr[:batch]))
             per = xla_flops(step, (theta0, opt.init(theta0)), minibatch) / batch
+        elif kind == "diag":
+            _, state, _, flt = diag_run(h, theta0, arg[0], **arg[1])
+            batch = arg[1].get("batch", 1)
+            x, y = (Xtr[0], ytr[0]) if batch == 1 else (Xtr[:batch], ytr[:batch])
+            per = xla_flops(flt.update, state, jnp.asarray(x), jnp.asarray(y)) / batch
         else:
             per = update_flops(h, theta0, arg[0], **arg[1])
         base = per if base is None else base
@@ -472,6 +495,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="also the breakdown of one L-RVGA step")
+    parser.add_argument("--only", nargs="+", metavar="TEXT",
+                        help="only the methods whose name contains one of these (Adam, batch 1 is always run)")
     parser.add_argument("--kernels", action="store_true",
                         help="only the skinny kernels of a buffered step, by layout, against NumPy")
     args = parser.parse_args(argv)
@@ -479,8 +504,10 @@ def main(argv=None):
     if args.kernels:
         kernels(args.repeat)
         return
-    compare(args.repeat)
-    flops(METHODS)
+    methods = METHODS if not args.only else [METHODS[0]] + [m for m in METHODS[1:]
+                                                             if any(t in m[0] for t in args.only)]
+    compare(args.repeat, methods)
+    flops(methods)
     if args.profile:
         profile(args.repeat)
 

@@ -352,6 +352,10 @@ class LowRank(NamedTuple):
         filter keeps one (a published or ``fa_step`` filter would leave it stale, or fail in a
         ``cond`` with a TypeError)."""
         width = self.rank + (self.buffer if self.keeps_gram else 0)
+        if self.keeps_gram and 0 < self.buffer < X.shape[1]:
+            raise ValueError(f"buffer={self.buffer} curvature columns cannot hold the {X.shape[1]} columns of one step "
+                             f"(one per output of each observation, times the draws of the sampled scheme): "
+                             f"use buffer >= {X.shape[1]} (a multiple of it holds that many steps) or buffer=0")
         if state.W.shape[-1] != width:
             raise ValueError(f"state: W has {state.W.shape[-1]} columns, this filter keeps rank + buffer = {width}")
         if state.gram is not None and not self.keeps_gram:

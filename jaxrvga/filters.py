@@ -537,7 +537,9 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
       fa_step: ``fa_step(W, psi, X) -> (W, psi)`` replaces the projection (oracle tests).
       psi_floor: relative floor of ``psi`` (:mod:`jaxrvga.factor_analysis`).
       block_rows: row blocks of the projection (:func:`jaxrvga.blocks.num_blocks`; 0: one block).
-      buffer: hold up to this many curvature columns unprojected (default 0): the new columns of
+      buffer: hold up to this many curvature columns unprojected (default 0; it counts columns: a
+        step brings one per output of each observation, K for a K-class output, times the draws of
+        ``sampled``, and a buffer smaller than one step's columns is refused): the new columns of
         a step go into a buffer of ``buffer`` extra columns of ``W`` (the belief stays exact) and
         the buffer is projected with the step that would overflow it, so a projection happens once
         per ``buffer + 1`` observations of one column (GLMs, scalar-output networks with

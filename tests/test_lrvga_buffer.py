@@ -241,3 +241,22 @@ def test_settle_of_a_buffer_is_finish_where_ok_and_the_prior_where_not(m):
             for field in ("mean", "W", "psi", "gram"):
                 np.testing.assert_allclose(getattr(out, field), getattr(want, field), rtol=1e-12, atol=1e-12)
         prior = done
+
+
+def test_buffer_counts_columns_and_refuses_one_too_small_for_a_step():
+    """A 3-class step brings 3 curvature columns: ``buffer=2`` could never hold one (it silently
+    projected every step before); ``buffer=3`` stores the step's columns: the precision is then exact."""
+    K, d = 3, 2
+    model = jr.models.softmax_regression(d, K)
+    state0 = dict(mean=jnp.zeros(d * K), W=0.1 * np.eye(d * K)[:, :2], psi=np.ones(d * K))
+    with pytest.raises(ValueError, match=r"buffer=2 curvature columns cannot hold the 3 columns"):
+        flt = jr.lrvga(model, rank=2, scheme="ekf", buffer=2)
+        flt.update(flt.init(**state0), jnp.ones(d), 1)
+    held = jr.lrvga(model, rank=2, scheme="ekf", buffer=3)
+    out = held.update(held.init(**state0), jnp.ones(d), 1)
+    assert out.W.shape == (d * K, 5) and np.all(np.asarray(jnp.diagonal(out.gram)[2:]) > 0)  # stored, not projected
+    dense = jr.ekf(model)
+    want = dense.update(dense.init(state0["mean"], np.linalg.inv(jr.lowrank.to_dense_precision(state0["W"], state0["psi"]))),
+                        jnp.ones(d), 1)
+    np.testing.assert_allclose(jr.lowrank.to_dense_covariance(out.W, out.psi), want.cov, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.mean, want.mean, rtol=1e-5, atol=1e-6)
