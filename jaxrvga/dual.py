@@ -36,6 +36,7 @@ Log-determinants use ``log|Sigma A_lam| = log|I_N + S Sigma~ S|`` with ``S = dia
 """
 from __future__ import annotations
 
+import operator
 from typing import Callable, NamedTuple, Optional, Union
 
 import jax
@@ -347,7 +348,6 @@ def fit(model: Union[Model, Conjugate], W, y, prior_mean, prior_cov, *, max_iter
     if N == 0:
         raise ValueError(f"W must have at least one row (N >= 1 observations), got shape {W.shape}")
     dtype = W.dtype
-    mu_t, Sigma_t = W @ mu, W @ Sigma @ W.T
 
     if conj is not None:
         if alpha0 is None:
@@ -358,24 +358,63 @@ def fit(model: Union[Model, Conjugate], W, y, prior_mean, prior_cov, *, max_iter
             if is_concrete((alpha0, y)) and not bool(jnp.all(conj.feasible(alpha0, y))):
                 raise ValueError(f"alpha0 must lie in the domain of the {conj.name} conjugate "
                                  "(for Poisson: alpha0 + y > 0)")
+        # The built-in conjugates by name (one compiled program for every model of that kind,
+        # the noise variance an argument); any other Conjugate by itself (its callables).
+        if isinstance(model, Model) and conj.name == "gaussian":
+            spec, param = "gaussian", model.noise_var
+        elif isinstance(model, Model) and conj.name == "poisson":
+            spec, param = "poisson", None
+        else:
+            spec, param = conj, None
+        iters = (_loop_limit(max_iter), tol)
+    else:
+        if alpha0 is not None:
+            check_vector("alpha0", alpha0, N)
+        spec, param, alpha0 = ("jj", bool(accelerate)), None, None  # alpha0: not used here
+        iters = (_loop_limit(xi_max_iter), xi_tol)
+    try:
+        hash(spec)
+    except TypeError:  # a Conjugate with unhashable fields: traced afresh, as any function
+        return _solve(spec, param, W, y, mu, Sigma, alpha0, *iters)
+    return _solve_jit(spec, param, W, y, mu, Sigma, alpha0, *iters)
+
+
+def _loop_limit(n):
+    """An integer iteration limit as an int32 argument of the compiled loop (its counter is int32);
+    anything else as given."""
+    try:
+        return jnp.asarray(min(operator.index(n), 2**31 - 1), jnp.int32)
+    except TypeError:
+        return n
+
+
+def _solve(spec, param, W, y, mu, Sigma, alpha0, max_iter, tol):
+    """The computation of :func:`fit` after validation. ``spec``: ``"gaussian"`` (``param`` is the
+    noise variance), ``"poisson"``, ``("jj", accelerate)`` (logistic) or a :class:`Conjugate`."""
+    mu_t, Sigma_t = W @ mu, W @ Sigma @ W.T
+    if isinstance(spec, tuple) and not isinstance(spec, Conjugate):  # ("jj", accelerate)
+        xi0 = jnp.sqrt(mu_t**2 + jnp.diag(Sigma_t))
+        _, xi, k, its, res = _fixed_point(_jj_em(Sigma_t, mu_t, y), xi0, max_iter, tol, spec[1])
+        alpha, lam, _, value = _jj_solve(Sigma_t, mu_t, y, xi)  # at the last EM update of xi
+        its = its + 1
+        converged = (res <= tol) & jnp.isfinite(value)
+    else:
+        conj = (gaussian_conjugate(param) if spec == "gaussian"
+                else poisson_conjugate() if spec == "poisson" else spec)
         alpha, its, res = _newton(_reduced(conj, y, mu_t, Sigma_t), alpha0, max_iter, tol)
         lam = conj.lam_max(alpha, y)
         value = dual_objective(conj, alpha, lam, y, mu_t, Sigma_t)
         xi = None
         # Outside the domain D = +inf has a zero gradient: only a finite value counts as converged.
         converged = (res <= tol) & jnp.isfinite(value)
-    else:
-        if alpha0 is not None:
-            check_vector("alpha0", alpha0, N)
-        xi0 = jnp.sqrt(mu_t**2 + jnp.diag(Sigma_t))
-        _, xi, k, its, res = _fixed_point(_jj_em(Sigma_t, mu_t, y), xi0, xi_max_iter, xi_tol,
-                                          accelerate)
-        alpha, lam, _, value = _jj_solve(Sigma_t, mu_t, y, xi)  # at the last EM update of xi
-        its = its + 1
-        converged = (res <= xi_tol) & jnp.isfinite(value)
     mean, cov = _posterior(W, mu, Sigma, alpha, lam)
     converged = converged & jnp.all(jnp.isfinite(mean)) & jnp.all(jnp.isfinite(cov))
     return DualResult(mean, cov, alpha, lam, value, its, converged, res, xi)
+
+
+#: :func:`_solve` compiled once per ``spec``, shapes and dtypes (rather than its loops compiled
+#: afresh at each call of :func:`fit`, whose closures are new each time).
+_solve_jit = jax.jit(_solve, static_argnums=0)
 
 
 def fenchel_young_gap(conj: Conjugate, alpha, lam, h, rho, y):

@@ -50,6 +50,8 @@ Likelihoods with unbounded curvature ``gamma`` (Poisson: ``exp(mt + vt/2)``; Lap
 """
 from __future__ import annotations
 
+import functools
+import types
 from typing import NamedTuple, Optional, Union
 
 import jax
@@ -165,6 +167,89 @@ def _rel(a, b):
 
 
 # ---------------------------------------------------------------------------------------------
+# One compiled program per configuration
+#
+# The fits run their loops inside a module-level ``jax.jit`` whose static argument is the
+# expectation ``f_n`` (a callable). Models are rebuilt freely (``jr.models.logistic()`` makes new
+# closures each time), so the callable is compared by structure, not identity: two functions are
+# the same configuration when they have the same code and equal closed-over values (Python
+# scalars and strings by value, functions, tuples and jaxrvga objects recursively, anything else,
+# arrays included, by identity). Equal configurations compute the same thing, so they share the
+# compiled program; a new shape or dtype compiles a new one, as with any ``jax.jit``.
+
+_MAX_DEPTH = 12
+
+
+class _Same:
+    """Identity as a key: equal only to itself (it keeps ``obj`` alive, so its id stays unique)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+
+def _structure(obj, depth=0):
+    """A hashable key of ``obj``, equal for callables of the same code and equal closed-over values."""
+    if depth > _MAX_DEPTH:
+        return _Same(obj)
+    t = type(obj)
+    if obj is None or t in (bool, int, str, bytes):
+        return (t, obj)
+    if t in (float, complex):
+        return (t, repr(obj))  # -0.0 and 0.0 apart; nan equal to nan
+    nxt = depth + 1
+    if t is types.FunctionType:
+        try:
+            cells = tuple(_structure(c.cell_contents, nxt) for c in obj.__closure__ or ())
+        except ValueError:  # an empty cell
+            return _Same(obj)
+        kwdefaults = tuple(sorted((k, _structure(v, nxt)) for k, v in (obj.__kwdefaults__ or {}).items()))
+        return ("function", obj.__code__, id(obj.__globals__), _structure(obj.__defaults__, nxt),
+                kwdefaults, cells)
+    if t is types.MethodType:
+        return ("method", _structure(obj.__func__, nxt), _structure(obj.__self__, nxt))
+    if t is functools.partial:
+        return ("partial", _structure(obj.func, nxt), _structure(obj.args, nxt),
+                tuple(sorted((k, _structure(v, nxt)) for k, v in obj.keywords.items())))
+    if t is frozenset:
+        return (t, frozenset(_structure(v, nxt) for v in obj))
+    if isinstance(obj, tuple) and (t is tuple or t.__module__.startswith("jaxrvga")):
+        return (t, tuple(_structure(v, nxt) for v in obj))
+    if t.__module__.startswith("jaxrvga") and hasattr(obj, "__dict__") and not hasattr(obj, "__slots__"):
+        return (t, tuple(sorted((k, _structure(v, nxt)) for k, v in vars(obj).items())))
+    return _Same(obj)
+
+
+class _Static:
+    """A callable as a static argument of ``jax.jit``, hashed and compared by :func:`_structure`."""
+
+    __slots__ = ("fn", "_key")
+
+    def __init__(self, fn):
+        self.fn = fn
+        self._key = _structure(fn)
+
+    def __eq__(self, other):
+        return isinstance(other, _Static) and other._key == self._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+
+def _loop_limit(n):
+    """An iteration limit (a Python int) as an int32 argument of the compiled loop, whose counter
+    is int32."""
+    return jnp.asarray(min(n, 2**31 - 1), jnp.int32)
+
+
+# ---------------------------------------------------------------------------------------------
 # Step control ([KLPROX] eqs. 7-8 with a varying beta_k)
 
 #: The step ``1 - r_k`` is multiplied by ``_SHRINK`` after a rejected proposal and divided by it
@@ -194,10 +279,9 @@ def _step_controlled(propose, init, r, max_iter, tol, adaptive):
     accepted (the paper's fixed step) and a non-finite residual stops the loop.
 
     Returns ``(state, elbo, residual, iterations, r_k, rejected)``; ``iterations`` counts the
-    proposals (each costs one iteration), ``rejected`` those that were rejected.
+    proposals (each costs one iteration), ``rejected`` those that were rejected. ``max_iter`` and
+    ``tol`` are checked by the caller (:func:`_loop_args`).
     """
-    max_iter = positive_int("max_iter", max_iter, minimum=0)  # 0: the start itself
-    check_tolerance("tol", tol)
     r = jnp.asarray(r, dtype=init[1].dtype)
 
     def body(c):
@@ -264,11 +348,28 @@ def _inv_spd(P):
     return cho_solve((L, True), jnp.eye(P.shape[0], dtype=P.dtype))
 
 
+def _loop_args(max_iter, tol):
+    """``(max_iter, tol)`` checked, the limit as the loop's int32 argument (0: the start itself)."""
+    max_iter = positive_int("max_iter", max_iter, minimum=0)
+    check_tolerance("tol", tol)
+    return _loop_limit(max_iter), tol
+
+
 def _glm_iterate(expected, X, y, mu, Sigma, r, max_iter, tol, m0, P0, weight=1.0, adaptive=True):
     """Iterate (16)-(17) from ``(m0, P0 = V0^{-1})``; ``weight`` tempers the likelihood.
 
     The objective is ``weight * sum_n f_n - KL(q || N(mu, Sigma))`` ((10) for ``weight = 1``).
+    ``expected``: a function from :func:`expectation`. Runs one compiled program per
+    ``expected`` (by structure), ``adaptive``, shapes and dtypes.
     """
+    max_iter, tol = _loop_args(max_iter, tol)
+    return _glm_jit(_Static(expected), adaptive, X, y, mu, Sigma, r, max_iter, tol, m0, P0, weight)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _glm_jit(expected, adaptive, X, y, mu, Sigma, r, max_iter, tol, m0, P0, weight):
+    """:func:`_glm_iterate` compiled; ``expected`` a :class:`_Static`."""
+    expected = expected.fn
     D = mu.shape[0]
     eye = jnp.eye(D, dtype=mu.dtype)
     Ls = jnp.linalg.cholesky(Sigma)
@@ -480,7 +581,18 @@ def fit_kernel(likelihood: Union[Model, Family], K, y, prior_mean=None, r=0.8,
     gt0 = jnp.broadcast_to(jnp.asarray(gt0, dtype), (N,))
     if is_concrete(gt0) and np.any(np.asarray(gt0) < 0):
         raise ValueError("gt0 must be >= 0")
-    expected = expectation(likelihood, num_points)
+    max_iter, tol = _loop_args(max_iter, tol)
+    return _kernel_jit(_Static(expectation(likelihood, num_points)), bool(exact), adaptive,
+                       K, y, mu, gt0, r, max_iter, tol)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _kernel_jit(expected, exact, adaptive, K, y, mu, gt0, r, max_iter, tol):
+    """The iteration of :func:`fit_kernel`, compiled once per ``expected`` (a :class:`_Static`),
+    ``exact``, ``adaptive``, shapes and dtypes."""
+    expected = expected.fn
+    N = K.shape[0]
+    dtype = K.dtype
     diag_K = jnp.diag(K)
 
     def evaluate(w, gt, gt_A):
