@@ -29,12 +29,6 @@ def central_differences(f, p, rel_step=1e-6):
     return np.stack(cols, axis=1)
 
 
-def _converged(marginal, p):
-    solve = implicit.solve_logistic if marginal is logistic_marginal else (
-        lambda a, n, y: implicit.solve_glm(a, n, y, jr.models.poisson().expected_log_lik))
-    return jax.jit(solve)(p[0], p[1], p[2])[2].converged
-
-
 def logistic_marginal(p):
     return jnp.stack(implicit.solve_logistic(p[0], p[1], p[2])[:2])
 
@@ -43,8 +37,16 @@ def poisson_marginal(p):
     return jnp.stack(implicit.solve_glm(p[0], p[1], p[2], jr.models.poisson().expected_log_lik)[:2])
 
 
+# Compiled once per module (each marginal: its solve's info, its value, both Jacobians).
+SOLVES = {logistic_marginal: jax.jit(lambda p: implicit.solve_logistic(p[0], p[1], p[2])[2].converged),
+          poisson_marginal: jax.jit(lambda p: implicit.solve_glm(
+              p[0], p[1], p[2], jr.models.poisson().expected_log_lik)[2].converged)}
 COMPILED = {m: (jax.jit(m), jax.jit(jax.jacfwd(m)), jax.jit(jax.jacrev(m)))
             for m in (logistic_marginal, poisson_marginal)}
+
+
+def _converged(marginal, p):
+    return SOLVES[marginal](p)
 
 
 @pytest.mark.parametrize("point", POINTS)
@@ -69,8 +71,9 @@ def test_batched_solver_gradients_equal_scalar_gradients():
     a0, n0, y = (np.array(v) for v in zip(*POINTS))
     grad = jax.grad(lambda a, n, yy: sum(implicit.solve_logistic(a, n, yy)[:2]), argnums=(0, 1))
     batched = jax.jit(jax.vmap(grad))(a0, n0, y)
+    one_grad = jax.jit(grad)
     for i in range(len(POINTS)):
-        one = jax.jit(grad)(a0[i], n0[i], y[i])
+        one = one_grad(a0[i], n0[i], y[i])
         np.testing.assert_allclose([b[i] for b in batched], one, rtol=1e-12)
 
 
@@ -143,25 +146,37 @@ def _data(name, dtype):
     return jnp.asarray(X, dtype), jnp.asarray(y, dtype)
 
 
+_VALUE_AND_GRAD = {}
+
+
+def _value_and_grad(name):
+    """``jax.jit(jax.value_and_grad(loss))`` of filter ``name``, made once and shared by the tests
+    below: one compiled program per filter and dtype gives both the gradient and the values that
+    the finite differences take (the prior scale is passed as a NumPy/JAX scalar of the data's
+    dtype throughout, so that the calls share it)."""
+    if name not in _VALUE_AND_GRAD:
+        _VALUE_AND_GRAD[name] = jax.jit(jax.value_and_grad(FILTERS[name]()))
+    return _VALUE_AND_GRAD[name]
+
+
 @pytest.mark.parametrize("name", list(FILTERS))
 def test_grad_through_run_matches_finite_differences(name):
     """``jax.grad`` of a scalar of the final state with respect to the prior scale, through the
     whole ``lax.scan`` (reverse mode), equals central differences."""
-    loss = FILTERS[name]()
+    value_and_grad = _value_and_grad(name)
     X, y = _data(name, jnp.float64)
     s = 2.0
-    g = jax.jit(jax.grad(loss))(s, X, y)
-    loss = jax.jit(loss)
-    fd = central_differences(lambda p: jnp.atleast_1d(loss(p[0], X, y)), [s], rel_step=5e-6).item()  # h = 1e-5
+    g = value_and_grad(np.float64(s), X, y)[1]
+    loss = lambda p: jnp.atleast_1d(value_and_grad(np.float64(p[0]), X, y)[0])  # noqa: E731
+    fd = central_differences(loss, [s], rel_step=5e-6).item()  # h = 1e-5
     assert abs(float(g) - fd) <= 1e-6 * abs(fd)
 
 
 @pytest.mark.parametrize("name", ["rvga_implicit", "lrvga_implicit"])
 def test_grad_through_run_in_float32(name):
     """The same gradients in float32 agree with float64 to float32 accuracy."""
-    loss = FILTERS[name]()
-    grad = jax.jit(jax.grad(loss))
-    g64 = float(grad(2.0, *_data(name, jnp.float64)))
+    grad = lambda s, X, y: _value_and_grad(name)(s, X, y)[1]  # noqa: E731
+    g64 = float(grad(np.float64(2.0), *_data(name, jnp.float64)))
     g32 = grad(jnp.float32(2.0), *_data(name, jnp.float32))
     assert g32.dtype == jnp.float32
     assert abs(float(g32) - g64) <= 1e-3 * abs(g64)
