@@ -16,7 +16,8 @@ All offer the same operations:
   the mean unchanged; ``absorb(state, X, c, g, prior_gain)``: ``add`` and the mean step
   ``mu + P g`` (with the new ``P``, or the previous one with ``prior_gain``, [RVGA] eq. 76);
   ``finish(state)``: the belief's own projection of the result; ``settle(prior, new, ok)``: ``finish(new)``
-  where ``ok``, else ``prior`` (the skip-and-flag guard of every filter).
+  where ``ok``, else ``prior`` (the skip-and-flag guard of every filter); ``checked_fields(state)``:
+  the arrays whose finiteness the guard checks (those ``add`` does not certify itself).
 
 For the low-rank belief, ``add`` keeps the sum exactly, as the factors ``[W, X diag(sqrt c)]`` of a
 higher rank, so that the mean step that follows uses the unprojected precision (by Woodbury, still
@@ -166,33 +167,40 @@ class Dense(NamedTuple):
         """``P_new^{-1} = P^{-1} + X diag(c) X^T`` by Woodbury; ``c`` may be negative (a non-log-concave site).
 
         Returns ``(state, ok)``; ``ok`` is False where the result would not be positive definite
-        (rank one: ``1 + c x^T P x <= 0`` up to rounding) or not finite.
+        (rank one: ``1 + c x^T P x <= 0`` up to rounding) or not finite: it certifies the new
+        covariance, which the guard then does not read again (:meth:`checked_fields`).
         """
+        new, ok, _ = self._add(state, X, c, state.cov @ X)
+        return new, ok
+
+    def _add(self, state, X, c, V):
+        """:meth:`add` given ``V = P X`` (d, m); also returns ``K`` (m, m) with ``P_new = P - V K V^T``
+        (``None`` for the information form, m > d)."""
         c = jnp.ones(X.shape[1], X.dtype) if c is None else c
-        V = state.cov @ X  # (d, m)
         if X.shape[1] == 1:  # every GLM site: the rank-one form of [RVGA] eqs. (64)-(65)
             nu0 = X[:, 0] @ V[:, 0]
             s = c[0] / (1.0 + c[0] * nu0)
             nu = nu0 * (1.0 - s * nu0)  # x^T P_new x
             ok = jnp.isfinite(s) & jnp.isfinite(nu0) & (s * nu0 <= 1.0)  # == 1 only by rounding
-            ok = ok & self._resolvable(state.cov, X, nu[None])
+            ok = ok & self._resolvable(state.cov, X, nu[None]) & _no_overflow(state.cov, s, V[:, 0])
             s, v = jax.lax.cond(ok, lambda s, v: (s, v), lambda s, v: (0.0 * s, 0.0 * v), s, V[:, 0])
-            cov = state.cov - s * jnp.outer(v, v)
-        elif X.shape[1] <= X.shape[0]:  # Woodbury in the m-dimensional space of the columns
+            return state._replace(cov=state.cov - s * jnp.outer(v, v)), ok, s[None, None]
+        if X.shape[1] <= X.shape[0]:  # Woodbury in the m-dimensional space of the columns
             A = X.T @ V
             K = jnp.linalg.solve(jnp.eye(X.shape[1], dtype=A.dtype) + c[:, None] * A, jnp.diag(c))
-            cov = state.cov - V @ (0.5 * (K + K.T)) @ V.T
+            K = 0.5 * (K + K.T)
+            cov = state.cov - V @ K @ V.T
             cov = 0.5 * (cov + cov.T)
-            nu = jnp.diagonal(A) - jnp.sum(A * (A @ (0.5 * (K + K.T))), axis=0)  # diag(X^T P_new X)
+            nu = jnp.diagonal(A) - jnp.sum(A * (A @ K), axis=0)  # diag(X^T P_new X)
             ok = jnp.all(jnp.isfinite(cov)) & jnp.all(jnp.diagonal(cov) > 0) & self._resolvable(state.cov, X, nu)
             ok = ok & _stored_pd(cov)  # the columns' own variances miss a collinear pair's difference
-        else:  # more columns than parameters (many samples): information form, d x d solves
-            eye = jnp.eye(X.shape[0], dtype=X.dtype)
-            prec = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(state.cov), True), eye) + (X * c) @ X.T
-            cov = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(0.5 * (prec + prec.T)), True), eye)
-            cov = 0.5 * (cov + cov.T)
-            ok = jnp.all(jnp.isfinite(cov)) & _stored_pd(cov)
-        return state._replace(cov=cov), ok
+            return state._replace(cov=cov), ok, K
+        # more columns than parameters (many samples): information form, d x d solves
+        eye = jnp.eye(X.shape[0], dtype=X.dtype)
+        prec = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(state.cov), True), eye) + (X * c) @ X.T
+        cov = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(0.5 * (prec + prec.T)), True), eye)
+        cov = 0.5 * (cov + cov.T)
+        return state._replace(cov=cov), jnp.all(jnp.isfinite(cov)) & _stored_pd(cov), None
 
     @staticmethod
     def _resolvable(cov, X, nu):
@@ -208,16 +216,41 @@ class Dense(NamedTuple):
         return jnp.all(nu >= floor * jnp.sum(X * X, axis=0))
 
     def absorb(self, prior, X, c, g, prior_gain: bool = False):
-        """:meth:`add` and the mean step ``mu + P g`` (:func:`add_then_solve`); returns ``(state, ok)``."""
-        return add_then_solve(self, prior, X, c, g, prior_gain)
+        """:meth:`add` and the mean step ``mu + P g``, in one pass over ``P``: ``P [X, g]`` gives
+        ``V = P X`` and ``P g``, and ``P_new g = P g - V K (V^T g)`` (O(d m)); returns ``(state, ok)``."""
+        PXg = prior.cov @ jnp.concatenate([X, g[:, None]], axis=1)
+        V, Pg = PXg[:, :-1], PXg[:, -1]
+        new, ok, K = self._add(prior, X, c, V)
+        if prior_gain:
+            step = Pg
+        elif K is None:
+            step = new.cov @ g
+        else:
+            step = Pg - V @ (K @ (V.T @ g))
+        return new._replace(mean=prior.mean + step), ok
 
     def finish(self, state):
         """Nothing to project: returns ``(state, (dropped, em_loops) = (0, 0))``."""
         return state, no_projection(state.mean.dtype)
 
     def settle(self, prior, new, ok):
-        """``new`` where ``ok``, else ``prior`` (:func:`finish_or_keep`)."""
-        return finish_or_keep(self, prior, new, ok)
+        """``new`` where ``ok``, else ``prior`` (its key advanced to ``new``'s), leaf by leaf: a ``where``
+        that XLA fuses with the rank-one update that produced ``new.cov`` (one pass over ``P``)."""
+        kept = prior._replace(key=new.key)
+        pick = lambda a, b: a if a is b else jnp.where(ok, a, b)  # noqa: E731
+        return jax.tree_util.tree_map(pick, new, kept), no_projection(prior.mean.dtype)
+
+    def checked_fields(self, state):
+        """The fields whose finiteness the guard checks: the mean (the covariance is certified by the
+        ``ok`` of :meth:`add` and left as it was by :meth:`finish`)."""
+        return (state.mean,)
+
+
+def _no_overflow(cov, s, v):
+    """``cov - s v v^T`` cannot overflow: ``|s| max v_i^2`` and ``max diag(cov)`` (which bounds every
+    entry of a positive definite ``cov``) are each at most a quarter of the dtype's largest value."""
+    big = jnp.finfo(cov.dtype).max / 4
+    return (jnp.abs(s) * jnp.max(v * v) <= big) & (jnp.max(jnp.diagonal(cov)) <= big) & jnp.all(jnp.isfinite(v))
 
 
 class LowRank(NamedTuple):
@@ -440,6 +473,17 @@ class LowRank(NamedTuple):
         (W, psi, gram), report = self._store_or_project(new, ok, prior.gram)
         return new._replace(mean=jnp.where(ok, new.mean, prior.mean), W=W, psi=psi, gram=gram), report
 
+    def checked_fields(self, state):
+        """The arrays whose finiteness decides a step, the mean first. A factor with a cached whitened
+        Gram is checked by that Gram, which is finite exactly when ``W / sqrt(psi)`` is (up to
+        overflow): a p x p check instead of a pass over the d x p rows (for a pending factor
+        ``(W, X)``, the bordered Gram covers the new columns ``X``; without a Gram, ``X`` is checked,
+        ``W`` being the prior's)."""
+        fields = [state.mean, state.psi]
+        if state.gram is not None:
+            return tuple(fields + [state.gram])
+        return tuple(fields + (list(state.W[1:]) if isinstance(state.W, tuple) else [state.W]))
+
     def _store_or_project(self, state, ok, kept_gram=None):
         """``((W, psi, gram), (dropped, em_loops))`` of the pending ``state`` of a buffer: its new columns
         stored in the buffer where ``ok`` and they fit, projected with it where ``ok`` and they do
@@ -569,6 +613,10 @@ class Diagonal(NamedTuple):
     def settle(self, prior, new, ok):
         """``new`` where ``ok``, else ``prior`` (:func:`finish_or_keep`)."""
         return finish_or_keep(self, prior, new, ok)
+
+    def checked_fields(self, state):
+        """The fields whose finiteness the guard checks: the mean (``psi`` is certified by :meth:`add`)."""
+        return (state.mean,)
 
 
 def _resolved(chol, gram):

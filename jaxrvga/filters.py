@@ -157,24 +157,14 @@ _STEPS = {"exact": _step_exact, "implicit": _step_implicit, "explicit": _step_mo
 # --------------------------------------------------------------------------- the update
 
 def _belief_fields(state):
-    """The arrays whose finiteness decides a step, the mean first. A low-rank factor with a cached
-    whitened Gram is checked by that Gram, which is finite exactly when ``W / sqrt(psi)`` is (up to
-    overflow): a p x p check instead of a pass over the d x p rows (for a pending factor ``(W, X)``,
-    the bordered Gram covers the new columns ``X``; without a Gram, ``X`` is checked, ``W`` being
-    the prior's)."""
-    fields = [getattr(state, f) for f in ("mean", "cov", "psi") if hasattr(state, f)]
-    W = getattr(state, "W", None)
-    if getattr(state, "gram", None) is not None:
-        fields.append(state.gram)
-    elif W is not None:
-        fields += list(W[1:]) if isinstance(W, tuple) else [W]
-    return tuple(fields)
+    """Every floating array of a state but its diagnostics: what the prediction step may change."""
+    return tuple(getattr(state, f) for f in ("mean", "cov", "psi", "W", "gram")
+                 if getattr(state, f, None) is not None and not isinstance(getattr(state, f), tuple))
 
 
-def _changed_fields(new, prior):
-    """The fields of :func:`_belief_fields` that the step replaced (those it passed on are the prior's)."""
-    kept = _belief_fields(prior)
-    return tuple(a for a in _belief_fields(new) if not any(a is b for b in kept))
+def _changed(fields, kept):
+    """The arrays of ``fields`` that are not arrays of ``kept`` (those a step passed on are the prior's)."""
+    return tuple(a for a in fields if not any(a is b for b in kept))
 
 
 def _guarded(belief, prior, new, ok, info):
@@ -183,9 +173,9 @@ def _guarded(belief, prior, new, ok, info):
     (it does not for finite input, up to overflow) is flagged; a projection leaves the mean as it is,
     so the mean is not checked again. The step counter advances either way.
     """
-    ok = ok & all_finite(*_changed_fields(new, prior))
+    ok = ok & all_finite(*_changed(belief.checked_fields(new), belief.checked_fields(prior)))
     out, (dropped, loops) = belief.settle(prior, new, ok)
-    ok = ok & all_finite(*_belief_fields(out)[1:])
+    ok = ok & all_finite(*belief.checked_fields(out)[1:])
     info = info._replace(converged=info.converged & ok, dropped=dropped, em_loops=loops)
     return out._replace(step=prior.step + 1, info=info)
 
@@ -221,7 +211,7 @@ def _predict(spec, state):
     dtype = state.mean.dtype
     valid = dyn.valid(dtype)
     prior = spec.belief.predict(kept, dyn.where_valid(valid, dtype))
-    ok = valid & all_finite(*_changed_fields(prior, kept))
+    ok = valid & all_finite(*_changed(_belief_fields(prior), _belief_fields(kept)))
     pick = lambda a, b: a if a is b else jnp.where(ok, a, b)  # noqa: E731
     return jax.tree_util.tree_map(pick, prior, kept), ok
 
