@@ -528,7 +528,7 @@ class Problem:
         self.P0 = sigma0**2 * jnp.eye(d)
         self.z = jnp.asarray(metrics.base_normals(d, m_kl, seed=seed if seed_kl is None else seed_kl))
         self.z_big = jax.random.normal(jax.random.PRNGKey(SEED_BIG), (M_BIG, d))
-        lap = jax.jit(lambda X, y, m, P: jr.laplace(MODEL, X, y, m, P))(self.X, self.y, self.m0, self.P0)
+        lap = _problem_laplace(self.X, self.y, self.m0, self.P0)
         self.lap_mean, self.lap_cov, self.lap_ok = lap.mean, lap.cov, bool(lap.converged)
         self.kl_laplace = float(full_kl(self.lap_mean, self.lap_cov, self.z, self.X, self.y, self.m0,
                                         sigma0**2))
@@ -537,6 +537,11 @@ class Problem:
 
     def stride(self):
         return max(1, self.N // N_POINTS)
+
+
+#: The Laplace approximation of a :class:`Problem`, compiled once per shape (shared by every problem
+#: of that size).
+_problem_laplace = jax.jit(lambda X, y, m, P: jr.laplace(MODEL, X, y, m, P))
 
 
 @jax.jit
