@@ -375,7 +375,7 @@ def solve_logistic(alpha0, nu0, y, max_iter: int | None = None):
     """
     alpha0, nu0, y, dtype = _check_inputs(alpha0, nu0, y)
     max_iter = _NEWTON_ITERS if max_iter is None else int(max_iter)
-    alpha, nu, iters = _logistic_root(alpha0, nu0, y, max_iter)
+    alpha, nu, iters = _logistic_root_jit(alpha0, nu0, y, max_iter)
     res = scaled_residual(alpha, nu, alpha0, jnp.where(nu0 > 0, nu0, 0.0), y)
     info = SolverInfo((res <= _tolerance(dtype)) & _finite(alpha0, nu0, y, alpha, nu), res, iters)
     return alpha, nu, info
@@ -416,6 +416,12 @@ def _logistic_root_jvp(max_iter, primals, tangents):
     dalpha = jnp.where(degenerate, tangents[0], dz[0])
     dnu = jnp.where(degenerate, 0.0, nu * dz[1])
     return (alpha, nu, iters), (dalpha, dnu, np.zeros(np.shape(iters), jax.dtypes.float0))
+
+
+#: :func:`_logistic_root` compiled once per ``max_iter``, shape and dtype: called outside ``jit``
+#: (a filter's update run step by step), its loops would otherwise be traced and compiled afresh
+#: at every call. Inside ``jit``, ``vmap`` and ``grad`` it is the same computation.
+_logistic_root_jit = jax.jit(_logistic_root, static_argnums=3)
 
 
 def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
