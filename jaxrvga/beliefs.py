@@ -28,7 +28,7 @@ from the spectral warm start of :func:`jaxrvga.factor_analysis.spectral_em_step`
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +39,51 @@ from .core import DiagonalState, GaussianState, LowRankState, solver_info
 from .dynamics import Dynamics
 from .factor_analysis import PSI_FLOOR, recursive_em_step, spectral_em_step
 from .validation import check_cov, check_finite, check_positive, check_vector, is_concrete
+
+
+@runtime_checkable
+class Belief(Protocol):
+    """The contract every belief satisfies (:class:`Dense`, :class:`LowRank`, :class:`Diagonal`); the
+    schemes and the guard of :mod:`jaxrvga.filters` use nothing else. ``state_type`` is the
+    NamedTuple of its states (fields ``mean``, ``step``, ``info``, ``key`` and the belief's own)."""
+
+    state_type: type
+
+    def init(self, mean, *factors, key=None):
+        """The initial state from the mean and the belief's own factors (checked where concrete)."""
+
+    def predict(self, state, dynamics):
+        """The prediction step under :class:`~jaxrvga.dynamics.Dynamics`, exact."""
+
+    def marginal(self, state, X):
+        """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d)."""
+
+    def solve(self, state, g):
+        """``P g``."""
+
+    def noise(self, key, num: int, dim: int, dtype):
+        """Base noise of :meth:`draw`."""
+
+    def draw(self, state, noise):
+        """Draws of ``theta`` (num, d) from base noise: common random numbers across passes."""
+
+    def sample(self, state, key, num: int):
+        """``num`` draws of ``theta``, (num, d)."""
+
+    def add(self, state, X, c):
+        """The precision step ``P^{-1} + X diag(c) X^T`` (as the belief keeps it): ``(state, ok)``."""
+
+    def absorb(self, prior, X, c, g, prior_gain: bool = False):
+        """:meth:`add` and the mean step ``mu + P g``: ``(state, ok)``."""
+
+    def finish(self, state):
+        """The belief's projection of a step's result: ``(state, (dropped, em_loops))``."""
+
+    def settle(self, prior, new, ok):
+        """:meth:`finish` of ``new`` where ``ok``, else ``prior``: ``(state, (dropped, em_loops))``."""
+
+    def checked_fields(self, state):
+        """The arrays whose finiteness the guard checks, the mean first."""
 
 
 def antithetic_normals(key, num: int, dim: int, dtype):
@@ -636,4 +681,4 @@ def _buffer_fill(gram, rank: int, width: int):
     return jnp.max(jnp.where(used, jnp.arange(1, width - rank + 1), 0), initial=0)
 
 
-__all__ = ["Dense", "LowRank", "Diagonal", "antithetic_normals", "add_then_solve", "finish_or_keep", "no_projection"]
+__all__ = ["Belief", "Dense", "LowRank", "Diagonal", "antithetic_normals", "add_then_solve", "finish_or_keep", "no_projection"]

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
+from ._values import same, value_key
 from .validation import all_finite, is_concrete
 
 
@@ -39,15 +40,20 @@ class Filter(NamedTuple):
     model: Optional[Any] = None
 
     def __eq__(self, other):
-        """Field by field identity (a model may hold arrays, which have no ``==`` to a bool)."""
-        return isinstance(other, Filter) and all(a is b for a, b in zip(self, other))
+        """Field by field by value (:func:`jaxrvga._values.same`: arrays by identity)."""
+        return isinstance(other, Filter) and same(tuple(self), tuple(other))
 
     def __ne__(self, other):
         return not self == other
 
     def __hash__(self):
-        """Hashable as a static ``jit`` argument, by the identity of its fields."""
-        return hash(tuple(id(a) for a in self))
+        """Hashable as a static ``jit`` argument, consistently with ``==``."""
+        return hash(value_key(tuple(self)))
+
+    def program(self) -> "Filter":
+        """The parts of the filter a run compiles (``update`` and ``predict``): two filters built from
+        the same model and options have equal programs, and :func:`run` compiles them once."""
+        return Filter(None, self.update, None, self.predict, None)
 
 
 class SolverInfo(NamedTuple):
@@ -326,6 +332,7 @@ def run(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None, *,
 
 
 def _dispatch(flt, state, xs, ys, trace_fn, donate, validate, extra):
+    flt = flt.program()  # the static argument: identical filters share one compiled program
     if validate:
         err, out = _scan_checked(flt, state, xs, ys, trace_fn, **extra)
         msg = err.get()

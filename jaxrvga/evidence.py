@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from . import models
+from ._values import Bound
 from .core import Filter, Prequential, scan
 from .predictive import log_predictive
 from .validation import is_concrete
@@ -33,12 +34,13 @@ def trace_log_predictive(model: models.Model, *, key=None, num_samples: int = 10
     """
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
+    return Prequential(Bound(_score, model, key, num_samples, num_points))
 
-    def score(state, x, y):
-        step_key = None if key is None else jax.random.fold_in(key, state.step)
-        return log_predictive(state, x, y, model, key=step_key, num_samples=num_samples, num_points=num_points)
 
-    return Prequential(score)
+def _score(model, key, num_samples, num_points, state, x, y):
+    """One step of :func:`trace_log_predictive` (a function of the options: equal traces share a program)."""
+    step_key = None if key is None else jax.random.fold_in(key, state.step)
+    return log_predictive(state, x, y, model, key=step_key, num_samples=num_samples, num_points=num_points)
 
 
 def log_evidence(flt: Filter, state, xs, ys, *, model: Optional[models.Model] = None, key=None,

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import schemes
+from ._values import Bound
 from .beliefs import Dense, Diagonal, LowRank
 from .core import Filter, solver_info
 from .dynamics import Dynamics, dynamics
@@ -229,15 +230,23 @@ def _without_new_cache(out, state):
     return out
 
 
-def _predict_fn(spec: Spec):
-    """``predict(state) -> state``: the prior of the next update (:func:`_predict`); a prediction that
+def _predict_alone(spec: Spec, state):
+    """The public prediction step: the prior of the next update (:func:`_predict`); a prediction that
     could not be applied keeps the state and sets ``info.converged`` to False."""
-    def predict(state):
-        prior, ok = _predict(spec, state)
-        info = prior.info._replace(converged=prior.info.converged & ok)
-        return _without_new_cache(prior._replace(info=info), state)
+    prior, ok = _predict(spec, state)
+    info = prior.info._replace(converged=prior.info.converged & ok)
+    return _without_new_cache(prior._replace(info=info), state)
 
-    return predict
+
+class _OfSpec(Bound):
+    """A function of a filter's :class:`Spec` (its first argument), equal for equal specs: identical
+    filters built twice share their compiled programs. ``spec`` holds the configuration."""
+
+    __slots__ = ()
+
+    @property
+    def spec(self) -> Spec:
+        return self.args[0]
 
 
 def _update(spec: Spec, state, x, y):
@@ -429,16 +438,7 @@ def _frozen(frozen_noise):
 
 def _filter(belief, model, scheme, cfg, dyn, init) -> Filter:
     spec = Spec(model, belief, scheme, cfg, dyn)
-    return Filter(init, _update_fn(spec), _make_check(model), _predict_fn(spec), model)
-
-
-def _update_fn(spec: Spec):
-    """``update(state, x, y)`` of ``spec`` as a plain function (``update.spec`` holds the configuration)."""
-    def update(state, x, y):
-        return _update(spec, state, x, y)
-
-    update.spec = spec
-    return update
+    return Filter(init, _OfSpec(_update, spec), _make_check(model), _OfSpec(_predict_alone, spec), model)
 
 
 # --------------------------------------------------------------------------- public factories
@@ -631,7 +631,7 @@ def with_block_rows(flt: Filter, block_rows: Optional[int]) -> Filter:
     if block_rows is not None and block_rows != 0:
         block_rows = positive_int("block_rows", block_rows)
     spec = spec._replace(belief=spec.belief._replace(block_rows=block_rows))
-    return flt._replace(update=_update_fn(spec), predict=_predict_fn(spec))
+    return flt._replace(update=_OfSpec(_update, spec), predict=_OfSpec(_predict_alone, spec))
 
 
 def kalman(noise_var=1.0, process_noise=None, *, decay=None, additive_noise=None, decay_to=None) -> Filter:

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import special
+from ._values import Bound, same, value_key
 from .validation import check_counts, check_labels01, check_positive, is_concrete, positive_int
 
 
@@ -82,6 +83,12 @@ class _DiagonalRoot:
     def __init__(self, fisher: Callable):
         self.fisher = fisher
 
+    def __eq__(self, other):
+        return type(other) is _DiagonalRoot and same(self.fisher, other.fisher)
+
+    def __hash__(self):
+        return hash(value_key(self.fisher))
+
     def diagonal(self, eta):
         return jnp.sqrt(jnp.maximum(self.fisher(eta), 0.0))
 
@@ -89,29 +96,49 @@ class _DiagonalRoot:
         return jnp.diag(jnp.atleast_1d(self.diagonal(eta)))
 
 
+def _gaussian_log_prob(nv, y, eta):
+    return -0.5 * ((y - eta) ** 2 / nv + jnp.log(2 * jnp.pi * nv))
+
+
+def _gaussian_variance(nv, eta):
+    return jnp.full_like(eta, nv)
+
+
+def _gaussian_fisher(nv, eta):
+    return jnp.ones_like(eta) / nv
+
+
+def _identity(eta):
+    return eta
+
+
+def _any_y(name, y):
+    return y
+
+
 def gaussian(noise_var=1.0) -> Family:
     """Gaussian output ``y ~ N(eta, noise_var)`` (identity link)."""
     check_positive("noise_var", noise_var)
     nv = noise_var
-
-    def log_prob(y, eta):
-        return -0.5 * ((y - eta) ** 2 / nv + jnp.log(2 * jnp.pi * nv))
-
     return Family(
         name="gaussian",
-        log_prob=log_prob,
-        mean=lambda eta: eta,
-        variance=lambda eta: jnp.full_like(eta, nv),
-        fisher=lambda eta: jnp.ones_like(eta) / nv,
-        check_y=lambda name, y: y,
+        log_prob=Bound(_gaussian_log_prob, nv),
+        mean=_identity,
+        variance=Bound(_gaussian_variance, nv),
+        fisher=Bound(_gaussian_fisher, nv),
+        check_y=_any_y,
     )
+
+
+def _bernoulli_log_prob(y, eta):
+    return y * eta - jnp.logaddexp(0.0, eta)
 
 
 def bernoulli() -> Family:
     """Bernoulli output with logit link: ``p(y=1 | eta) = sig(eta)``, ``y in {0, 1}``."""
     return Family(
         name="bernoulli",
-        log_prob=lambda y, eta: y * eta - jnp.logaddexp(0.0, eta),
+        log_prob=_bernoulli_log_prob,
         mean=special.sigmoid,
         variance=special.sig1,
         fisher=special.sig1,
@@ -119,11 +146,15 @@ def bernoulli() -> Family:
     )
 
 
+def _poisson_log_prob(y, eta):
+    return y * eta - jnp.exp(eta) - jax.scipy.special.gammaln(y + 1.0)
+
+
 def poisson_family() -> Family:
     """Poisson output with log link: ``y ~ Poisson(exp(eta))``."""
     return Family(
         name="poisson",
-        log_prob=lambda y, eta: y * eta - jnp.exp(eta) - jax.scipy.special.gammaln(y + 1.0),
+        log_prob=_poisson_log_prob,
         mean=jnp.exp,
         variance=jnp.exp,
         fisher=jnp.exp,
@@ -144,23 +175,47 @@ def _one_hot(y, eta):
                      f"got shape {y.shape}")
 
 
-def _class_label_check(num_classes: int):
-    def check(name, y):
-        """Integer labels in {0..K-1} (checked where concrete); one-hot rows pass as labels 0 and 1.
+def _check_class_labels(num_classes: int, name, y):
+    """Integer labels in {0..K-1} (checked where concrete); one-hot rows pass as labels 0 and 1.
 
-        Labels and one-hot rows are told apart by ``log_prob`` from the shape of the logits, which a
-        check of ``y`` alone cannot see (a data set of labels of shape (T, m) may have m = K).
-        """
-        if not is_concrete(y):
-            return y
-        a = np.asarray(y, dtype=np.float64)
-        ok = np.isfinite(a) & (np.floor(a) == a) & (a >= 0) & (a <= num_classes - 1)
-        if not np.all(ok):
-            raise ValueError(f"{name} must contain integer labels in {{0..{num_classes - 1}}} for the "
-                             f"categorical model, got values such as {a[~ok].ravel()[:3].tolist()}")
+    Labels and one-hot rows are told apart by ``log_prob`` from the shape of the logits, which a
+    check of ``y`` alone cannot see (a data set of labels of shape (T, m) may have m = K).
+    """
+    if not is_concrete(y):
         return y
+    a = np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(a) & (np.floor(a) == a) & (a >= 0) & (a <= num_classes - 1)
+    if not np.all(ok):
+        raise ValueError(f"{name} must contain integer labels in {{0..{num_classes - 1}}} for the "
+                         f"categorical model, got values such as {a[~ok].ravel()[:3].tolist()}")
+    return y
 
-    return check
+
+def _categorical_log_prob(y, eta):
+    return jnp.sum(_one_hot(y, eta) * special.log_softmax(eta), axis=-1)
+
+
+def _categorical_parts(eta):
+    """``p``, ``q = 1 - p`` summed over the other classes (no cancellation), ``sqrt(p)``, off-diagonal mask."""
+    log_p = special.log_softmax(eta)
+    p = jnp.exp(log_p)
+    off = ~jnp.eye(eta.shape[-1], dtype=bool)
+    q = jnp.sum(jnp.where(off, p[..., None, :], 0.0), axis=-1)
+    return p, q, jnp.exp(0.5 * log_p), off  # sqrt(p) without sqrt's infinite slope at 0
+
+
+def _categorical_fisher(eta):  # diag(p q) - p p^T off the diagonal
+    p, q, _, off = _categorical_parts(eta)
+    return jnp.where(off, -p[..., :, None] * p[..., None, :], (p * q)[..., None, :])
+
+
+def _categorical_fisher_root(eta):  # R_ik = sqrt(p_i) (delta_ik - p_k)
+    p, q, r, off = _categorical_parts(eta)
+    return jnp.where(off, -r[..., :, None] * p[..., None, :], (r * q)[..., None, :])
+
+
+def _softmax(eta):
+    return jax.nn.softmax(eta, axis=-1)
 
 
 def categorical(num_classes: int) -> Family:
@@ -179,34 +234,14 @@ def categorical(num_classes: int) -> Family:
     K = positive_int("num_classes", num_classes)
     if K < 2:
         raise ValueError(f"num_classes must be at least 2, got {num_classes!r}")
-
-    def log_prob(y, eta):
-        return jnp.sum(_one_hot(y, eta) * special.log_softmax(eta), axis=-1)
-
-    def parts(eta):
-        """``p``, ``q = 1 - p`` summed over the other classes (no cancellation), ``sqrt(p)``, off-diagonal mask."""
-        log_p = special.log_softmax(eta)
-        p = jnp.exp(log_p)
-        off = ~jnp.eye(K, dtype=bool)
-        q = jnp.sum(jnp.where(off, p[..., None, :], 0.0), axis=-1)
-        return p, q, jnp.exp(0.5 * log_p), off  # sqrt(p) without sqrt's infinite slope at 0
-
-    def fisher(eta):  # diag(p q) - p p^T off the diagonal
-        p, q, _, off = parts(eta)
-        return jnp.where(off, -p[..., :, None] * p[..., None, :], (p * q)[..., None, :])
-
-    def fisher_root(eta):  # R_ik = sqrt(p_i) (delta_ik - p_k)
-        p, q, r, off = parts(eta)
-        return jnp.where(off, -r[..., :, None] * p[..., None, :], (r * q)[..., None, :])
-
     return Family(
         name="categorical",
-        log_prob=log_prob,
-        mean=lambda eta: jax.nn.softmax(eta, axis=-1),
-        variance=fisher,
-        fisher=fisher,
-        check_y=_class_label_check(K),
-        fisher_root=fisher_root,
+        log_prob=_categorical_log_prob,
+        mean=_softmax,
+        variance=_categorical_fisher,
+        fisher=_categorical_fisher,
+        check_y=Bound(_check_class_labels, K),
+        fisher_root=_categorical_fisher_root,
     )
 
 
@@ -258,26 +293,27 @@ def _linear_predict(theta, x):
     return jnp.dot(x, theta)
 
 
-def _gauss_hermite_expected_log_lik(family: Family, num_points: int):
+def _gauss_hermite_expected_log_lik(family: Family, num_points: int, m, v, y):
     """``E_{eta ~ N(m, v)}[log p(y | eta)]`` by Gauss-Hermite quadrature."""
-
-    def expected(m, v, y):
-        y = jnp.asarray(y)[..., None]  # broadcast against the quadrature axis
-        return special.gaussian_expectation_1d(lambda a: family.log_prob(y, a), m, v, num_points)
-
-    return expected
+    y = jnp.asarray(y)[..., None]  # broadcast against the quadrature axis
+    return special.gaussian_expectation_1d(lambda a: family.log_prob(y, a), m, v, num_points)
 
 
-def _moments_from_expectation(expected):
+def _moments_from_expectation(expected, m, v, y):
     """GLM moments from ``E[log p]`` by Bonnet's and Price's theorems:
     ``E[l'] = d/dm E[l]`` and ``E[l''] = 2 d/dv E[l]``."""
     dm = jnp.vectorize(jax.grad(expected, argnums=0))
     dv = jnp.vectorize(jax.grad(expected, argnums=1))
+    return dm(m, v, y), 2.0 * dv(m, v, y)
 
-    def moments(m, v, y):
-        return dm(m, v, y), 2.0 * dv(m, v, y)
 
-    return moments
+def _linear_gaussian_moments(noise_var, m, v, y):
+    del v
+    return (y - m) / noise_var, -jnp.ones_like(m) / noise_var
+
+
+def _linear_gaussian_expected(noise_var, m, v, y):
+    return -0.5 * (((y - m) ** 2 + v) / noise_var + jnp.log(2 * jnp.pi * noise_var))
 
 
 def linear_gaussian(noise_var=1.0) -> Model:
@@ -285,16 +321,13 @@ def linear_gaussian(noise_var=1.0) -> Model:
 
     ``noise_var`` may be a traced array, so it can be vmapped over.
     """
-    fam = gaussian(noise_var)
+    return Model("linear_gaussian", gaussian(noise_var), _linear_predict, Bound(_linear_gaussian_moments, noise_var),
+                 noise_var, Bound(_linear_gaussian_expected, noise_var))
 
-    def moments(m, v, y):
-        del v
-        return (y - m) / noise_var, -jnp.ones_like(m) / noise_var
 
-    def expected(m, v, y):
-        return -0.5 * (((y - m) ** 2 + v) / noise_var + jnp.log(2 * jnp.pi * noise_var))
-
-    return Model("linear_gaussian", fam, _linear_predict, moments, noise_var, expected)
+def _logistic_moments(m, v, y):
+    mean, slope = special.probit_moments(m, v)
+    return y - mean, -slope
 
 
 def logistic() -> Model:
@@ -303,27 +336,23 @@ def logistic() -> Model:
     Gaussian expectations use the inverse-probit closed form ([RVGA] eq. 58):
     ``E[sig(a)] ~= sig(k m)``, ``E[sig'(a)] ~= k sig'(k m)``, ``k = k(v)``.
     """
-
-    def moments(m, v, y):
-        mean, slope = special.probit_moments(m, v)
-        return y - mean, -slope
-
     fam = bernoulli()
-    return Model("logistic", fam, _linear_predict, moments, None,
-                 _gauss_hermite_expected_log_lik(fam, 32))
+    return Model("logistic", fam, _linear_predict, _logistic_moments, None,
+                 Bound(_gauss_hermite_expected_log_lik, fam, 32))
+
+
+def _poisson_moments(m, v, y):
+    rate = jnp.exp(m + 0.5 * v)
+    return y - rate, -rate
+
+
+def _poisson_expected(m, v, y):
+    return y * m - jnp.exp(m + 0.5 * v) - jax.scipy.special.gammaln(y + 1.0)
 
 
 def poisson() -> Model:
     """Poisson regression with log link; Gaussian moments are exact: ``E[e^a] = exp(m + v/2)``."""
-
-    def moments(m, v, y):
-        rate = jnp.exp(m + 0.5 * v)
-        return y - rate, -rate
-
-    def expected(m, v, y):
-        return y * m - jnp.exp(m + 0.5 * v) - jax.scipy.special.gammaln(y + 1.0)
-
-    return Model("glm", poisson_family(), _linear_predict, moments, None, expected)
+    return Model("glm", poisson_family(), _linear_predict, _poisson_moments, None, _poisson_expected)
 
 
 def glm(family: Family, num_points: int = 32) -> Model:
@@ -331,8 +360,12 @@ def glm(family: Family, num_points: int = 32) -> Model:
     if family.name == "categorical":
         raise ValueError("family: a categorical output needs K logits, not one linear predictor; "
                          "use softmax_regression(dim, num_classes) or nonlinear(h, categorical(K))")
-    expected = _gauss_hermite_expected_log_lik(family, num_points)
-    return Model("glm", family, _linear_predict, _moments_from_expectation(expected), None, expected)
+    expected = Bound(_gauss_hermite_expected_log_lik, family, num_points)
+    return Model("glm", family, _linear_predict, Bound(_moments_from_expectation, expected), None, expected)
+
+
+def _unravelled(h, unravel, theta, x):
+    return h(unravel(theta), x)
 
 
 def nonlinear(h: Callable, family: Family | None = None, unravel: Callable | None = None) -> Model:
@@ -345,8 +378,13 @@ def nonlinear(h: Callable, family: Family | None = None, unravel: Callable | Non
     called as ``h(unravel(theta), x)``.
     """
     family = gaussian(1.0) if family is None else family
-    predict = h if unravel is None else (lambda theta, x: h(unravel(theta), x))
+    predict = h if unravel is None else Bound(_unravelled, h, unravel)
     return Model("nonlinear", family, predict, None)
+
+
+def _each_input(predict, theta, x):
+    """``predict`` mapped over the leading axis of the inputs ``x`` (a minibatch)."""
+    return jax.vmap(predict, in_axes=(None, 0))(theta, x)
 
 
 def minibatch(model: Model) -> Model:
@@ -363,7 +401,7 @@ def minibatch(model: Model) -> Model:
         kind = model.kind if isinstance(model, Model) else type(model).__name__
         raise ValueError(f"model must be a nonlinear model (jr.models.nonlinear); got {kind!r}"
                          + (": GLMs take x of shape (m, d) as they are" if isinstance(model, Model) else ""))
-    return model._replace(predict=jax.vmap(model.predict, in_axes=(None, 0)), per_input=model.predict)
+    return model._replace(predict=Bound(_each_input, model.predict), per_input=model.predict)
 
 
 def softmax_regression(dim: int, num_classes: int) -> Model:
@@ -377,9 +415,8 @@ def softmax_regression(dim: int, num_classes: int) -> Model:
     """
     dim = positive_int("dim", dim)
     family = categorical(num_classes)
-    K = int(num_classes)
+    return nonlinear(Bound(_linear_logits, dim, int(num_classes)), family)
 
-    def logits(theta, x):
-        return jnp.asarray(x) @ jnp.reshape(theta, (dim, K))
 
-    return nonlinear(logits, family)
+def _linear_logits(dim, K, theta, x):
+    return jnp.asarray(x) @ jnp.reshape(theta, (dim, K))

@@ -1,0 +1,104 @@
+"""Every belief against the same oracles (jaxrvga.beliefs.Belief), float64, d = 5.
+
+Each belief's state is turned into its covariance ``P`` by its own definition (dense: ``cov``;
+low rank: ``(W W^T + diag psi)^{-1}``; diagonal: ``diag(1 / psi)``); then ``marginal``, ``solve``,
+the sampler's moments, the prediction step, the predictive and save/load must agree with ``P``.
+The precision step is checked against ``P^{-1} + X diag(c) X^T`` for the dense belief and the
+low-rank one (whose ``add`` keeps the sum exactly), and against its diagonal for the diagonal one.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrvga as jr
+from jaxrvga import beliefs, lowrank
+from jaxrvga.dynamics import Dynamics
+
+jax.config.update("jax_enable_x64", True)
+
+D = 5
+RNG = np.random.default_rng(0)
+MEAN = RNG.normal(size=D)
+_A = RNG.normal(size=(D, D))
+COV = _A @ _A.T / D + 0.5 * np.eye(D)
+W0, PSI0 = RNG.normal(size=(D, 2)), RNG.uniform(0.5, 2.0, D)
+VAR0 = RNG.uniform(0.3, 2.0, D)
+
+
+def _covariance(state):
+    if isinstance(state, jr.GaussianState):
+        return np.asarray(state.cov)
+    if isinstance(state, jr.LowRankState):
+        W = np.concatenate(state.W, axis=1) if isinstance(state.W, tuple) else state.W
+        return np.asarray(lowrank.to_dense_covariance(W, state.psi))
+    return np.diag(1.0 / np.asarray(state.psi))
+
+
+BELIEFS = {"dense": (beliefs.Dense(), lambda b: b.init(MEAN, COV)),
+           "lowrank": (beliefs.LowRank(2, 0), lambda b: b.init(MEAN, W0, PSI0)),
+           "diagonal": (beliefs.Diagonal(), lambda b: b.init(MEAN, VAR0))}
+
+
+@pytest.fixture(params=list(BELIEFS))
+def belief_and_state(request):
+    belief, init = BELIEFS[request.param]
+    return belief, init(belief)
+
+
+def test_satisfies_the_protocol(belief_and_state):
+    belief, state = belief_and_state
+    assert isinstance(belief, beliefs.Belief) and isinstance(state, belief.state_type)
+
+
+def test_marginal_and_solve_follow_the_covariance(belief_and_state):
+    belief, state = belief_and_state
+    P = _covariance(state)
+    X, g = RNG.normal(size=(3, D)), RNG.normal(size=D)
+    m, v = belief.marginal(state, X)
+    np.testing.assert_allclose(m, X @ MEAN, rtol=1e-12)
+    np.testing.assert_allclose(v, np.einsum("ij,jk,ik->i", X, P, X), rtol=1e-10)
+    np.testing.assert_allclose(belief.solve(state, g), P @ g, rtol=1e-10)
+
+
+def test_sampler_moments_are_the_covariance(belief_and_state):
+    belief, state = belief_and_state
+    draws = np.asarray(belief.sample(state, jax.random.PRNGKey(0), 200_000))
+    np.testing.assert_allclose(draws.mean(0), MEAN, atol=1e-12)  # antithetic pairs: the mean exactly
+    np.testing.assert_allclose(np.cov(draws.T), _covariance(state), atol=0.02 * np.abs(_covariance(state)).max())
+
+
+def test_precision_step(belief_and_state):
+    belief, state = belief_and_state
+    X, c = RNG.normal(size=(D, 2)), np.array([0.7, 1.3])
+    new, ok = belief.add(state, X, c)
+    precision = np.linalg.inv(_covariance(state)) + X @ np.diag(c) @ X.T
+    if isinstance(belief, beliefs.Diagonal):
+        precision = np.diag(np.diagonal(precision))
+    assert bool(ok)
+    np.testing.assert_allclose(np.linalg.inv(_covariance(new)), precision, rtol=1e-9, atol=1e-10)
+    g = RNG.normal(size=D)
+    stepped, _ = belief.absorb(state, X, c, g)
+    np.testing.assert_allclose(stepped.mean, MEAN + np.linalg.solve(precision, g), rtol=1e-9)
+
+
+def test_prediction_step(belief_and_state):
+    """``N(gamma mu + (1 - gamma) m, s P + Q)``; for the diagonal belief ``P`` is diagonal, so exact too."""
+    belief, state = belief_and_state
+    q = RNG.uniform(0.0, 0.2, D)
+    prior = belief.predict(state, Dynamics(decay=0.9, additive_noise=q, process_noise=0.1, decay_to=1.0))
+    np.testing.assert_allclose(prior.mean, 0.9 * MEAN + 0.1, rtol=1e-12)
+    np.testing.assert_allclose(_covariance(prior), 0.81 * 1.1 * _covariance(state) + np.diag(q), rtol=1e-9, atol=1e-12)
+
+
+def test_predictive_and_save_load(belief_and_state, tmp_path):
+    belief, state = belief_and_state
+    dense = jr.GaussianState(state.mean, jnp.asarray(_covariance(state)), state.step, state.info)
+    X = RNG.normal(size=(4, D))
+    for got, want in zip(jr.predictive(state, X), jr.predictive(dense, X)):
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+    jr.io.save(tmp_path / "s.npz", state)
+    back = jr.io.load(tmp_path / "s.npz")
+    assert type(back) is type(state)
+    for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(state)):
+        np.testing.assert_array_equal(a, b)
