@@ -30,7 +30,10 @@ class Filter(NamedTuple):
     ``predict(state) -> state``, when given, is the prediction step alone: the prior that the
     next ``update`` conditions on the observation (:mod:`jaxrvga.dynamics`; ``None``: a filter
     without dynamics, whose prior is the state itself). ``model``: the observation model, when the
-    filter has one (used by :func:`jaxrvga.log_evidence`).
+    filter has one (used by :func:`jaxrvga.log_evidence`). The library's filters make ``update``
+    and ``predict`` callables that compare by configuration (:meth:`program`), not Python
+    functions: tools that read a function's source (``chex.assert_max_traces``) need them wrapped
+    in one.
     """
 
     init: Callable[..., Any]
