@@ -78,31 +78,15 @@ def rel(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def _memory_mappings():
-    """``(mappings of this process, the kernel's limit)``, or None where /proc does not tell."""
-    try:
-        with open("/proc/self/maps") as f:
-            used = sum(1 for _ in f)
-        with open("/proc/sys/vm/max_map_count") as f:
-            return used, int(f.read())
-    except (OSError, ValueError):
-        return None
-
-
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_code():
-    """Drop JAX's caches of compiled code after a test module once a third of the process's memory
-    mappings are used (after every module where /proc does not tell).
+    """Drop JAX's caches of compiled code after each test module.
 
     XLA on CPU maps every compiled kernel into memory (about 300 mappings for one compiled
     implicit R-VGA run), and JAX keeps compiled executables for the life of the process: the
     whole suite in one process went past Linux's default ``vm.max_map_count`` (65530) and
-    crashed inside a compile (SIGSEGV / SIGABRT in ``backend_compile_and_load``). Kept below the
-    threshold, the programs that several modules compile (identical filters are equal,
-    jaxrvga._values) are compiled once.
+    crashed inside a compile (SIGSEGV / SIGABRT in ``backend_compile_and_load``).
     """
     yield
-    maps = _memory_mappings()
-    if maps is None or maps[0] > maps[1] // 3:
-        jax.clear_caches()
-        gc.collect()
+    jax.clear_caches()
+    gc.collect()

@@ -63,8 +63,17 @@ CHILD = textwrap.dedent("""
         assert len(final.W.sharding.device_set) == 4
         for field in ("mean", "W", "psi"):
             out[name + "_" + field] = np.asarray(getattr(final, field))
+    diag = ts.diagonal_filter()
+    final, _ = sharding.run(diag, diag.init(np.zeros(ts.D), 1.0), X, y_log, mesh)
+    assert {{s.data.shape[0] for s in final.psi.addressable_shards}} == {{ts.D // 4}}
+    out["diagonal_mean"], out["diagonal_psi"] = np.asarray(final.mean), np.asarray(final.psi)
     np.savez(sys.argv[1], **out)
 """)
+
+
+def diagonal_filter():
+    """The diagonal belief shards along d as it is (every d-length leaf split)."""
+    return jr.diag_rvga(jr.models.logistic(), "ekf")
 
 
 def test_sharded_run_equals_unsharded(tmp_path):
@@ -87,6 +96,10 @@ def test_sharded_run_equals_unsharded(tmp_path):
             assert np.all(np.isfinite(b))
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.max(np.abs(b)),
                                        err_msg=f"{name}.{field}")
+    diag = diagonal_filter()
+    ref, _ = jr.run(diag, diag.init(np.zeros(D), 1.0), X, y_log)
+    np.testing.assert_allclose(got["diagonal_mean"], ref.mean, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got["diagonal_psi"], ref.psi, rtol=1e-10)
 
 
 def test_single_device_mesh_matches_and_specs():
