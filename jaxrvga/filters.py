@@ -203,7 +203,6 @@ def _predict(spec, state):
     then the state itself (the invalid values never reach the arithmetic: a double ``where``), and
     :func:`_guarded` skips and flags the step.
     """
-    _check_state(spec, state)
     kept = spec.belief.predict(state, Dynamics())  # the state with its caches (a low-rank Gram)
     dyn = spec.dynamics
     if dyn.is_identity:
@@ -233,6 +232,7 @@ def _without_new_cache(out, state):
 def _predict_alone(spec: Spec, state):
     """The public prediction step: the prior of the next update (:func:`_predict`); a prediction that
     could not be applied keeps the state and sets ``info.converged`` to False."""
+    _check_state(spec, state)
     prior, ok = _predict(spec, state)
     info = prior.info._replace(converged=prior.info.converged & ok)
     return _without_new_cache(prior._replace(info=info), state)
