@@ -209,4 +209,5 @@ try:
 except ImportError:                # the docs extra installs furo; alabaster ships with Sphinx
     html_theme = "alabaster"
 html_title = f"jaxrvga {release}"
-html_static_path = []
+html_static_path = ["_static/css"]   # the CSS only (_static/gallery is read by the pages)
+html_css_files = ["jaxrvga.css"]

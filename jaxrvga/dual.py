@@ -1,12 +1,21 @@
-"""Dual variational inference for latent Gaussian models ([DUAL] Khan, Aravkin, Friedlander & Seeger).
+r"""Dual variational inference for latent Gaussian models ([DUAL] Khan, Aravkin, Friedlander & Seeger).
 
 Latent Gaussian model (1)-(2): ``z ~ N(mu, Sigma)`` (L-dim), ``eta = W z`` (``W`` is N x L),
 ``y_n ~ p(y_n | eta_n)``. The variational-Gaussian problem (11) with a convex local variational
-bound ``f_n(h, rho) >= E_{N(eta | h, rho)}[-log p(y_n | eta)]`` has the dual (16)-(20)::
+bound ``f_n(h, rho) >= E_{N(eta | h, rho)}[-log p(y_n | eta)]`` has the dual [DUAL]
+eqs. (16)-(20):
 
-    f_n*(alpha, lam) = sup_{h, rho >= 0} alpha h + lam rho / 2 - f_n(h, rho)                    (19)
-    D(alpha, lam) = 1/2 alpha^T Sigma~ alpha - mu~^T alpha - 1/2 log|A_lam| + sum_n f_n*(alpha_n, lam_n)   (20)
-    m* = mu - Sigma W^T alpha*,    V* = A_lam*^{-1} = (Sigma^{-1} + W^T diag(lam*) W)^{-1}          (17)-(18)
+.. math::
+
+    f_n^*(\alpha, \lambda) &= \sup_{h,\ \rho \ge 0}\ \alpha h + \tfrac12 \lambda \rho - f_n(h, \rho)
+    \qquad \text{(19)}
+
+    D(\alpha, \lambda) &= \tfrac12 \alpha^\top \tilde\Sigma \alpha - \tilde\mu^\top \alpha
+    - \tfrac12 \log |A_\lambda| + \textstyle\sum_n f_n^*(\alpha_n, \lambda_n)  \qquad \text{(20)}
+
+    m^* &= \mu - \Sigma W^\top \alpha^*, \qquad
+    V^* = A_{\lambda^*}^{-1} = \big(\Sigma^{-1} + W^\top \operatorname{diag}(\lambda^*)\, W\big)^{-1}
+    \qquad \text{(17)-(18)}
 
 with ``mu~ = W mu`` and ``Sigma~ = W Sigma W^T``. (The text of [DUAL] stops at (20); the
 conjugates below are derived here.)

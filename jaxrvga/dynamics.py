@@ -1,14 +1,20 @@
-"""How the parameter moves between two observations: the prediction step of every filter.
+r"""How the parameter moves between two observations: the prediction step of every filter.
 
 A filter's prediction step maps the belief after observation ``t - 1`` to the prior of observation
 ``t`` under the linear-Gaussian dynamics
 
-    theta_t = gamma (theta_{t-1} - m) + m + w_t,    w_t ~ N(0, Q),  Q = diag(q),
+.. math::
+
+    \theta_t = \gamma\,(\theta_{t-1} - m) + m + w_t,
+    \qquad w_t \sim N(0, Q), \quad Q = \operatorname{diag}(q),
 
 applied after the fading-memory inflation ``P <- (1 + eta) P`` of [LRVGA] Remark 1. With
-``s = gamma^2 (1 + eta)`` the predicted belief is
+``s = gamma^2 (1 + eta)`` the predicted belief is ``N(mu_{t|t-1}, P_{t|t-1})`` with
 
-    N(gamma mu + (1 - gamma) m,  s P + Q),
+.. math::
+
+    \mu_{t|t-1} = \gamma\,\mu_{t-1} + (1 - \gamma)\, m,
+    \qquad P_{t|t-1} = s\, P_{t-1} + Q,
 
 the Kalman prediction with ``F = gamma I`` ([RVGA] Thm 2 with a moving state). ``gamma`` is the
 ``decay`` (1: none), ``m`` the mean it decays towards (``decay_to``, default 0; pass the prior mean

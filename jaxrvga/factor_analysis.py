@@ -1,4 +1,4 @@
-"""Factor analysis (FA) of a symmetric matrix: ``S ~ W W^T + diag(psi)`` ([LRVGA] §3, App. A-E).
+r"""Factor analysis (FA) of a symmetric matrix: ``S ~ W W^T + diag(psi)`` ([LRVGA] §3, App. A-E).
 
 * :func:`recursive_em_step` - Algorithm 1 of [LRVGA]: FA of
   ``alpha (W_prev W_prev^T + diag(psi_prev)) + beta X X^T`` in O(d p (m + p)) without
@@ -11,6 +11,19 @@
   O(d^2 p), a baseline only).
 * :func:`ml_residuals` (App. B eqs. 73-77), :func:`fa_neg_log_lik` (eq. 13) and :func:`fa_kl`
   (eq. 11; defined in :mod:`jaxrvga.metrics`, re-exported here).
+
+Algorithm 1 fits, at each step, the FA model to the target of [LRVGA] eq. (28) by the EM
+iteration of eqs. (20)-(21), with ``M = I_p + W^T Psi^{-1} W``:
+
+.. math::
+
+    W_t W_t^\top + \Psi_t &\approx S = \alpha\, (W_{t-1} W_{t-1}^\top + \Psi_{t-1}) + \beta\, X X^\top
+    \qquad \text{(28)}
+
+    W_{\mathrm{new}} &= V \big(I_p + M^{-1} W^\top \Psi^{-1} V\big)^{-1}, \qquad V = S\, \Psi^{-1} W
+    \qquad \text{(21)}
+
+    \psi_{\mathrm{new}} &= \operatorname{Diag}\big(S - W_{\mathrm{new}} M^{-1} V^\top\big)
 
 All EM maps share one M-step written with Cholesky solves only, in the well-scaled form of
 Ghahramani & Hinton. With ``M = I_p + W^T Psi^{-1} W`` and the E-step gain

@@ -1,10 +1,16 @@
-"""The 2-D root of the implicit logistic R-VGA update ([RVGA] eqs. 69-77, App. 9.5).
+r"""The 2-D root of the implicit logistic R-VGA update ([RVGA] eqs. 69-77, App. 9.5).
 
 With ``alpha0 = x^T mu_{t-1}`` and ``nu0 = x^T P_{t-1} x``, the implicit update reduces to
-finding ``(alpha, nu) = (x^T mu_t, x^T P_t x)`` such that ([RVGA] eqs. 69-70)::
+finding ``(alpha, nu) = (x^T mu_t, x^T P_t x)`` such that ([RVGA] eqs. (69)-(70))
 
-    f(alpha, nu) = alpha + nu0 sig(k(nu) alpha) - alpha0 - nu0 y            = 0
-    g(alpha, nu) = nu - nu0 / (1 + nu0 k(nu) sig'(k(nu) alpha))             = 0
+.. math::
+
+    f(\alpha, \nu) &= \alpha + \nu_0\, \sigma\big(k(\nu)\, \alpha\big) - \alpha_0 - \nu_0\, y = 0,
+
+    g(\alpha, \nu) &= \nu - \frac{\nu_0}{1 + \nu_0\, k(\nu)\, \sigma'\big(k(\nu)\, \alpha\big)} = 0,
+
+with ``sig`` (:math:`\sigma`) the logistic function and :math:`k(\nu) = (1 + \pi \nu / 8)^{-1/2}`
+([RVGA] eq. (58)).
 
 The root lies in the box (71)-(72), which the refinement (129)-(136) shrinks.
 

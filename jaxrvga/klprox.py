@@ -1,14 +1,23 @@
-"""KL proximal-gradient variational inference ([KLPROX] Khan, Baque, Fleuret & Fua).
+r"""KL proximal-gradient variational inference ([KLPROX] Khan, Baque, Fleuret & Fua).
 
 Model (eq. 9): ``p(y, z) = prod_n p(y_n | x_n^T z) N(z | mu, Sigma)`` with a Gaussian
 posterior ``q = N(m, V)``. With ``f_n(mt, vt) = E_{N(eta | mt, vt)}[log p(y_n | eta)]``,
 ``mt_n = x_n^T m`` and ``vt_n = x_n^T V x_n``, one proximal-gradient step (7) with the KL
-proximal term and the split (10) has the closed form (16)-(17), ``r = 1 / (1 + beta)``::
+proximal term and the split (10) has the closed form [KLPROX] eqs. (16)-(17), with
+``r = 1 / (1 + beta)`` and the site gradients of eq. (12):
 
-    alpha_n = -d f_n / d mt,   gamma_n = -2 d f_n / d vt                      (12)
-    V_{k+1}^{-1} = r V_k^{-1} + (1 - r) [Sigma^{-1} + X^T diag(gamma_k) X]          (16)
-    m_{k+1} = m_k + (1 - r) G_k^{-1} [Sigma^{-1}(mu - m_k) - X^T alpha_k],
-              G_k = (1 - r) Sigma^{-1} + r V_k^{-1}                                 (17)
+.. math::
+
+    \alpha_n &= -\frac{\partial f_n}{\partial \tilde m}, \qquad
+    \gamma_n = -2\, \frac{\partial f_n}{\partial \tilde v}  \qquad \text{(12)}
+
+    V_{k+1}^{-1} &= r\, V_k^{-1} + (1 - r)\, \big[\Sigma^{-1} + X^\top \operatorname{diag}(\gamma_k)\, X\big]
+    \qquad \text{(16)}
+
+    m_{k+1} &= m_k + (1 - r)\, G_k^{-1} \big[\Sigma^{-1}(\mu - m_k) - X^\top \alpha_k\big]
+    \qquad \text{(17)}
+
+    G_k &= (1 - r)\, \Sigma^{-1} + r\, V_k^{-1}
 
 and its kernel ("efficient") form (18)-(20) works with ``mt``, ``vt`` and the site
 precisions ``gt`` only, so that it applies to Gaussian processes. Any fixed point satisfies
@@ -19,17 +28,17 @@ Corrections to the printed paper (see also experiments/REPORT.md):
 
 * ``alpha`` and ``gamma`` follow the definitions (12); Algorithm 1 prints them without the
   minus sign and without the factor -2.
-* (15) prints ``E_q[N / N]`` without the log.
-* (18) holds with ``gt_0 = 0`` (``V_0 = Sigma``), while the text says ``gt_0 = gamma_0`` and
+* Eq. (15) prints ``E_q[N / N]`` without the log.
+* Eq. (18) holds with ``gt_0 = 0`` (``V_0 = Sigma``), while the text says ``gt_0 = gamma_0`` and
   Algorithm 1 ``gt_0 = delta_1 1``: here ``gt0`` is a parameter (default 0; the kernel form is
   written with ``I + S K S``, ``S = diag(sqrt(gt))``, so ``gt = 0`` is well conditioned).
-* (19) builds ``vt_{k+1}`` from ``A_k`` (i.e. from ``gt_k``), one iteration behind (18);
+* Eq. (19) builds ``vt_{k+1}`` from ``A_k`` (i.e. from ``gt_k``), one iteration behind (18);
   ``exact=True`` uses ``gt_{k+1}``. The fixed point is the same.
 * Algorithm 1's stopping rule is reversed (``> eps``) and its trace term contains a "-1" that does
   not vanish at the fixed point. We stop when
   ``||mu~ - mt - Sigma~ alpha|| / (1 + ||mu~||) + ||gt - gamma|| / (1 + ||gamma||) < tol``
   (kernel form) or the equivalent weight-space residual (GLM form, see :func:`fit`).
-* (20) prints ``mu~`` for the prior mean at the test point, ``mu~(x*)``.
+* Eq. (20) prints ``mu~`` for the prior mean at the test point, ``mu~(x*)``.
 
 Step control (default ``adaptive=True`` in :func:`fit` and :func:`fit_kernel`): (16)-(19) is the
 proximal-gradient method (7) with ``beta_k = 1/r_k - 1``, which converges when ``beta_k`` is below

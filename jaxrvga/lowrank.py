@@ -1,12 +1,17 @@
-"""Algebra of a factor-analysis precision ``Lam = W W^T + diag(psi)`` ([LRVGA] §3, eq. 27, §4.2.2).
+r"""Algebra of a factor-analysis precision ``Lam = W W^T + diag(psi)`` ([LRVGA] §3, eq. 27, §4.2.2).
 
 ``W`` is (d, p) with p << d and ``psi`` (d,) is positive. Everything here costs
 O(d p^2 + p^3) time and O(d p) memory: the only matrices ever formed are d x p or
-p x p. The p x p work goes through one Cholesky factor of
+p x p. The p x p work goes through one Cholesky factor of ``M`` and never through an
+explicit inverse: with ``P = Lam^{-1}`` (the covariance) and ``Psi = diag(psi)``, by Woodbury
+([LRVGA] eq. (27)),
 
-    M = I_p + W^T Psi^{-1} W                                  ([LRVGA] eq. 27)
+.. math::
 
-and never through an explicit inverse. With ``P = Lam^{-1}`` (the covariance):
+    P = \Psi^{-1} - \Psi^{-1} W M^{-1} W^\top \Psi^{-1},
+    \qquad M = I_p + W^\top \Psi^{-1} W.
+
+In the code:
 
 * Woodbury:            ``P v = v / psi - (W/psi) M^{-1} (W/psi)^T v``                (27)
 * determinant lemma:   ``logdet Lam = sum(log psi) + logdet M``

@@ -1,12 +1,21 @@
-"""Recursive / online EM on a worked exponential-family latent model ([SLIDES] Hua, recursive EM & VB).
+r"""Recursive / online EM on a worked exponential-family latent model ([SLIDES] Hua, recursive EM & VB).
 
 The model is a 1-D Gaussian mixture with K components,
 ``p(x | theta) = sum_k w_k N(x | mu_k, sigma_k^2)``, whose complete data ``(x, z)`` form an
 exponential family with sufficient statistic ``t(x, z) = (1{z=k}, 1{z=k} x, 1{z=k} x^2)_k``.
-Everything is written with the expected statistics ([SLIDES], Cappe-Moulines Assumption 1)::
+Everything is written with the expected statistics ([SLIDES], Cappe-Moulines Assumption 1):
+the E-step ``sbar``, the M-step ``thetabar`` and the online-EM update of the statistics,
 
-    E-step   sbar(x; theta) = E_theta[t(X, Z) | X = x] = (r_k, r_k x, r_k x^2),  r_k = p(z = k | x, theta)
-    M-step   thetabar(s):  w_k = s0_k / sum_j s0_j,  mu_k = s1_k / s0_k,  sigma_k^2 = s2_k / s0_k - mu_k^2
+.. math::
+
+    &\text{E-step:}\quad \bar s(x; \theta) = \mathbb{E}_\theta[t(X, Z) \mid X = x]
+    = (r_k,\ r_k x,\ r_k x^2)_k, \qquad r_k = p(z = k \mid x, \theta),
+
+    &\text{M-step:}\quad \bar\theta(s):\ w_k = \frac{s_{0k}}{\sum_j s_{0j}}, \quad
+    \mu_k = \frac{s_{1k}}{s_{0k}}, \quad \sigma_k^2 = \frac{s_{2k}}{s_{0k}} - \mu_k^2,
+
+    &\text{online EM:}\quad s_n = s_{n-1} + \gamma_n \big(\bar s(x_n; \theta_{n-1}) - s_{n-1}\big),
+    \qquad \theta_n = \bar\theta(s_n).
 
 (``thetabar(c s) = thetabar(s)`` for any ``c > 0``.) The algorithms:
 

@@ -162,3 +162,59 @@ def test_front_page_example_runs():
     exec(compile(blocks[0], "docs/index.md", "exec"), namespace)
     p, var = namespace["p"], namespace["var"]
     assert p.shape == var.shape == (3,) and bool(namespace["state"].info.converged)
+
+
+# --- code blocks fit the content column at 1280 px ----------------------------------------------
+# Measured in headless Chromium, window 1280 px wide, furo theme: a <pre> of the content column is
+# 708 px wide inside its padding and the code font (13 px) takes 7.8 px a character, so 90
+# characters fit; 88 leaves a margin for a block indented in a list. A longer line is cut off at
+# the right edge, behind a scroll bar that is easy to miss.
+CODE_COLUMNS = 88
+# Pages that include files of measurements (BENCHMARKS.md, experiments/REPORT.md): their wide
+# tables and commands scroll. The API pages hold formulas of the docstrings.
+WIDE_PAGES = {"benchmarks", "report"}
+_BLOCK = re.compile(r'<div class="([^"]*)"><div class="highlight"><pre>(.*?)</pre>|<pre\b[^>]*>(.*?)</pre>', re.S)
+
+
+def _long_code_lines(page, limit=CODE_COLUMNS):
+    """(line, length) of every line of a code block of ``page`` longer than ``limit``.
+
+    Blocks marked ``wrapped`` (``:class: wrapped``, the gallery's listings of examples/) are skipped:
+    docs/_static/css/jaxrvga.css wraps them.
+    """
+    found = []
+    for match in _BLOCK.finditer(page.read_text(encoding="utf-8")):
+        classes, code = match.group(1) or "", match.group(2) if match.group(1) is not None else match.group(3)
+        if "wrapped" in classes.split():
+            continue
+        for line in html.unescape(re.sub(r"<[^>]+>", "", code)).splitlines():
+            if len(line.rstrip()) > limit:
+                found.append((line.rstrip(), len(line.rstrip())))
+    return found
+
+
+def _narrative_pages(site):
+    """The HTML pages of docs/*.md and docs/gallery/*.md, but those of WIDE_PAGES."""
+    sources = sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "docs" / "gallery").glob("*.md"))
+    pages = [site / source.relative_to(ROOT / "docs").with_suffix(".html") for source in sources
+             if source.stem not in WIDE_PAGES]
+    assert len(pages) >= 10 and all(page.exists() for page in pages)
+    return pages
+
+
+def test_code_blocks_fit_the_content_column_at_1280px(site):
+    too_long = {}
+    for page in _narrative_pages(site):
+        lines = _long_code_lines(page)
+        if lines:
+            too_long[str(page.relative_to(site))] = lines
+    assert not too_long, f"code lines longer than {CODE_COLUMNS} characters overflow at 1280 px: {too_long}"
+
+
+def test_wrapped_blocks_have_their_style(site):
+    css = (site / "_static" / "jaxrvga.css").read_text(encoding="utf-8")
+    assert re.search(r"div\.wrapped pre\s*\{[^}]*white-space:\s*pre-wrap", css)
+    for name in EXAMPLES:
+        source = (site / "gallery" / f"{name}.html").read_text(encoding="utf-8")
+        assert "_static/jaxrvga.css" in source, name
+        assert '<div class="wrapped highlight-python' in source, name   # the example's code wraps
