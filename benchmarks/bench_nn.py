@@ -52,7 +52,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 import jaxrvga as jr
-from benchmarks.machine import describe
+from benchmarks.machine import best_time, describe, timed
 
 RANK = 10
 PRIOR_VAR = 0.1
@@ -96,18 +96,10 @@ def mlp(key):
     return theta0, h
 
 
-def ece(p, y, bins=10):
-    """Expected calibration error of probabilities ``p`` of class 1 (top-class confidence, equal bins)."""
-    conf, pred = np.maximum(p, 1 - p), (p > 0.5).astype(float)
-    idx = np.minimum((conf * bins).astype(int), bins - 1)
-    return float(sum(np.mean(idx == b) * abs(np.mean(pred[idx == b] == y[idx == b]) - conf[idx == b].mean())
-                     for b in range(bins) if np.any(idx == b)))
-
-
 def scores(p, y):
     p = np.clip(np.asarray(p, np.float64), 1e-7, 1 - 1e-7)
     return {"accuracy": float(np.mean((p > 0.5) == y)),
-            "log_loss": float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))), "ece": ece(p, y)}
+            "log_loss": float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))), "ece": jr.metrics.ece(p, y)}
 
 
 # --------------------------------------------------------------------------- methods
@@ -219,12 +211,10 @@ def compiled_run(fn, args):
     return compiled, compile_s, temp_mb
 
 
-def timed(compiled, args):
-    """``(output, seconds, rss_rise_mb)`` of one run."""
+def timed_rss(compiled, args):
+    """``(output, seconds, rss_rise_mb)`` of one run: :func:`benchmarks.machine.timed` under :class:`PeakRSS`."""
     with PeakRSS() as rss:
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(compiled(*args))
-        seconds = time.perf_counter() - t0
+        out, seconds = timed(compiled, *args)
     return out, seconds, rss.rise
 
 
@@ -256,7 +246,7 @@ def compare(repeat, methods=METHODS):
         for name, args, _, compiled, _, _ in runs:
             spent = 0.0
             while spent < MIN_ROUND_S:  # a short run (Adam's: 30 ms) is repeated within its turn
-                out, seconds, rise = timed(compiled, args)
+                out, seconds, rise = timed_rss(compiled, args)
                 spent += seconds
                 t, _, r = best[name]
                 best[name] = (min(t, seconds), out, max(r, rise))
@@ -334,21 +324,10 @@ def flops(methods):
 
 # --------------------------------------------------------------------------- profile
 
-def _best(call, repeat):
-    """Seconds of the fastest of ``repeat`` calls of ``call`` after one warm-up call (results awaited)."""
-    jax.block_until_ready(call())
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        jax.block_until_ready(call())
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def loop_time(piece, carry, n, repeat):
     """Seconds per application of ``carry -> piece(carry)`` (same structure), ``n`` of them in one ``fori_loop``."""
     f = jax.jit(lambda c: jax.lax.fori_loop(0, n, lambda i, c: piece(c), c)).lower(carry).compile()
-    return _best(lambda: f(carry), repeat) / n
+    return best_time(lambda: f(carry), repeat=repeat) / n
 
 
 def profile(repeat, n=200):
@@ -454,20 +433,20 @@ def kernels(repeat, n=300):
 
     def xla(fn, A, xs):
         run = jax.jit(lambda A, xs: jax.lax.scan(lambda acc, x: (acc + jnp.sum(fn(A, x)), None), 0.0, xs)[0])
-        return _best(lambda: run(A, xs), repeat) / n
+        return best_time(lambda: run(A, xs), repeat=repeat) / n
 
     def store(A, xs, column):
         def step(A, ix):
             i, x = ix
             return column(A, i % (q - RANK) + RANK, x), None
         run = jax.jit(lambda A, xs: jax.lax.scan(step, A, (jnp.arange(n), xs))[0])
-        return _best(lambda: run(A, xs), repeat) / n
+        return best_time(lambda: run(A, xs), repeat=repeat) / n
 
     def numpy_time(fn, xs):
         def loop():
             for x in xs:
                 fn(W, x)
-        return _best(loop, repeat) / n
+        return best_time(loop, repeat=repeat) / n
 
     print(f"\n## Kernels of a buffered step by layout, d = {d}, q = {q}, float32 (us per call, best of {repeat})")
     print(f"{'kernel':<42} {'XLA (d,q)':>9} {'XLA (q,d)':>9} {'NumPy':>7} {'(d,q)/(q,d)':>12} {'XLA/NumPy':>10}")

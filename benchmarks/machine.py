@@ -1,9 +1,10 @@
-"""Machine details and memory probes for the benchmark and memory tables (Linux ``/proc``)."""
+"""Machine details, memory probes (Linux ``/proc``) and a wall-clock timer for the benchmark and experiment tables."""
 from __future__ import annotations
 
 import os
 import platform
 import resource
+import time
 
 import jax
 
@@ -54,3 +55,17 @@ def reset_peak(trim: bool = True) -> bool:
 def peak_rss_mb() -> float:
     """Peak resident set size of this process so far, in MB (Linux ru_maxrss is in kB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def timed(fn, *args):
+    """``(result, seconds)`` of one call ``fn(*args)``, waiting for the device to finish."""
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(fn(*args))
+    return out, time.perf_counter() - t0
+
+
+def best_time(fn, *args, repeat: int = 3) -> float:
+    """Seconds of the fastest of ``repeat`` :func:`timed` calls ``fn(*args)``, after one warm-up call
+    (which compiles a jitted ``fn``)."""
+    jax.block_until_ready(fn(*args))
+    return min(timed(fn, *args)[1] for _ in range(repeat))

@@ -41,10 +41,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from experiments.common import (STEP_COLUMNS, Split, cli, float64_scalar, progress, pyplot, save_figure, step_report,
-                                timed, write_csv)
+from benchmarks.machine import timed
+from experiments.common import Split, cli, progress, pyplot, save_figure, write_csv
 from experiments.common import make_split as common_split
-from experiments.common import trivial_log_loss as split_trivial_log_loss
+from experiments.common_headtohead import STEP_COLUMNS, float64_scalar, step_report
+from experiments.common_headtohead import trivial_log_loss as split_trivial_log_loss
 
 import jaxrvga as jr  # noqa: E402
 

@@ -56,9 +56,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from experiments.common import (STEP_COLUMNS, Split, cli, float64_scalar, progress, pyplot, save_figure, step_report,
-                                timed, trivial_log_loss, write_csv)
+from benchmarks.machine import timed
+from experiments.common import Split, cli, progress, pyplot, save_figure, write_csv
 from experiments.common import make_split as common_split
+from experiments.common_headtohead import STEP_COLUMNS, float64_scalar, step_report, trivial_log_loss
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga import lrvga  # noqa: E402

@@ -28,12 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import cli, progress, write_csv
-from experiments.lrvga_fig01_covariance import run_snapshots
-from experiments.lrvga_fig02_linear import (KALMAN, SIGMA0, _MODEL, _kl_fa, _kl_full, _precision_kl,
-                                            init_factors, posterior)
-from experiments.lrvga_fig03_logistic import (MODEL, Problem, authors_w0, cosine, lrvga_kl_curve,
-                                              paired)
+from experiments.common import MODEL, cli, paired, progress, run_snapshots, write_csv
+from experiments.common_lrvga import (KALMAN, LINEAR_MODEL, LINEAR_SIGMA0, Problem, authors_w0, cosine, init_factors,
+                                      linear_kl_fa, linear_kl_full, linear_posterior, lrvga_kl_curve, precision_kl)
 
 from jaxrvga import data, lrvga  # noqa: E402
 
@@ -46,21 +43,21 @@ def linear_final_kls(d, N, ps, quick, desc):
     published filter (3 inner loops) and the default; plus, at p = d, the precision KL to the KF."""
     ds = data.linear_data(1.0, N, d, 1.0, seed=1)
     X, y = jnp.asarray(ds.X), jnp.asarray(ds.y)
-    lam, m_star = posterior(ds.X, ds.y)
+    lam, m_star = linear_posterior(ds.X, ds.y)
     lam_j, m_j = jnp.asarray(lam), jnp.asarray(m_star)
     logdet = float(np.linalg.slogdet(lam)[1])
-    s0 = KALMAN.init(jnp.zeros(d), SIGMA0**2 * jnp.eye(d))
-    _, kl, _ = run_snapshots(KALMAN, s0, X, y, N, _kl_full, lam_j, logdet, m_j)
+    s0 = KALMAN.init(jnp.zeros(d), LINEAR_SIGMA0**2 * jnp.eye(d))
+    _, kl, _ = run_snapshots(KALMAN, s0, X, y, N, linear_kl_full, lam_j, logdet, m_j)
     rows = [dict(p="KF", method="KF", kl=float(kl[-1]), prec="")]
     variants = [("published", dict(inner_loops=FIG2_LOOPS, published=True)), ("default", {})]
     for p, (name, kw) in progress([(p, v) for p in ps for v in variants], desc, quick):
         W0, psi0 = map(jnp.asarray, init_factors(d, p, "head"))
-        flt = lrvga(_MODEL, rank=p, **kw)
-        final, kl, _ = run_snapshots(flt, flt.init(jnp.zeros(d), W0, psi0), X, y, N, _kl_fa,
+        flt = lrvga(LINEAR_MODEL, rank=p, **kw)
+        final, kl, _ = run_snapshots(flt, flt.init(jnp.zeros(d), W0, psi0), X, y, N, linear_kl_fa,
                                      lam_j, logdet, m_j)
         prec = ""
         if p == d:  # check 9(b): the KF started from the same initial precision
-            prec = float(_precision_kl(final, W0 @ W0.T + jnp.diag(psi0) + X.T @ X))
+            prec = float(precision_kl(final, W0 @ W0.T + jnp.diag(psi0) + X.T @ X))
         rows.append(dict(p=p, method=name, kl=float(kl[-1]), prec=prec))
     return rows
 

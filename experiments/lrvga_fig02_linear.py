@@ -25,7 +25,6 @@ Panels (authors' ``XP_LRVGA_LinearRegression.py``; the paper gives neither sizes
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -33,85 +32,41 @@ import numpy as np
 
 from experiments.common import (ITERATIONS, cli, label_axes, progress, pyplot, run_snapshots,
                                 save_figure, write_columns, write_csv)
+from experiments.common_lrvga import (KALMAN, LINEAR_MODEL, init_factors, linear_kl_fa, linear_kl_full,
+                                      linear_posterior, precision_kl)
+from experiments.common_lrvga import LINEAR_SEED as SEED
+from experiments.common_lrvga import LINEAR_SIGMA0 as SIGMA0
 
-import jaxrvga as jr  # noqa: E402
-from jaxrvga import data, metrics, models  # noqa: E402
-from jaxrvga import lrvga  # noqa: E402
+from jaxrvga import data, lrvga  # noqa: E402
 
-SIGMA0, SEED, C = 1.0, 1, 1.0
-EPS = 1e-8
-_MODEL = models.linear_gaussian(1.0)
-KALMAN = jr.kalman(1.0)
-
-
-def init_factors(d, p, init, seed=SEED, sigma0=SIGMA0):
-    """``(W0, psi0)`` of the authors' scripts, ``np.random.seed(seed); mvn(0, I_p, d)`` per p.
-
-    ``"head"``: [LRVGA] App. D, columns rescaled to ``sqrt(eps d / p) / sigma0``,
-    ``psi0 = (1 - eps) / sigma0^2``. ``"dec2021"``: ``W0 = 1e-2 mvn``, ``psi0 = 1 / sigma0^2``.
-    """
-    W0 = np.random.RandomState(seed).multivariate_normal(np.zeros(p), np.identity(p), d)
-    if init == "head":
-        W0 = W0 / np.linalg.norm(W0, axis=0) * (math.sqrt(EPS * d / p) / sigma0)
-        return W0, np.full(d, (1 - EPS) / sigma0**2)
-    return 1e-2 * W0, np.full(d, 1 / sigma0**2)
-
-
-def _kl_fa(state, lam, logdet_lam, m_star):
-    dm = state.mean - m_star
-    return metrics.fa_kl(lam, state.W, state.psi, logdet_lam) + 0.5 * dm @ (lam @ dm)
-
-
-def _kl_full(state, lam, logdet_lam, m_star):
-    """The same KL for a dense belief ``N(mu, P)`` (the Kalman filter) in precision form::
-
-        1/2 [tr(Lam* P) - logdet P - logdet Lam* - d + (mu - m*)^T Lam* (mu - m*)]
-
-    (one Cholesky of P per evaluation; :func:`jaxrvga.metrics.gaussian_kl` would factor both
-    covariances, twice the cost at d = 1000)."""
-    P = state.cov
-    dm = state.mean - m_star
-    logdet_p = 2.0 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(P))))
-    return 0.5 * (jnp.sum(lam * P) - logdet_p - logdet_lam - P.shape[0] + dm @ (lam @ dm))
-
-
-def _precision_kl(state, lam_kf):
-    """``KL(N(0, Lam_KF) || N(0, W W^T + Psi))`` of the p = d panel ([LRVGA] eq. 11)."""
-    return metrics.fa_kl(lam_kf, state.W, state.psi)
-
-
-def posterior(X, y, sigma0=SIGMA0):
-    """Full-data posterior precision ``Lam* = I/sigma0^2 + X^T X`` and mean ``m*`` (noise variance 1)."""
-    d = X.shape[1]
-    lam = np.eye(d) / sigma0**2 + X.T @ X
-    return lam, np.linalg.solve(lam, X.T @ y)
+C = 1.0
 
 
 def run_panel(d, N, ps, init, loops_list=(3,), quick=True, desc=""):
     """KF and L-RVGA runs on one data set: ``{label: (t, kl)}`` plus the check-9 precision KLs."""
     ds = data.linear_data(1.0, N, d, C, seed=SEED)
     X, y = jnp.asarray(ds.X), jnp.asarray(ds.y)
-    lam, m_star = posterior(ds.X, ds.y)
+    lam, m_star = linear_posterior(ds.X, ds.y)
     lam_j, m_j = jnp.asarray(lam), jnp.asarray(m_star)
     logdet_lam = float(np.linalg.slogdet(lam)[1])
     stride = max(1, N // 300)
     curves, prec = {}, {}
     state0 = KALMAN.init(jnp.zeros(d), SIGMA0**2 * jnp.eye(d))
-    _, kl, t = run_snapshots(KALMAN, state0, X, y, stride, _kl_full, lam_j, logdet_lam, m_j)
+    _, kl, t = run_snapshots(KALMAN, state0, X, y, stride, linear_kl_full, lam_j, logdet_lam, m_j)
     t = np.concatenate([[0], t])
-    kl0 = float(_kl_full(state0, lam_j, logdet_lam, m_j))
+    kl0 = float(linear_kl_full(state0, lam_j, logdet_lam, m_j))
     curves["KF"] = (t, np.concatenate([[kl0], np.asarray(kl)]))
     configs = [(p, n) for p in ps for n in loops_list]
     for p, n_in in progress(configs, desc, quick):
         W0, psi0 = map(jnp.asarray, init_factors(d, p, init))
-        flt = lrvga(_MODEL, rank=p, inner_loops=n_in, published=True)
+        flt = lrvga(LINEAR_MODEL, rank=p, inner_loops=n_in, published=True)
         state0 = flt.init(jnp.zeros(d), W0, psi0)
-        final, kl, _ = run_snapshots(flt, state0, X, y, stride, _kl_fa, lam_j, logdet_lam, m_j)
-        kl0 = float(_kl_fa(state0, lam_j, logdet_lam, m_j))
+        final, kl, _ = run_snapshots(flt, state0, X, y, stride, linear_kl_fa, lam_j, logdet_lam, m_j)
+        kl0 = float(linear_kl_fa(state0, lam_j, logdet_lam, m_j))
         curves[(p, n_in)] = (t, np.concatenate([[kl0], np.asarray(kl)]))
         if p == d:  # the p = d panel: the KF started from the same initial precision
             lam_kf = W0 @ W0.T + jnp.diag(psi0) + X.T @ X
-            prec[n_in] = float(_precision_kl(final, lam_kf))
+            prec[n_in] = float(precision_kl(final, lam_kf))
     return dict(d=d, N=N, init=init, curves=curves, prec=prec)
 
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import (ITERATIONS, M_BIG, M_KL, MODEL, Problem, authors_w0, cli, label_axes,
-                                lrvga_kl_curve, paired, progress, pyplot, save_figure, write_columns,
-                                write_csv)
+from experiments.common import (ITERATIONS, MODEL, cli, label_axes, paired, progress, pyplot, save_figure,
+                                write_columns, write_csv)
+from experiments.common_lrvga import M_BIG, M_KL, Problem, authors_w0, cosine, lrvga_kl_curve
 
 from jaxrvga import lrvga  # noqa: E402
 
@@ -38,11 +38,6 @@ def plot_outputs(ax, prob: Problem):
     ax.hist(1 / (1 + np.exp(-prob.ds.X @ u)), bins=50)
     ax.set_xlabel("sig(x_i^T theta_opt / ||theta_opt||)", fontsize=8)
     ax.set_title(f"outputs, d = {prob.d}, N = {prob.N}, s = {prob.s:.3f}", fontsize=9)
-
-
-def cosine(a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 # --------------------------------------------------------------------------- Fig. 3

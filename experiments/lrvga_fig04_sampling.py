@@ -26,8 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import (ITERATIONS, M_BIG, MODEL, Problem, authors_w0, cli, label_axes, lrvga_kl_curve,
-                                paired, progress, pyplot, save_figure, write_columns, write_csv)
+from experiments.common import (ITERATIONS, MODEL, cli, label_axes, paired, progress, pyplot, save_figure,
+                                write_columns, write_csv)
+from experiments.common_lrvga import M_BIG, Problem, authors_w0, lrvga_kl_curve
 
 from jaxrvga import lrvga  # noqa: E402
 

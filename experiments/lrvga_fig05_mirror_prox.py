@@ -24,9 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import (ITERATIONS, M_BIG, MODEL, Problem, authors_w0, cli, compare, ellipse, label_axes,
-                                log_evidence_2d, lrvga_kl_curve, paired, posterior_grid, progress, pyplot,
-                                save_figure, write_csv)
+from experiments.common import (ITERATIONS, MODEL, cli, label_axes, paired, progress, pyplot, save_figure,
+                                write_csv)
+from experiments.common_lrvga import M_BIG, Problem, authors_w0, lrvga_kl_curve
+from experiments.common_rvga import compare, ellipse, log_evidence_2d, posterior_grid
 
 import jaxrvga as jr  # noqa: E402
 from jaxrvga import metrics  # noqa: E402

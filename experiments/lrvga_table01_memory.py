@@ -28,13 +28,14 @@ quadratic scaling.
 The machine is shared (2 cores, other jobs running): times are indicative only.
 ``quick``: d = 5e4 (batch EM at d = 3000), T = 2; full: d = 1e6 (batch EM at d = 5000), T = 5 steps.
 
-The probe (:func:`experiments.common.measure_memory`) is shared with Table 2.
+The probe (:func:`experiments.memory.measure_memory`) is shared with Table 2.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.common import MEMORY_HEADER, cli, measure_memory, progress, write_csv
+from experiments.common import cli, progress, write_csv
+from experiments.memory import MEMORY_HEADER, measure_memory
 
 #: ``(d, d of batch EM, p, T)``.
 QUICK, FULL = (50_000, 3000, 100, 2), (1_000_000, 5000, 100, 5)

@@ -4,7 +4,7 @@ Paper ([LRVGA] Table 2, laptop i7 2.3 GHz): full Kalman (estimated) 8000 GB; L-R
 816 MB; p = 10: 0.7 s, 96 MB; p = 2: 0.2 s, 32 MB; p = 1: 0.06 s, 24 MB. The memory column equals
 the model ``8 d (p + 2)`` bytes (W plus the two d-vectors mu and psi).
 
-Measured exactly as Table 1 (:func:`experiments.common.measure_memory`: a fresh
+Measured exactly as Table 1 (:func:`experiments.memory.measure_memory`: a fresh
 interpreter per configuration, peak RSS of the timed run minus the baseline), for the linear L-RVGA
 (:func:`jaxrvga.lrvga`, exact scheme, 3 inner loops) over T steps of random data. The full
 Kalman filter (:func:`jaxrvga.kalman`) is measured at a small d (its d x d covariance) next to its
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.common import MEMORY_HEADER, cli, measure_memory, progress, write_csv
+from experiments.common import cli, progress, write_csv
+from experiments.memory import MEMORY_HEADER, measure_memory
 
 PS = (100, 10, 2, 1)
 PAPER = {100: (6.0, 816), 10: (0.7, 96), 2: (0.2, 32), 1: (0.06, 24)}

@@ -25,7 +25,7 @@ test digit) of the predictive class probabilities ``jr.predictive(state, X, mode
 take the logits' Gaussian ``N(Theta^T x, J P J^T)`` through the pairwise inverse probit
 (``jr.special.softmax_probit``, an approximation); as a check also the Monte Carlo predictive
 (``key=``, :data:`MC_SAMPLES` exact draws of the belief) and the plug-in ``softmax(Theta_mean^T x)``;
-the expected calibration error (:func:`experiments.common.ece`, 10 equal-width confidence bins)
+the expected calibration error (:func:`jaxrvga.metrics.ece`, 10 equal-width confidence bins)
 of the closed-form and of the Monte Carlo probabilities; time per training observation of
 ``jr.run`` over the training split (compile excluded: the validation fits ran the same compiled
 program first; sklearn: its whole batch fit divided by the training size); the steps whose
@@ -45,9 +45,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.common import Split, cli, ece, make_split, pyplot, results_dir, save_figure, write_csv
+from experiments.common import Split, cli, make_split, pyplot, results_dir, save_figure, write_csv
 
 import jaxrvga as jr  # noqa: E402
+from jaxrvga.metrics import ece  # noqa: E402
 
 K = 10
 SEED = 0

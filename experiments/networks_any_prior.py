@@ -26,11 +26,12 @@ Low-rank beliefs (``jr.lrvga``, rank 10) by default; ``--dense`` runs ``jr.rvga`
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from benchmarks.machine import best_time
 
 PRIORS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 RANK = 10
@@ -157,18 +158,7 @@ def adam_time(task, h, theta0, Xtr, ytr, lr=1e-3):
         return (optax.apply_updates(theta, updates), opt_state), None
 
     run = jax.jit(lambda th: jax.lax.scan(step, (th, opt.init(th)), (Xtr, ytr))[0][0])
-    return _seconds(run, theta0) / Xtr.shape[0]
-
-
-def _seconds(fn, *args, repeat=3):
-    """Best of ``repeat`` timed calls of ``fn`` after one call that compiles it."""
-    jax.block_until_ready(fn(*args))
-    best = np.inf
-    for _ in range(repeat):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - start)
-    return best
+    return best_time(run, theta0) / Xtr.shape[0]
 
 
 def evaluate(task, name, options, dtype, dense, priors=PRIORS):
@@ -199,7 +189,7 @@ def evaluate(task, name, options, dtype, dense, priors=PRIORS):
     seconds = None
     if chosen is not None:
         state = initial_state(flt, theta0, chosen["prior"], dense)
-        seconds = _seconds(jax.jit(lambda s: run(s, Xtr, ytr)[0].mean), state) / T
+        seconds = best_time(jax.jit(lambda s: run(s, Xtr, ytr)[0].mean), state) / T
     return {"task": task, "method": name, "d": int(theta0.shape[0]), "rows": rows, "chosen": chosen,
             "seconds": seconds, "adam": adam_time(task, h, theta0, Xtr, ytr)}
 

@@ -11,9 +11,9 @@ Settings are the authors' code (``PaperResults.py``, ``XP_2D``): d = 2, N = 100,
 Each figure: data and KL vs iteration (top), 1-sigma ellipses at t = N of R-VGA implicit,
 explicit, EKF and QKF with the Laplace ellipse (red) over the true posterior's contours (bottom).
 
-The helpers shared by every ``rvga_*`` script (:func:`~experiments.common.compare`,
-:func:`~experiments.common.plot_kl`, :func:`~experiments.common.plot_ellipses`, ...) are in
-:mod:`experiments.common`. The MC-KL ([RVGA] eqs. 92-94, ``Z_p = 1``) of the
+The helpers shared by every ``rvga_*`` script (:func:`~experiments.common_rvga.compare`,
+:func:`~experiments.common_rvga.plot_kl`, :func:`~experiments.common_rvga.plot_ellipses`, ...) are in
+:mod:`experiments.common_rvga`. The MC-KL ([RVGA] eqs. 92-94, ``Z_p = 1``) of the
 belief after t observations is evaluated against the *final* posterior at every t, with
 M = 300 base normals drawn once with the data seed (common random numbers), as the authors' code.
 """
@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.common import cli, run_2d_figures
+from experiments.common import cli
+from experiments.common_rvga import run_2d_figures
 
 # (figure, s, c, seed, sigma0, mu0): d = 2, N = 100 (XP_2D calls of PaperResults.py)
 CONFIGS = ((3, 2.0, 2, 10, 1.0, 0.1), (4, 2.0, 2, 10, 10.0, 1.0), (5, 2.0, 2, 10, 100.0, 10.0),

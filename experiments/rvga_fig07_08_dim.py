@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.common import cli, compare, figure_hd, final_row, summary_of, write_curves, write_final_hd
+from experiments.common import cli
+from experiments.common_rvga import compare, figure_hd, final_row, summary_of, write_curves, write_final_hd
 
 # (figure, sigma0, title)
 CONFIGS = ((7, 1.0, "sharp prior"), (8, 30.0, "flat prior"))

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.common import cli, compare, figure_hd, final_row, summary_of, write_curves, write_final_hd
+from experiments.common import cli
+from experiments.common_rvga import compare, figure_hd, final_row, summary_of, write_curves, write_final_hd
 
 FULL = {9: dict(d=100, N=200), 10: dict(d=100, N=200)}
 QUICK = {9: dict(d=30, N=200), 10: dict(d=100, N=100)}

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.common import LABELS, METHODS, cli, compare, pyplot, save_figure, write_csv
+from experiments.common import cli, pyplot, save_figure, write_csv
+from experiments.common_rvga import LABELS, METHODS, compare
 
 import jaxrvga as jr  # noqa: E402
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.common import cli, run_2d_figures
+from experiments.common import cli
+from experiments.common_rvga import run_2d_figures
 
 # (figure, s, c, seed, sigma0, mu0)
 CONFIGS = ((14, 2.0, 1, 1, 10.0, 0.0), (15, 5.0, 1, 1, 10.0, 0.0), (16, 10.0, 1, 1, 10.0, 0.0))

@@ -14,7 +14,9 @@
   ``N(mu, (W W^T + diag(psi))^{-1})``.
 * :func:`gaussian_kl` — exact ``KL(N(m1, P1) || N(m2, P2))`` (the linear-regression metric).
 * :func:`fa_kl` — ``KL(N(0, S) || N(0, W W^T + diag(psi)))`` of [LRVGA] eq. (11) in O(d^2 p).
-* :func:`logistic_log_loss`, :func:`gaussian_nlpd`, :func:`linear_gaussian_nlpd` — predictive scores.
+* :func:`mc_kl_logistic_terms` — the per-sample terms of :func:`mc_kl_logistic` (paired standard errors).
+* :func:`logistic_log_loss`, :func:`gaussian_nlpd`, :func:`linear_gaussian_nlpd` — predictive scores;
+  :func:`ece` — expected calibration error.
 
 All log-determinants come from Cholesky factors (never ``det``). Functions act on one belief;
 ``jax.vmap`` them over a trajectory of beliefs (keeping ``z`` unbatched) to score a whole run.
@@ -141,6 +143,25 @@ def mc_kl_logistic(mean, cov, z, X, y, prior_mean, prior_cov, *, return_stderr: 
                  mean, cov, z, return_stderr=return_stderr)
 
 
+def mc_kl_logistic_terms(mean, cov, z, X, y, prior_mean, prior_cov, *, batch_size=None):
+    """The M terms ``-log ptilde(theta_m) - H(q)`` whose mean is :func:`mc_kl_logistic`.
+
+    Same samples ``theta_m = mean + chol(cov) z_m`` and posterior as :func:`mc_kl_logistic`; kept
+    term by term so that two beliefs scored on the same ``z`` give a paired standard error of their
+    difference (``std(terms_a - terms_b) / sqrt(M)``). ``batch_size``: evaluate the log posterior
+    on that many samples at a time (``jax.lax.map``, bounding memory for large M and n); ``None``:
+    all at once (``jax.vmap``). Returns (M,).
+    """
+    L = jnp.linalg.cholesky(cov)
+    thetas = mean + z @ L.T
+    log_post = lambda th: logistic_log_posterior(th, X, y, prior_mean, prior_cov)
+    if batch_size is None:
+        lp = jax.vmap(log_post)(thetas)
+    else:
+        lp = jax.lax.map(log_post, thetas, batch_size=batch_size)
+    return -lp - gaussian_entropy(_chol_logdet(L), mean.shape[0])
+
+
 # ---------------------------------------------------------------------------------------------
 # Factor-analysis beliefs N(mu, (W W^T + diag(psi))^{-1})
 # ---------------------------------------------------------------------------------------------
@@ -261,7 +282,37 @@ def linear_gaussian_nlpd(mean, cov, X, y, noise_var, reduction: str = "mean"):
     return gaussian_nlpd(X @ mean, jnp.einsum("ni,ij,nj->n", X, cov, X) + noise_var, y, reduction)
 
 
+# ---------------------------------------------------------------------------------------------
+# Calibration
+# ---------------------------------------------------------------------------------------------
+
+def ece(probs, labels, bins: int = 10) -> float:
+    """Expected calibration error of predicted class probabilities (NumPy, returns a float).
+
+    ``probs``: (n, K) class probabilities, or (n,) probabilities of class 1 of a binary problem
+    (read as ``[1 - p, p]``); ``labels`` (n,) integer classes. The confidence ``max_k p_k`` of each
+    point falls in one of ``bins`` equal-width bins of [0, 1] (1 in the last); a point is accurate
+    when its argmax is its label (binary: ``p > 1/2`` predicts 1). Then::
+
+        ECE = sum_b (n_b / n) |accuracy_b - mean confidence_b|
+    """
+    probs, labels = np.asarray(probs), np.asarray(labels)
+    if probs.ndim == 1:
+        probs = np.stack([1 - probs, probs], axis=1)
+    if probs.ndim != 2 or labels.shape != probs.shape[:1]:
+        raise ValueError(f"probs must be (n, K) or (n,) and labels (n,), got {probs.shape} and {labels.shape}")
+    conf = probs.max(axis=1)
+    hit = (probs.argmax(axis=1) == labels).astype(float)
+    idx = np.minimum((conf * bins).astype(int), bins - 1)
+    gap = 0.0
+    for b in range(bins):
+        sel = idx == b
+        if sel.any():
+            gap += sel.sum() * abs(hit[sel].mean() - conf[sel].mean())
+    return float(gap / len(labels))
+
+
 __all__ = ["base_normals", "gaussian_entropy", "gaussian_log_density", "logistic_log_likelihood",
-           "logistic_log_posterior", "mc_kl", "mc_kl_logistic", "mc_kl_logistic_fa",
+           "logistic_log_posterior", "mc_kl", "mc_kl_logistic", "mc_kl_logistic_terms", "mc_kl_logistic_fa",
            "mc_kl_logistic_fa_sampled", "gaussian_kl", "fa_kl",
-           "logistic_log_loss", "gaussian_nlpd", "linear_gaussian_nlpd"]
+           "logistic_log_loss", "gaussian_nlpd", "linear_gaussian_nlpd", "ece"]

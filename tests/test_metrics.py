@@ -161,6 +161,22 @@ def test_mc_kl_common_random_numbers_under_vmap():
     np.testing.assert_allclose(batched, looped, rtol=1e-12)
 
 
+def test_mc_kl_logistic_terms_average_to_the_mc_kl():
+    rng = np.random.default_rng(8)
+    d, n = 4, 30
+    X, y = _toy_logistic(rng, n, d)
+    mu, P = rng.normal(size=d), _spd(rng, d)
+    z = metrics.base_normals(d, 120, 2)
+    kl, se = metrics.mc_kl_logistic(mu, P, z, X, y, np.zeros(d), 2.0, return_stderr=True)
+    terms = metrics.mc_kl_logistic_terms(mu, P, z, X, y, np.zeros(d), 2.0)
+    assert terms.shape == (120,)
+    assert float(jnp.mean(terms)) == pytest.approx(float(kl), rel=1e-12)
+    assert float(jnp.std(terms, ddof=1) / jnp.sqrt(120)) == pytest.approx(float(se), rel=1e-12)
+    # In batches of 50 (two full batches and a remainder of 20): the same terms.
+    batched = metrics.mc_kl_logistic_terms(mu, P, z, X, y, np.zeros(d), 2.0, batch_size=50)
+    np.testing.assert_allclose(batched, terms, rtol=1e-12)
+
+
 def test_mc_kl_logistic_fa_dense_equals_full():
     rng = np.random.default_rng(6)
     d, p, n = 12, 2, 30
@@ -256,3 +272,21 @@ def test_logistic_log_posterior_prior_forms():
     x = rng.normal(size=(1, d))
     got = metrics.logistic_log_posterior(theta, x, np.array([1.0]), m0, 2.5)
     assert float(got) == pytest.approx(ref - math.log1p(math.exp(-(x @ theta).item())), rel=1e-13)
+
+
+# --------------------------------------------------------------------- calibration
+
+def test_ece_binary_by_hand():
+    """Probabilities of class 1: confidence max(p, 1 - p), prediction p > 1/2."""
+    p = np.array([0.9, 0.8, 0.3, 0.45, 0.5])
+    y = np.array([1, 0, 0, 1, 0])
+    # confidences 0.9, 0.8, 0.7, 0.55, 0.5 fall in bins 9, 8, 7, 5, 5; predictions 1, 1, 0, 0, 0
+    # (p = 1/2 predicts 0), so hits 1, 0, 1, 0, 1. Bin 5 holds 0.55 (miss) and 0.5 (hit):
+    # |1/2 - 0.525|.
+    want = (abs(1 - 0.9) + abs(0 - 0.8) + abs(1 - 0.7) + 2 * abs(0.5 - 0.525)) / 5
+    assert metrics.ece(p, y) == pytest.approx(want, abs=1e-12)
+    assert metrics.ece(np.stack([1 - p, p], axis=1), y) == metrics.ece(p, y)
+    # Two bins: everything lands in [0.5, 1], so ECE = |accuracy - mean confidence|.
+    assert metrics.ece(p, y, bins=2) == pytest.approx(abs(3 / 5 - 0.69), abs=1e-12)
+    with pytest.raises(ValueError, match="labels"):
+        metrics.ece(p, y[:3])

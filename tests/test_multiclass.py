@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from experiments import multiclass_digits as MD
-from experiments.common import ece, quick_fixture
+from experiments.common import quick_fixture
+from jaxrvga.metrics import ece
 
 digits = quick_fixture(MD)
 
