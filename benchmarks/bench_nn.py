@@ -283,7 +283,7 @@ def update_flops(h, theta0, scheme, batch=1, buffer=0, **options):
     x, y = (jnp.asarray(Xtr[0]), jnp.asarray(ytr[0])) if batch == 1 else (jnp.asarray(Xtr[:batch]),
                                                                           jnp.asarray(ytr[:batch]))
     total = xla_flops(flt.update, state, x, y)
-    m = batch if scheme == "ekf" else flt.update.spec.cfg.num_samples
+    m = batch if scheme == "ekf" else flt.spec.scheme.cfg.num_samples
     if buffer < m:  # a projection every step, no conditional
         return total / batch
     d = theta0.shape[0]

@@ -12,12 +12,12 @@ from .batch import LaplaceResult, laplace
 from .core import (DiagonalState, Filter, GaussianState, LowRankState, Prequential, SolverInfo, Step, prequential, run, scan,
                    step_fn, trace_info, trace_mean)
 from .evidence import log_evidence, trace_log_predictive
-from .filters import diag_rvga, ekf, kalman, lrvga, mirror_prox, qkf, rvga
+from .filters import build, diag_rvga, ekf, kalman, lrvga, mirror_prox, qkf, rvga
 from .predictive import Predictive, log_predictive, predictive
 
 __version__ = "0.1.0"
 
-__all__ = ["Filter", "GaussianState", "LowRankState", "DiagonalState", "diag_rvga", "SolverInfo", "Step", "run", "scan", "step_fn",
+__all__ = ["build", "Filter", "GaussianState", "LowRankState", "DiagonalState", "diag_rvga", "SolverInfo", "Step", "run", "scan", "step_fn",
            "trace_info", "trace_mean", "rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "predictive",
            "Predictive", "laplace", "LaplaceResult", "prequential", "Prequential", "log_predictive",
            "trace_log_predictive", "log_evidence",

@@ -36,6 +36,36 @@ def value_key(a):
         return ("id", id(a))
 
 
+def by_value(a) -> bool:
+    """Whether :func:`same` compares ``a`` wholly by value (no array, tracer or unhashable part,
+    which compare by identity): only then may it key a compiled program across calls."""
+    if isinstance(a, tuple):
+        return all(by_value(x) for x in a)
+    if isinstance(a, Bound):
+        return by_value(a.args)
+    try:
+        hash(a)
+    except TypeError:
+        return False
+    return True
+
+
+class Static:
+    """``value`` as a static ``jit`` argument compared by :func:`same` (``Static(a) == Static(b)``
+    exactly when ``same(a, b)``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return type(other) is Static and same(self.value, other.value)
+
+    def __hash__(self):
+        return hash(value_key(self.value))
+
+
 class Bound:
     """``fn`` with its leading arguments bound: ``Bound(fn, *args)(*rest) == fn(*args, *rest)``.
 
@@ -48,8 +78,8 @@ class Bound:
     def __init__(self, fn, *args):
         self.fn, self.args = fn, args
 
-    def __call__(self, *rest):
-        return self.fn(*self.args, *rest)
+    def __call__(self, *rest, **keywords):
+        return self.fn(*self.args, *rest, **keywords)
 
     def __eq__(self, other):
         return type(other) is type(self) and self.fn is other.fn and same(self.args, other.args)

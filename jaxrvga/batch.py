@@ -1,14 +1,12 @@
 """Batch inference: the Laplace approximation of the posterior of a whole data set ([RVGA] §6.2).
 
-The Newton solver is compiled once per *likelihood* and shape: models are NamedTuples of
-closures rebuilt by every factory call (``jr.models.logistic()``), so they are keyed by what
-they compute (the code of ``family.log_prob`` and ``predict`` and the values they capture),
-not by identity. Data, prior, ``max_iter`` and ``tol`` are traced arguments.
+The Newton solver is compiled once per model and shape: models compare by value (built from
+module-level functions and their options, :mod:`jaxrvga._values`), so ``jr.models.logistic()``
+built twice is one program. Data, prior, ``max_iter`` and ``tol`` are traced arguments.
 """
 from __future__ import annotations
 
 import functools
-import types
 from typing import NamedTuple
 
 import jax
@@ -16,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._values import Static, by_value
 from .models import Model
 from .validation import check_batch_problem, check_cov, check_vector, is_concrete
 
@@ -55,69 +54,9 @@ def laplace(model: Model, X, y, prior_mean, prior_cov, *, max_iter: int = 100,
         raise ValueError(f"tol must be positive, got {tol}")
     tol = (1e3 * jnp.finfo(mu0.dtype).eps) if tol is None else tol
     args = (X, y, mu0, P0, jnp.asarray(max_iter, jnp.int32), jnp.asarray(tol, mu0.dtype))
-    try:
-        lik = _Likelihood(model)
-    except TypeError:  # a model capturing a traced or unhashable value: compiled for this call only
+    if not by_value(model):  # a model capturing an array or a traced value: compiled for this call only
         return jax.jit(functools.partial(_laplace_newton, model.log_lik))(*args)
-    return _laplace_jit(lik, *args)
-
-
-class _Likelihood:
-    """``model.log_lik`` as a static argument hashed by its fingerprint (see :func:`_fingerprint`)."""
-
-    def __init__(self, model: Model):
-        self.log_lik = model.log_lik
-        self.key = (type(model), _fingerprint((model.family.log_prob, model.predict)))
-        self._hash = hash(self.key)
-
-    def __call__(self, theta, x, y):
-        return self.log_lik(theta, x, y)
-
-    def __hash__(self):
-        return self._hash
-
-    def __eq__(self, other):
-        return isinstance(other, _Likelihood) and self.key == other.key
-
-
-_MAX_KEYED_ARRAY = 10_000  # captured arrays up to this size are keyed by value
-
-
-def _fingerprint(obj, seen=()):
-    """A hashable key equal for two objects that compute the same thing: functions by code object,
-    defaults and captured values (recursively), arrays by value, anything else by its own hash.
-    Raises ``TypeError`` for what cannot be keyed (a tracer, a large array, an unhashable object)."""
-    if id(obj) in seen:  # a recursive closure
-        return ("recursion", seen.index(id(obj)))
-    seen = seen + (id(obj),)
-    fp = functools.partial(_fingerprint, seen=seen)
-    if isinstance(obj, types.FunctionType):
-        cells = tuple(fp(c.cell_contents) if _cell_full(c) else ("empty",) for c in obj.__closure__ or ())
-        kwdefaults = tuple(sorted((k, fp(v)) for k, v in (obj.__kwdefaults__ or {}).items()))
-        return ("function", obj.__code__, fp(obj.__defaults__), kwdefaults, cells)
-    if isinstance(obj, functools.partial):
-        return ("partial", fp(obj.func), fp(obj.args), tuple(sorted((k, fp(v)) for k, v in obj.keywords.items())))
-    if isinstance(obj, types.MethodType):
-        return ("method", fp(obj.__func__), fp(obj.__self__))
-    if isinstance(obj, (tuple, list)):
-        return (type(obj), tuple(fp(v) for v in obj))
-    if isinstance(obj, dict):
-        return (dict, tuple(sorted((k, fp(v)) for k, v in obj.items())))
-    if isinstance(obj, (jax.Array, np.ndarray)):
-        if not is_concrete(obj) or np.size(obj) > _MAX_KEYED_ARRAY:
-            raise TypeError("a traced or large array cannot key the compiled solver")
-        a = np.asarray(obj)
-        return ("array", a.dtype.str, a.shape, a.tobytes())
-    hash(obj)  # raises TypeError when unhashable
-    return (type(obj), obj)
-
-
-def _cell_full(cell) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
+    return _laplace_jit(Static(model), *args)
 
 
 def _laplace_newton(log_lik, X, y, mu0, P0, max_iter, tol):
@@ -166,6 +105,8 @@ def _laplace_newton(log_lik, X, y, mu0, P0, max_iter, tol):
     return LaplaceResult(theta, cov, converged, it)
 
 
-_laplace_jit = jax.jit(_laplace_newton, static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0)
+def _laplace_jit(model: Static, *args):
+    return _laplace_newton(model.value.log_lik, *args)
 
 __all__ = ["laplace", "LaplaceResult"]

@@ -22,9 +22,9 @@ All offer the same operations:
 For the low-rank belief, ``add`` keeps the sum exactly, as the factors ``[W, X diag(sqrt c)]`` of a
 higher rank, so that the mean step that follows uses the unprojected precision (by Woodbury, still
 no d x d array); ``finish`` projects back to rank p by factor analysis ([LRVGA] eq. 8, Algorithm 1,
-from the spectral warm start of :func:`jaxrvga.factor_analysis.spectral_em_step`). With
-``published=True`` it is the published scheme instead: ``add`` projects at once (Algorithm 1 from
-``W_{t-1}``), so the mean step uses the projected precision, and ``finish`` does nothing.
+from the spectral warm start of :func:`jaxrvga.factor_analysis.spectral_em_step`).
+:class:`PublishedLowRank` is the published scheme instead: ``add`` projects at once (Algorithm 1
+from ``W_{t-1}``), so the mean step uses the projected precision, and ``finish`` does nothing.
 """
 from __future__ import annotations
 
@@ -301,10 +301,8 @@ def _no_overflow(cov, s, v):
 class LowRank(NamedTuple):
     """Limited-memory belief ``N(mean, (W W^T + diag(psi))^{-1})`` of [LRVGA]; state :class:`~jaxrvga.core.LowRankState`.
 
-    ``rank``: p. ``inner_loops``: EM iterations of each projection (after the spectral start; or
-    Algorithm 1's ``n_in`` with ``published=True``). ``published``: the published two-stage scheme
-    (module docstring). ``fa_step(W, psi, X) -> (W, psi)``: replaces the projection (for oracle
-    tests). ``psi_floor``: relative floor of ``psi``. ``block_rows``: row blocks of Algorithm 1
+    ``rank``: p. ``inner_loops``: EM iterations of each projection (after the spectral start).
+    ``fa_step(W, psi, X) -> (W, psi)``: replaces the projection (a hook for oracle tests). ``psi_floor``: relative floor of ``psi``. ``block_rows``: row blocks of Algorithm 1
     (:func:`jaxrvga.blocks.num_blocks`; 0 or None as there). ``buffer``: curvature columns held
     unprojected between projections (:meth:`finish`); the state's ``W`` then has ``rank + buffer``
     columns, the last ``buffer`` of them zero right after a projection. ``em_tol``: ``inner_loops``
@@ -320,7 +318,6 @@ class LowRank(NamedTuple):
 
     rank: int
     inner_loops: int = 1
-    published: bool = False
     fa_step: Optional[Callable] = None
     psi_floor: float = PSI_FLOOR
     block_rows: Optional[int] = None
@@ -330,7 +327,7 @@ class LowRank(NamedTuple):
     @property
     def keeps_gram(self) -> bool:
         """Whether the state carries the whitened Gram (the default projection)."""
-        return not self.published and self.fa_step is None
+        return self.fa_step is None
 
     def init(self, mean, W, psi, key=None) -> LowRankState:
         """Initial state ``N(mean, (W W^T + diag(psi))^{-1})`` (shapes and values checked where concrete)."""
@@ -427,7 +424,7 @@ class LowRank(NamedTuple):
     def _pending_root(self, state, X, c):
         """``X sqrt(c)`` (``c`` clipped at 0: a factor needs a PSD increment); checks that the state is
         one of this filter: ``W`` of width ``rank + buffer``, and a whitened Gram only where the
-        filter keeps one (a published or ``fa_step`` filter would leave it stale, or fail in a
+        filter keeps one (a :class:`PublishedLowRank` or ``fa_step`` filter would leave it stale, or fail in a
         ``cond`` with a TypeError)."""
         width = self.rank + (self.buffer if self.keeps_gram else 0)
         if self.keeps_gram and 0 < self.buffer < X.shape[1]:
@@ -446,12 +443,9 @@ class LowRank(NamedTuple):
 
         Default: the exact sum as the factor ``[W, X sqrt(c)]`` of rank ``p + m``, held as the pair of
         its column blocks (never joined into a new d x (p + m) array), with its whitened Gram.
-        ``published``: projected at once by Algorithm 1 from ``W``. Returns ``(state, ok)``.
+        Returns ``(state, ok)``.
         """
         root = self._pending_root(state, X, c)
-        if self.published:
-            W, psi = self._project_published(state.W, state.psi, root)
-            return state._replace(W=W, psi=psi), jnp.asarray(True)
         gram = None if state.gram is None else lowrank.bordered_gram(state.gram, state.W, state.psi, root,
                                                                            block_rows=self.block_rows)
         return state._replace(W=(state.W, root), gram=gram), jnp.asarray(True)
@@ -474,12 +468,6 @@ class LowRank(NamedTuple):
         step = fac.solve_given(g, projection)
         return pre._replace(mean=prior.mean + step), _resolved(fac.chol, source.gram)
 
-    def _project_published(self, W, psi, X):
-        if self.fa_step is not None:
-            return self.fa_step(W, psi, X)
-        return recursive_em_step(W, psi, X, 1.0, 1.0, self.inner_loops, psi_floor=self.psi_floor,
-                                 block_rows=self.block_rows)
-
     def finish(self, state):
         """Projection of the factor ``[W, X]`` of :meth:`add` back to rank p; returns ``(state, (dropped, em_loops))``.
 
@@ -487,13 +475,12 @@ class LowRank(NamedTuple):
         while they fit (nothing is projected, nothing dropped), and the projection takes the
         buffer and the new columns together when they do not. ``dropped`` is the fraction of the
         projected curvature's whitened trace that rank p could not keep
-        (:func:`jaxrvga.factor_analysis.spectral_em_step`); 0 with ``published`` or ``fa_step``.
+        (:func:`jaxrvga.factor_analysis.spectral_em_step`); 0 with ``fa_step``.
         ``em_loops``: the EM loops run after the spectral start (``inner_loops``, or fewer with
-        ``em_tol``); with ``published``, Algorithm 1's ``n_in``, run in :meth:`add`.
+        ``em_tol``).
         """
-        if not isinstance(state.W, tuple):  # published: projected in add, with n_in loops
-            dropped, _ = no_projection(state.psi.dtype)
-            return state, (dropped, jnp.asarray(self.inner_loops if self.published else 0, jnp.int32))
+        if not isinstance(state.W, tuple):  # nothing pending
+            return state, no_projection(state.psi.dtype)
         if self.fa_step is not None:
             W, psi = self.fa_step(state.W[0], state.psi, state.W[1])
             return state._replace(W=W, psi=psi), no_projection(state.psi.dtype)
@@ -574,6 +561,37 @@ class LowRank(NamedTuple):
         offset = jnp.arange(q) - start[1]
         order = jnp.where((offset >= 0) & (offset < m), q + offset, jnp.arange(q))
         return W, state.gram[order][:, order]
+
+
+class PublishedLowRank(LowRank):
+    """The published L-RVGA belief ([LRVGA] Algorithm 1 in the two-stage scheme of eqs. 7-8): each
+    precision step is projected at once by ``inner_loops`` (``n_in``) EM iterations from
+    ``W_{t-1}``, so the mean step uses the projected precision. Same fields as :class:`LowRank`
+    (``buffer`` and ``em_tol`` unused: 0 and None); no cached Gram. Reproduces the paper and the
+    authors' code; :class:`LowRank` is the default, exact at full rank (experiments/REPORT.md)."""
+
+    __slots__ = ()
+
+    @property
+    def keeps_gram(self) -> bool:
+        """False: the published projection keeps no whitened Gram."""
+        return False
+
+    def add(self, state, X, c):
+        """The precision step ``X diag(c) X^T`` (``c`` clipped at 0) projected at once by Algorithm 1
+        from ``W`` (``fa_step`` where given). Returns ``(state, ok)``."""
+        root = self._pending_root(state, X, c)
+        if self.fa_step is not None:
+            W, psi = self.fa_step(state.W, state.psi, root)
+        else:
+            W, psi = recursive_em_step(state.W, state.psi, root, 1.0, 1.0, self.inner_loops,
+                                       psi_floor=self.psi_floor, block_rows=self.block_rows)
+        return state._replace(W=W, psi=psi), jnp.asarray(True)
+
+    def finish(self, state):
+        """Nothing left to project (:meth:`add` did): ``(state, (0, inner_loops))``."""
+        dropped, _ = no_projection(state.psi.dtype)
+        return state, (dropped, jnp.asarray(self.inner_loops, jnp.int32))
 
 
 def _add_noise(W, psi, s, q):
@@ -681,4 +699,4 @@ def _buffer_fill(gram, rank: int, width: int):
     return jnp.max(jnp.where(used, jnp.arange(1, width - rank + 1), 0), initial=0)
 
 
-__all__ = ["Belief", "Dense", "LowRank", "Diagonal", "antithetic_normals", "add_then_solve", "finish_or_keep", "no_projection"]
+__all__ = ["Belief", "Dense", "LowRank", "PublishedLowRank", "Diagonal", "antithetic_normals"]

@@ -17,7 +17,6 @@ use a single block, i.e. the plain unblocked expressions.
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Callable, Sequence
 
 import jax
@@ -31,34 +30,15 @@ BLOCK_ROWS = 8192
 #: Problems with ``d p`` below this many elements are not blocked.
 BLOCK_MIN_ELEMENTS = 1 << 22
 
-_unblocked_depth = 0
-
-
-@contextlib.contextmanager
-def unblocked():
-    """Within this context, functions traced choose one block (:func:`num_blocks` returns 1).
-
-    For arrays sharded along ``d`` (:mod:`jaxrvga.sharding`): row blocks of a sharded axis would
-    make every pass gather rows across devices, whereas each device's share is already
-    ``1/n`` of the rows. Only tracing is affected, so wrap the call that traces (the filter's
-    ``update``), as :func:`jaxrvga.sharding.sharded_filter` does.
-    """
-    global _unblocked_depth
-    _unblocked_depth += 1
-    try:
-        yield
-    finally:
-        _unblocked_depth -= 1
-
-
 def num_blocks(d: int, p: int, block_rows=None) -> int:
     """Number of equal row blocks for a ``d x p`` pass (1 = no blocking).
 
-    Inside :func:`unblocked`, or with ``block_rows=0``, it is 1. ``block_rows=None`` blocks only large problems (``d p >= BLOCK_MIN_ELEMENTS``) with blocks
+    With ``block_rows=0`` it is 1 (what arrays sharded along ``d`` need: :mod:`jaxrvga.sharding`).
+    ``block_rows=None`` blocks only large problems (``d p >= BLOCK_MIN_ELEMENTS``) with blocks
     of about :data:`BLOCK_ROWS` rows. The count must divide ``d`` with blocks of at least
     ``block_rows / 8`` rows, else 1 (a ``d`` without a suitable divisor is not blocked).
     """
-    if _unblocked_depth or block_rows == 0:
+    if block_rows == 0:
         return 1
     if block_rows is None:
         if d * p < BLOCK_MIN_ELEMENTS:
@@ -139,4 +119,4 @@ def block_map(fn: Callable, arrays: Sequence, nb: int, in_place: int = 0):
     return tuple(a.reshape((-1,) + a.shape[2:]) for a in new), summed
 
 
-__all__ = ["BLOCK_ROWS", "BLOCK_MIN_ELEMENTS", "num_blocks", "block_sum", "block_map", "unblocked"]
+__all__ = ["BLOCK_ROWS", "BLOCK_MIN_ELEMENTS", "num_blocks", "block_sum", "block_map"]

@@ -30,7 +30,9 @@ class Filter(NamedTuple):
     ``predict(state) -> state``, when given, is the prediction step alone: the prior that the
     next ``update`` conditions on the observation (:mod:`jaxrvga.dynamics`; ``None``: a filter
     without dynamics, whose prior is the state itself). ``model``: the observation model, when the
-    filter has one (used by :func:`jaxrvga.log_evidence`). The library's filters make ``update``
+    filter has one (used by :func:`jaxrvga.log_evidence`). ``spec``: for a filter made by
+    :func:`jaxrvga.build`, its :class:`~jaxrvga.filters.Spec` (belief, scheme, model, dynamics),
+    which :func:`jaxrvga.filters.with_block_rows` rebuilds from. The library's filters make ``update``
     and ``predict`` callables that compare by configuration (:meth:`program`), not Python
     functions: tools that read a function's source (``chex.assert_max_traces``) need them wrapped
     in one.
@@ -41,6 +43,7 @@ class Filter(NamedTuple):
     check: Optional[Callable[[Any, Any, Any], None]] = None
     predict: Optional[Callable[[Any], Any]] = None
     model: Optional[Any] = None
+    spec: Optional[Any] = None
 
     def __eq__(self, other):
         """Field by field by value (:func:`jaxrvga._values.same`: arrays by identity)."""
@@ -56,7 +59,7 @@ class Filter(NamedTuple):
     def program(self) -> "Filter":
         """The parts of the filter a run compiles (``update`` and ``predict``): two filters built from
         the same model and options have equal programs, and :func:`run` compiles them once."""
-        return Filter(None, self.update, None, self.predict, None)
+        return Filter(None, self.update, None, self.predict)
 
 
 class SolverInfo(NamedTuple):
@@ -457,4 +460,4 @@ def trace_mean(state, x=None, y=None):
 
 
 __all__ = ["Filter", "SolverInfo", "GaussianState", "LowRankState", "DiagonalState", "run", "solver_info", "Prequential", "prequential",
-           "trace_info", "trace_mean", "scan", "Step", "step_fn", "tree_where"]
+           "trace_info", "trace_mean", "scan", "Step", "step_fn"]

@@ -350,8 +350,11 @@ def _em_until(W, psi, grams, target, alpha, beta, floor, max_loops: int, nb: int
     at most ``max_loops``.
 
     ``target = (W_prev, psi_prev, X, Diag(S))``. The iterate is stored and rewritten in place in each
-    pass (one ``d x p`` array besides ``W_prev``), so the number of loops can be decided at run time
-    (a ``lax.while_loop``). Returns ``(W, psi, gram, loops)``, ``gram`` the whitened Gram of the result.
+    pass (one ``d x p`` array besides ``W_prev``), so the number of loops can be decided at run time:
+    a ``lax.scan`` of ``max_loops`` passes, each a ``lax.cond`` that runs the loop only while the last
+    change exceeds ``tol`` (the remaining passes cost nothing on one filter), so that the result is
+    differentiable in both modes (a ``while_loop`` is not in reverse mode). Returns
+    ``(W, psi, gram, loops)``, ``gram`` the whitened Gram of the result.
     """
     def loop(carry):
         W, psi, grams, k, _ = carry
@@ -369,11 +372,12 @@ def _em_until(W, psi, grams, target, alpha, beta, floor, max_loops: int, nb: int
         change = jnp.sqrt(sums.pop("moved") / jnp.maximum(sums.pop("size"), jnp.finfo(W.dtype).tiny))
         return W, psi, sums, k + 1, change
 
-    def going(carry):
-        return (carry[3] < max_loops) & ~(carry[4] <= tol)  # a NaN change stops at max_loops
+    def masked(carry, _):
+        going = ~(carry[4] <= tol)  # a NaN change runs every loop
+        return jax.lax.cond(going, loop, lambda c: c, carry), None
 
     start = (W, psi, grams, jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, W.dtype))
-    W, psi, grams, loops, _ = jax.lax.while_loop(going, loop, start)
+    (W, psi, grams, loops, _), _ = jax.lax.scan(masked, start, None, length=max_loops)
     return W, psi, grams["G"], loops
 
 
@@ -415,7 +419,7 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
         place into the result) only d-vectors and block-sized temporaries exist. ``None``
         (default): blocks of :data:`jaxrvga.blocks.BLOCK_ROWS` rows when
         ``d p >= BLOCK_MIN_ELEMENTS``, no blocking below (:func:`jaxrvga.blocks.num_blocks`).
-        Filters run by :mod:`jaxrvga.sharding` are traced unblocked (:func:`jaxrvga.blocks.unblocked`).
+        ``0``: one block (the filters run by :mod:`jaxrvga.sharding` are rebuilt with it).
       store_iterate: with ``inner_loops > 1``, keep the iterate ``W_k`` between loops (one more
         d x p array) rather than recompute its rows from ``W_prev`` in each pass (O(inner_loops^2)
         row work instead of O(inner_loops), no memory). ``None`` (default): store it only when
@@ -733,4 +737,4 @@ def online_fa_em(num_steps: Optional[int] = None, averaging: Optional[str] = "pa
 
 
 __all__ = ["PSI_FLOOR", "recursive_em_step", "spectral_em_step", "Projection", "batch_em_step", "batch_em",
-           "ml_residuals", "fa_kl", "fa_neg_log_lik", "FAState", "recursive_em", "OnlineFAState", "online_fa_em"]
+           "ml_residuals", "fa_neg_log_lik", "FAState", "recursive_em", "OnlineFAState", "online_fa_em"]

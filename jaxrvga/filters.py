@@ -1,8 +1,12 @@
 """The R-VGA filters: a belief (dense, low-rank or diagonal) times an update scheme.
 
+A filter is :func:`build` ``(belief, scheme, model, dynamics)`` of four values: a belief of
+:mod:`jaxrvga.beliefs`, a scheme made by a factory of :mod:`jaxrvga.schemes` (``schemes.ekf()``,
+``schemes.sampled(num_samples=20)``, or one of your own), an observation model and the dynamics.
 ``rvga(model, scheme=...)`` is the dense belief ([RVGA] Alg. 1), ``lrvga(model, rank=p, ...)``
-the low-rank one ([LRVGA]) and ``diag_rvga(model, ...)`` the diagonal (mean-field) one; all take
-the same schemes, options, defaults and checks:
+the low-rank one ([LRVGA]) and ``diag_rvga(model, ...)`` the diagonal (mean-field) one, with the
+scheme named by a string (:func:`scheme_named`); all take the same schemes, options, defaults and
+checks:
 
 ==============  =======================================  ==========================================
 scheme          models                                   options
@@ -38,6 +42,7 @@ minibatch through :func:`jaxrvga.models.minibatch`.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Callable, NamedTuple, Optional
 
 import jax
@@ -46,113 +51,25 @@ import numpy as np
 
 from . import schemes
 from ._values import Bound
-from .beliefs import Dense, Diagonal, LowRank
+from .beliefs import Belief, Dense, Diagonal, LowRank, PublishedLowRank
 from .core import Filter, solver_info
 from .dynamics import Dynamics, dynamics
 from .factor_analysis import PSI_FLOOR
 from .models import Model
-from .schemes import Config
+from .schemes import MAX_MOVE, MOMENT_JITTER
 from .validation import all_finite, check_choice, check_key, is_concrete, positive_int
 
+#: The names of the schemes of :func:`rvga`, :func:`lrvga` and :func:`diag_rvga` (module table).
 SCHEMES = ("exact", "implicit", "explicit", "extragrad", "ekf", "moment_ekf", "qkf", "sampled")
-CURVATURES = ("ggn", "hessian", "empirical")
-#: Default ``jitter`` of ``moment_ekf`` and default ``max_move`` (experiments/REPORT.md, "Networks from any prior").
-MOMENT_JITTER = 0.1
-MAX_MOVE = 10.0
-#: Schemes whose step is the exact (Kalman) or proximal (implicit) one: no default ``max_move``.
-EXACT_STEPS = ("exact", "implicit")
 
 
 class Spec(NamedTuple):
-    """What an update needs: the model, the belief, the scheme's name and options, the dynamics."""
+    """What a filter is: the model, the belief, the scheme (:class:`~jaxrvga.schemes.Scheme`), the dynamics."""
 
     model: Model
-    belief: object
-    scheme: str
-    cfg: Config
+    belief: Belief
+    scheme: schemes.Scheme
     dynamics: Dynamics = Dynamics()
-
-
-# --------------------------------------------------------------------------- steps
-
-def _absorb(spec, prior, inc, info):
-    """The step of ``inc`` (:func:`~jaxrvga.schemes.absorb`), its mean step limited to ``max_move``
-    (:func:`~jaxrvga.schemes.limit_move`, flagged in ``info`` where shortened): ``(state, ok, info)``."""
-    new, ok = schemes.absorb(spec.belief, prior, inc)
-    new, calm = schemes.limit_move(prior, new, inc, spec.cfg.max_move)
-    return new, ok, info._replace(converged=info.converged & calm)
-
-
-def _step_exact(spec, prior, X, y):
-    return _absorb(spec, prior, schemes.exact_site(spec.model, prior, X, y), solver_info(prior.mean.dtype))
-
-
-def _step_implicit(spec, prior, X, y):
-    if X.shape[0] != 1:
-        raise ValueError(f"x: the implicit scheme takes one observation per update (x of shape (d,)), "
-                         f"got a minibatch of {X.shape[0]}; use scheme='explicit', 'extragrad' or 'ekf'")
-    inc, info = schemes.implicit_site(spec.model, spec.belief, prior, X, y, spec.cfg.max_iter)
-    return _absorb(spec, prior, inc, _full_info(info))
-
-
-def _full_info(info):
-    """A full :class:`~jaxrvga.core.SolverInfo` from a solver's ``(converged, residual, iterations)``."""
-    return solver_info(info.residual.dtype, info.converged, info.residual, info.iterations)
-
-
-def _step_moments(spec, prior, X, y):
-    def evaluate(q, i):
-        return schemes.moment_site(spec.model, spec.belief, q, X, y)
-
-    new, ok, _, calm = schemes.iterate(spec.belief, prior, evaluate, spec.cfg)
-    return new, ok, solver_info(prior.mean.dtype, converged=calm, iterations=spec.cfg.num_iters)
-
-
-def _step_qkf(spec, prior, X, y):
-    return _absorb(spec, prior, schemes.qkf_site(spec.belief, prior, X, y), solver_info(prior.mean.dtype))
-
-
-def _step_ekf(spec, prior, x, y):
-    """``ekf`` (``jitter = 0``) and ``moment_ekf``: linearised at the mean."""
-    site = schemes.ekf_glm_site if spec.model.is_glm else schemes.ekf_site
-    inc = site(spec.model, prior, x, y, spec.cfg.jitter, spec.cfg.curvature == "empirical")
-    return _absorb(spec, prior, inc, solver_info(prior.mean.dtype))
-
-
-def _step_sampled(spec, prior, x, y):
-    cfg, belief = spec.cfg, spec.belief
-    if getattr(belief, "published", False):
-        return _step_sampled_published(spec, prior, x, y)
-    key, sub = jax.random.split(prior.key)
-    noise = belief.noise(sub, cfg.num_samples, prior.mean.shape[0], prior.mean.dtype)  # once: common to the passes
-
-    def evaluate(q, i):
-        return schemes.sampled_site(spec.model, belief.draw(q, noise), x, y, cfg.curvature)
-
-    new, ok, change, calm = schemes.iterate(belief, prior, evaluate, cfg)
-    info = schemes.info_from(change, cfg, cfg.num_iters)
-    return new._replace(key=key), ok, info._replace(converged=info.converged & calm)
-
-
-def _step_sampled_published(spec, prior, x, y):
-    """[LRVGA] eqs. 41-47 and 143-145 as published: samples of the projected ``q_hat``, no correction."""
-    cfg = spec.cfg
-    if cfg.frozen_noise is False:
-        key, *keys = jax.random.split(prior.key, 3)
-    else:
-        key, keys = prior.key, (prior.key, prior.key)
-
-    def evaluate(q, i):
-        thetas = schemes.published_draws(prior, keys, i, cfg, q)
-        return schemes.sampled_site(spec.model, thetas, x, y, "ggn")
-
-    new, ok, _, _ = schemes.iterate(spec.belief, prior, evaluate, cfg)  # published: no max_move
-    return new._replace(key=key), ok, solver_info(prior.mean.dtype)
-
-
-_STEPS = {"exact": _step_exact, "implicit": _step_implicit, "explicit": _step_moments,
-          "extragrad": _step_moments, "ekf": _step_ekf, "moment_ekf": _step_ekf, "qkf": _step_qkf,
-          "sampled": _step_sampled}
 
 
 # --------------------------------------------------------------------------- the update
@@ -240,13 +157,9 @@ def _predict_alone(spec: Spec, state):
 
 class _OfSpec(Bound):
     """A function of a filter's :class:`Spec` (its first argument), equal for equal specs: identical
-    filters built twice share their compiled programs. ``spec`` holds the configuration."""
+    filters built twice share their compiled programs."""
 
     __slots__ = ()
-
-    @property
-    def spec(self) -> Spec:
-        return self.args[0]
 
 
 def _update(spec: Spec, state, x, y):
@@ -260,11 +173,12 @@ def _update(spec: Spec, state, x, y):
         spec.model.family.check_y("y", y)
         _check_y_shape(spec.model, "y", y, jax.eval_shape(spec.model.predict, state.mean, x).shape)
         y = jnp.asarray(y, state.mean.dtype)
-    if spec.scheme == "sampled" and state.key is None and spec.cfg.frozen_noise in (False, True):
-        raise ValueError("key: the sampled scheme needs a PRNG key; call init(..., key=...)")
+    scheme = spec.scheme
+    if scheme.needs_key and state.key is None:
+        raise ValueError(f"key: the {scheme.name} scheme needs a PRNG key; call init(..., key=...)")
     x, y, finite = _clean_data(x, y)
     prior, predicted = _predict(spec, state)
-    new, ok, info = _STEPS[spec.scheme](spec, prior, x, y)
+    new, ok, info = scheme.step(scheme.cfg, spec.model, spec.belief, prior, x, y)
     out = _guarded(spec.belief, prior, new, ok & finite & predicted, info)
     return _without_new_cache(out, state)
 
@@ -310,27 +224,58 @@ def _check_y_shape(model: Model, name: str, y, eta_shape, time_axis: bool = Fals
         raise ValueError(f"{name} must have the shape {eta_shape} of the model's output, got {shape}")
 
 
-def _make_check(model: Model):
+def _check_data(model: Model, state, xs, ys):
     """Data-set check run by :func:`jaxrvga.run` before it scans (never under jit)."""
-
-    def check(state, xs, ys):
-        if model.is_glm:
-            d = state.mean.shape[0]
-            shape = jnp.shape(xs)
-            if len(shape) not in (2, 3) or shape[-1] != d:
-                raise ValueError(f"xs must have shape (T, {d}) or (T, m, {d}) to match the state, got {shape}")
-            if jnp.shape(ys) != shape[:-1]:
-                raise ValueError(f"ys must have shape {shape[:-1]} to match xs, got {jnp.shape(ys)}")
-        model.family.check_y("ys", ys)
-        if not model.is_glm:
-            x0 = jax.tree_util.tree_map(lambda a: a[0], xs)
-            eta = jax.eval_shape(model.predict, state.mean, x0).shape
-            _check_y_shape(model, "ys", ys, tuple(jnp.shape(ys)[:1]) + eta, time_axis=True)
-
-    return check
+    if model.is_glm:
+        d = state.mean.shape[0]
+        shape = jnp.shape(xs)
+        if len(shape) not in (2, 3) or shape[-1] != d:
+            raise ValueError(f"xs must have shape (T, {d}) or (T, m, {d}) to match the state, got {shape}")
+        if jnp.shape(ys) != shape[:-1]:
+            raise ValueError(f"ys must have shape {shape[:-1]} to match xs, got {jnp.shape(ys)}")
+    model.family.check_y("ys", ys)
+    if not model.is_glm:
+        x0 = jax.tree_util.tree_map(lambda a: a[0], xs)
+        eta = jax.eval_shape(model.predict, state.mean, x0).shape
+        _check_y_shape(model, "ys", ys, tuple(jnp.shape(ys)[:1]) + eta, time_axis=True)
 
 
-# --------------------------------------------------------------------------- configuration
+# --------------------------------------------------------------------------- building a filter
+
+def build(belief: Belief, scheme: schemes.Scheme, model: Model, dynamics: Dynamics = Dynamics()) -> Filter:
+    """The filter of ``belief`` (:mod:`jaxrvga.beliefs`) times ``scheme`` (a value of
+    :mod:`jaxrvga.schemes`) for ``model``, with the prediction step of ``dynamics``
+    (:func:`jaxrvga.dynamics.dynamics`) before each observation.
+
+    ``init`` is the belief's (``init(mean, cov)``, ``init(mean, W, psi)`` or ``init(mean, var)``)
+    with ``key=`` for a scheme that samples. Filters built from equal values are equal and share
+    their compiled programs. :func:`rvga`, :func:`lrvga` and :func:`diag_rvga` are this with a
+    scheme named by a string.
+    """
+    if not isinstance(model, Model):
+        raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
+    if not isinstance(scheme, schemes.Scheme):
+        raise ValueError(f"scheme must be a jaxrvga.schemes.Scheme (e.g. jaxrvga.schemes.ekf()), got {scheme!r}")
+    if not isinstance(belief, Belief):
+        raise ValueError(f"belief must satisfy jaxrvga.beliefs.Belief, got {type(belief).__name__}")
+    if not isinstance(dynamics, Dynamics):
+        raise ValueError(f"dynamics must be a jaxrvga.dynamics.Dynamics (from jaxrvga.dynamics.dynamics), "
+                         f"got {type(dynamics).__name__}")
+    scheme.check(model, belief)
+    spec = Spec(model, belief, scheme, dynamics)
+    return Filter(_OfSpec(_init, spec), _OfSpec(_update, spec), Bound(_check_data, model), _OfSpec(_predict_alone, spec),
+                  model, spec)
+
+
+def _init(spec: Spec, *args, **keywords):
+    """The belief's initial state (its ``init``'s arguments), with the PRNG key ``key`` where the
+    scheme samples (checked; dropped where it does not)."""
+    given = inspect.signature(spec.belief.init).bind(*args, **keywords).arguments
+    needs = spec.scheme.needs_key
+    key = check_key(given.get("key"), needs, f"scheme={spec.scheme.name!r}")
+    given["key"] = key if needs else None
+    return spec.belief.init(**given)
+
 
 def _default_scheme(model: Model) -> str:
     if model.has_exact_update:
@@ -338,107 +283,67 @@ def _default_scheme(model: Model) -> str:
     return "implicit" if model.is_glm else "moment_ekf"
 
 
-def _check_model_scheme(model, scheme):
+_FACTORIES = {"exact": schemes.exact, "implicit": schemes.implicit, "explicit": schemes.explicit,
+              "extragrad": schemes.extragrad, "ekf": schemes.ekf, "moment_ekf": schemes.moment_ekf,
+              "qkf": schemes.qkf, "sampled": schemes.sampled}
+
+
+def scheme_named(model: Model, name: Optional[str] = None, *, published: bool = False, num_samples_default=None,
+                 **options) -> schemes.Scheme:
+    """The scheme value that the string ``name`` of :func:`rvga` means for ``model`` (module table),
+    with ``options`` (None: the factory's default; an option the scheme does not take is refused).
+
+    The default name is ``"exact"`` (linear-Gaussian), ``"implicit"`` (other GLMs) or
+    ``"moment_ekf"`` (nonlinear). For a nonlinear model ``"implicit"`` and ``"explicit"`` are the
+    Monte-Carlo implicit iteration (``sampled`` with 3 passes, or 1). ``published``: the published
+    L-RVGA's forms (no ``max_move``; ``extragrad`` without correction, on the first pass's curvature;
+    :func:`~jaxrvga.schemes.published_sampled`). ``num_samples_default``: ``sampled``'s default draws.
+    """
     if not isinstance(model, Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
-    check_choice("scheme", scheme, SCHEMES)
-    needs = {"exact": model.has_exact_update, "extragrad": model.is_glm, "qkf": model.has_logistic_root}
-    if not needs.get(scheme, True):
-        raise ValueError(f"scheme {scheme!r} does not apply to the {model.kind} model")
-
-
-def _unused(scheme, **given):
-    """Raise for options given that ``scheme`` does not use."""
-    for name, value in given.items():
-        if value is not None:
-            raise ValueError(f"{name} is not used by scheme {scheme!r}")
-
-
-def _configure(model, scheme, dense, published, *, jitter=None, max_move=None, **options):
-    """Validate the options once for both beliefs; returns ``(scheme, Config)`` with the scheme's
-    ``jitter`` (``moment_ekf`` only) and the guard's ``max_move`` (none with ``published``)."""
-    scheme, cfg = _configure_scheme(model, scheme, dense, published, **options)
-    if scheme == "moment_ekf":
-        jitter = MOMENT_JITTER if jitter is None else jitter
-        if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 < jitter < np.inf:
-            raise ValueError(f"jitter must be a number > 0, got {jitter!r}")
-        cfg = cfg._replace(jitter=float(jitter))
-    elif jitter is not None:
-        raise ValueError(f"jitter is only used by scheme 'moment_ekf', not {scheme!r}")
-    if published:
-        if max_move is not None:
-            raise ValueError("max_move: the published L-RVGA takes every step as published")
-        return scheme, cfg
-    if max_move is None and scheme in EXACT_STEPS:
-        return scheme, cfg
-    max_move = MAX_MOVE if max_move is None else max_move
-    if isinstance(max_move, bool) or not isinstance(max_move, (int, float)) or not max_move > 0:
-        raise ValueError(f"max_move must be a number > 0 (inf: no limit), got {max_move!r}")
-    return scheme, cfg._replace(max_move=None if max_move == np.inf else float(max_move))
-
-
-def _configure_scheme(model, scheme, dense, published, *, num_iters, num_samples, curvature, max_iter,
-                      correction, update_cov_twice, tol, frozen_noise):
-    """The scheme's name and :class:`~jaxrvga.schemes.Config` (all but ``jitter`` and ``max_move``)."""
-    if not isinstance(model, Model):
-        raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
-    scheme = _default_scheme(model) if scheme is None else scheme
-    _check_model_scheme(model, scheme)
-    check_choice("curvature", curvature, CURVATURES)
-    if not model.is_glm and scheme in ("implicit", "explicit"):  # the Monte-Carlo implicit iteration
-        if scheme == "explicit" and num_iters not in (None, 1):
+    name = _default_scheme(model) if name is None else name
+    check_choice("scheme", name, SCHEMES)
+    given = {k: v for k, v in options.items() if v is not None and not (k == "frozen_noise" and v is False)}
+    curvature = given.pop("curvature", "ggn")
+    if not model.is_glm and name in ("implicit", "explicit"):  # the Monte-Carlo implicit iteration
+        if name == "explicit" and given.get("num_iters", 1) != 1:
             raise ValueError("num_iters: the explicit scheme is one pass; use scheme='sampled'")
-        num_iters, scheme = (1 if scheme == "explicit" else num_iters), "sampled"
-    if scheme != "sampled":
-        _unused(scheme, num_iters=num_iters, num_samples=num_samples, tol=tol)
-    if curvature == "hessian" and scheme != "sampled":
-        raise ValueError(f"curvature='hessian' is only used by scheme 'sampled', not {scheme!r}")
-    if curvature == "empirical" and scheme not in ("ekf", "moment_ekf"):
-        raise ValueError(f"curvature='empirical' is only used by schemes 'ekf' and 'moment_ekf', not {scheme!r}")
-    if scheme != "implicit":
-        _unused(scheme, max_iter=max_iter)
-    if scheme not in ("extragrad", "sampled") or (scheme == "sampled" and not published):
-        _unused(scheme, correction=correction, update_cov_twice=update_cov_twice)
-    if frozen_noise is not False and not (scheme == "sampled" and published):
+        given["num_iters"] = 1 if name == "explicit" else given.get("num_iters")
+        name = "sampled"
+        given = {k: v for k, v in given.items() if v is not None}
+    factory = _FACTORIES[name]
+    if published:
+        factory, given = _published_form(name, factory, given)
+    elif "frozen_noise" in given:
         raise ValueError("frozen_noise is only used by scheme='sampled' with published=True")
-    if curvature == "hessian" and not dense:
-        raise ValueError("curvature='hessian' needs the dense belief (jr.rvga): the low-rank belief needs a PSD "
-                         "curvature factor and the diagonal one would form the d x d Hessian")
-    max_iter = None if max_iter is None else positive_int("max_iter", max_iter)
-    if scheme == "sampled":
-        if published:
-            cfg = Config(2, positive_int("num_samples", 10 if num_samples is None else num_samples), "ggn",
-                         None, False, bool(update_cov_twice), 0.0, _frozen(frozen_noise))
-            if num_iters is not None:
-                raise ValueError("num_iters: the published sampled scheme makes two passes")
-            return scheme, cfg
-        num_samples = positive_int("num_samples", (100 if dense else 10) if num_samples is None else num_samples)
-        if num_samples < 2:
-            raise ValueError(f"num_samples must be >= 2, got {num_samples}")
-        tol = 1e-2 if tol is None else float(tol)
-        if not tol >= 0:
-            raise ValueError(f"tol must be >= 0, got {tol!r}")
-        iters = positive_int("num_iters", 3 if num_iters is None else num_iters)
-        return scheme, Config(iters, num_samples, curvature, None, True, True, tol)
-    if scheme == "extragrad":
-        default = not published
-        return scheme, Config(2, correction=default if correction is None else bool(correction),
-                              update_cov_twice=default if update_cov_twice is None else bool(update_cov_twice))
-    return scheme, Config(1, max_iter=max_iter, curvature=curvature)
+    if factory is schemes.sampled and num_samples_default is not None:
+        given.setdefault("num_samples", num_samples_default)
+    takes = inspect.signature(factory).parameters
+    if "curvature" in takes:
+        given["curvature"] = curvature
+    elif curvature != "ggn":
+        schemes.ekf(curvature=curvature)  # raises for an unknown curvature
+        raise ValueError(f"curvature={curvature!r} is only used by schemes 'ekf', 'moment_ekf' and 'sampled', "
+                         f"not {name!r}")
+    for option in given:
+        if option not in takes:
+            raise ValueError(f"{option} is not used by scheme {name!r}")
+    return factory(**given)
 
 
-def _frozen(frozen_noise):
-    if isinstance(frozen_noise, bool):
-        return frozen_noise
-    z, e = map(jnp.asarray, frozen_noise)
-    if z.ndim != 2 or e.ndim != 2 or e.shape[0] != z.shape[0]:
-        raise ValueError(f"frozen_noise must be a pair (z, e) of shapes (K, d) and (K, p), got {z.shape} and {e.shape}")
-    return (z, e)
-
-
-def _filter(belief, model, scheme, cfg, dyn, init) -> Filter:
-    spec = Spec(model, belief, scheme, cfg, dyn)
-    return Filter(init, _OfSpec(_update, spec), _make_check(model), _OfSpec(_predict_alone, spec), model)
+def _published_form(name, factory, given):
+    """The published L-RVGA's form of scheme ``name``: ``(factory, options)``."""
+    if "max_move" in given:
+        raise ValueError("max_move: the published L-RVGA takes every step as published")
+    if name == "sampled":
+        if "num_iters" in given:
+            raise ValueError("num_iters: the published sampled scheme makes two passes")
+        return schemes.published_sampled, given
+    if "frozen_noise" in given:
+        raise ValueError("frozen_noise is only used by scheme='sampled' with published=True")
+    if name == "extragrad":
+        given = {"correction": False, "update_cov_twice": False, **given}
+    return factory, {**given, "max_move": np.inf}
 
 
 # --------------------------------------------------------------------------- public factories
@@ -477,24 +382,17 @@ def rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int]
     ``init(mean, cov, key=None)``; ``key`` is required by ``sampled``.
     """
     dyn = dynamics(decay, additive_noise, process_noise, decay_to)
-    scheme, cfg = _configure(model, scheme, True, False, num_iters=num_iters, num_samples=num_samples,
-                             curvature=curvature, max_iter=max_iter, correction=correction,
-                             update_cov_twice=update_cov_twice, tol=tol, frozen_noise=False,
-                             jitter=jitter, max_move=max_move)
-    belief = Dense()
-
-    def init(mean, cov, key=None):
-        key = check_key(key, scheme == "sampled", "scheme='sampled'")
-        return belief.init(mean, cov, key if scheme == "sampled" else None)
-
-    return _filter(belief, model, scheme, cfg, dyn, init)
+    value = scheme_named(model, scheme, num_iters=num_iters, num_samples=num_samples, curvature=curvature,
+                         max_iter=max_iter, correction=correction, update_cov_twice=update_cov_twice, tol=tol,
+                         jitter=jitter, max_move=max_move)
+    return build(Dense(), value, model, dyn)
 
 
 def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Optional[str] = None,
           num_samples: Optional[int] = None, process_noise=None, frozen_noise=False, *,
           published: bool = False, num_iters: Optional[int] = None, max_iter: Optional[int] = None,
           correction: Optional[bool] = None, update_cov_twice: Optional[bool] = None,
-          tol: Optional[float] = None, curvature: str = "ggn", fa_step: Optional[Callable] = None,
+          tol: Optional[float] = None, curvature: str = "ggn",
           psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None, buffer: int = 0,
           em_tol: Optional[float] = None, jitter: Optional[float] = None,
           max_move: Optional[float] = None, decay=None, additive_noise=None, decay_to=None) -> Filter:
@@ -514,17 +412,16 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
       em_tol: ``inner_loops`` becomes a maximum: a projection's EM stops after the first loop that
         moves ``W`` by at most ``em_tol`` relative to it (Frobenius norms). The iterate is then
         stored between loops (one more d x p array during the projection). Not with ``published``.
-        The loop is a ``lax.while_loop``: a run with ``em_tol`` is differentiable in forward mode
-        (``jax.jvp``, ``jax.jacfwd``) only; ``jax.grad`` raises JAX's while-loop error (use a fixed
-        ``inner_loops`` without ``em_tol`` for gradients).
-      published: the published L-RVGA (EM from ``W_{t-1}``, mean step with the projected
-        precision, the sampled scheme's two passes without correction): reproduces the paper and
-        the authors' code. The default projects the exact precision step from a spectral warm
+        The loops are a ``lax.scan`` of ``inner_loops`` masked passes (a pass after the stop is a
+        ``cond`` that does nothing), so a run with ``em_tol`` is differentiable in forward and
+        reverse mode.
+      published: the published L-RVGA (:class:`~jaxrvga.beliefs.PublishedLowRank`: EM from
+        ``W_{t-1}``, mean step with the projected precision; the schemes in their published forms,
+        :func:`scheme_named`): reproduces the paper and the authors' code. The default projects the exact precision step from a spectral warm
         start and takes the mean step before projecting, which is exact at full rank
         (experiments/REPORT.md).
       frozen_noise: ``sampled`` with ``published``: ``True`` reuses the state's key at every
         step (the authors' code); a pair ``(z, e)`` (K, d), (K, p) gives the base noise itself.
-      fa_step: ``fa_step(W, psi, X) -> (W, psi)`` replaces the projection (oracle tests).
       psi_floor: relative floor of ``psi`` (:mod:`jaxrvga.factor_analysis`).
       block_rows: row blocks of the projection (:func:`jaxrvga.blocks.num_blocks`; 0: one block).
       buffer: hold up to this many curvature columns unprojected (default 0; it counts columns: a
@@ -539,8 +436,22 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
 
     ``init(mean, W, psi, key=None)``; ``key`` is required by ``sampled`` (unless the noise is given).
     """
-    rank = positive_int("rank", rank)
+    belief = low_rank_belief(rank, inner_loops, published=published, psi_floor=psi_floor, block_rows=block_rows,
+                             buffer=buffer, em_tol=em_tol)
     dyn = dynamics(decay, additive_noise, process_noise, decay_to)
+    value = scheme_named(model, scheme, published=published, num_samples_default=10, num_iters=num_iters,
+                         num_samples=num_samples, curvature=curvature, max_iter=max_iter, correction=correction,
+                         update_cov_twice=update_cov_twice, tol=tol, jitter=jitter, max_move=max_move,
+                         frozen_noise=frozen_noise)
+    return build(belief, value, model, dyn)
+
+
+def low_rank_belief(rank: int, inner_loops: Optional[int] = None, *, published: bool = False,
+                    psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None, buffer: int = 0,
+                    em_tol: Optional[float] = None) -> LowRank:
+    """The low-rank belief of :func:`lrvga` from its options (validated; the defaults of :func:`lrvga`):
+    a :class:`~jaxrvga.beliefs.LowRank`, or a :class:`~jaxrvga.beliefs.PublishedLowRank` with ``published``."""
+    rank = positive_int("rank", rank)
     if published:
         inner_loops = positive_int("inner_loops", 1 if inner_loops is None else inner_loops)
     else:
@@ -552,41 +463,21 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
         raise ValueError(f"psi_floor must be a number in [0, 1), got {psi_floor!r}")
     if block_rows is not None and block_rows != 0:
         block_rows = positive_int("block_rows", block_rows)
-    if fa_step is not None and not callable(fa_step):
-        raise ValueError("fa_step must be callable: fa_step(W, psi, X) -> (W, psi)")
     if isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer)) or buffer < 0:
         raise ValueError(f"buffer must be an integer >= 0, got {buffer!r}")
-    if buffer and (published or fa_step is not None):
-        raise ValueError("buffer: the published projection and fa_step project every step (buffer=0)")
+    if buffer and published:
+        raise ValueError("buffer: the published projection projects every step (buffer=0)")
     if em_tol is not None:
-        if published or fa_step is not None:
+        if published:
             raise ValueError("em_tol: the published projection runs a fixed number of loops (inner_loops)")
         if isinstance(em_tol, bool) or not isinstance(em_tol, (int, float)) or not em_tol >= 0:
             raise ValueError(f"em_tol must be a number >= 0, got {em_tol!r}")
         if inner_loops == 0:
             raise ValueError("em_tol needs inner_loops >= 1, the maximum number of EM loops")
         em_tol = float(em_tol)
-    scheme, cfg = _configure(model, scheme, False, published, num_iters=num_iters, num_samples=num_samples,
-                             curvature=curvature, max_iter=max_iter, correction=correction,
-                             update_cov_twice=update_cov_twice, tol=tol, frozen_noise=frozen_noise,
-                             jitter=jitter, max_move=max_move)
-    belief = LowRank(rank, inner_loops, bool(published), fa_step, float(psi_floor), block_rows, int(buffer), em_tol)
-    given_noise = not isinstance(cfg.frozen_noise, bool)
-    if given_noise and cfg.frozen_noise[1].shape[1] != rank:
-        raise ValueError(f"frozen_noise must be a pair (z, e) of shapes (K, d) and (K, {rank}), "
-                         f"got {cfg.frozen_noise[0].shape} and {cfg.frozen_noise[1].shape}")
-
-    def init(mean, W, psi, key=None):
-        key = check_key(key, scheme == "sampled" and not given_noise, "scheme='sampled'")
-        state = belief.init(mean, W, psi, key if scheme == "sampled" else None)
-        if given_noise:
-            z, e = cfg.frozen_noise
-            if z.shape[0] < 1 or z.shape[1] != state.mean.shape[0] or e.shape[1] != rank:
-                raise ValueError(f"frozen_noise must have shapes (K, {state.mean.shape[0]}) and (K, {rank}) "
-                                 f"with K >= 1 samples, got {z.shape} and {e.shape}")
-        return state
-
-    return _filter(belief, model, scheme, cfg, dyn, init)
+    if published:
+        return PublishedLowRank(rank, inner_loops, None, float(psi_floor), block_rows)
+    return LowRank(rank, inner_loops, None, float(psi_floor), block_rows, int(buffer), em_tol)
 
 
 def diag_rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int] = None,
@@ -606,17 +497,10 @@ def diag_rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional
     is required by ``sampled``.
     """
     dyn = dynamics(decay, additive_noise, process_noise, decay_to)
-    scheme, cfg = _configure(model, scheme, False, False, num_iters=num_iters, num_samples=num_samples,
-                             curvature=curvature, max_iter=max_iter, correction=correction,
-                             update_cov_twice=update_cov_twice, tol=tol, frozen_noise=False,
-                             jitter=jitter, max_move=max_move)
-    belief = Diagonal()
-
-    def init(mean, var, key=None):
-        key = check_key(key, scheme == "sampled", "scheme='sampled'")
-        return belief.init(mean, var, key if scheme == "sampled" else None)
-
-    return _filter(belief, model, scheme, cfg, dyn, init)
+    value = scheme_named(model, scheme, num_samples_default=10, num_iters=num_iters, num_samples=num_samples,
+                         curvature=curvature, max_iter=max_iter, correction=correction,
+                         update_cov_twice=update_cov_twice, tol=tol, jitter=jitter, max_move=max_move)
+    return build(Diagonal(), value, model, dyn)
 
 
 def with_block_rows(flt: Filter, block_rows: Optional[int]) -> Filter:
@@ -625,13 +509,12 @@ def with_block_rows(flt: Filter, block_rows: Optional[int]) -> Filter:
     ``block_rows=0`` traces one block (what :mod:`jaxrvga.sharding` needs: row blocks of an axis
     sharded across devices would gather rows between them). Raises ``ValueError`` for other filters.
     """
-    spec = getattr(flt.update, "spec", None)
-    if not isinstance(spec, Spec) or not isinstance(spec.belief, LowRank):
-        raise ValueError("flt must be a filter built by jaxrvga.lrvga")
+    spec = flt.spec
+    if spec is None or not isinstance(spec.belief, LowRank):
+        raise ValueError("flt must be a filter of a low-rank belief (jaxrvga.lrvga)")
     if block_rows is not None and block_rows != 0:
         block_rows = positive_int("block_rows", block_rows)
-    spec = spec._replace(belief=spec.belief._replace(block_rows=block_rows))
-    return flt._replace(update=_OfSpec(_update, spec), predict=_OfSpec(_predict_alone, spec))
+    return build(spec.belief._replace(block_rows=block_rows), spec.scheme, spec.model, spec.dynamics)
 
 
 def kalman(noise_var=1.0, process_noise=None, *, decay=None, additive_noise=None, decay_to=None) -> Filter:
@@ -672,4 +555,5 @@ def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: boo
                 process_noise=process_noise, decay=decay, additive_noise=additive_noise, decay_to=decay_to)
 
 
-__all__ = ["rvga", "lrvga", "diag_rvga", "kalman", "ekf", "qkf", "mirror_prox", "with_block_rows", "SCHEMES", "Spec"]
+__all__ = ["build", "scheme_named", "low_rank_belief", "rvga", "lrvga", "diag_rvga", "kalman", "ekf", "qkf",
+           "mirror_prox", "with_block_rows", "SCHEMES", "MAX_MOVE", "MOMENT_JITTER", "Spec"]

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import implicit, special
+from . import implicit as _solvers, special
 from .core import SolverInfo, solver_info
 
 
@@ -193,11 +193,11 @@ def implicit_site(model, belief, q, X, y, max_iter):
     """
     alpha0, nu0 = belief.marginal(q, X)
     if model.has_logistic_root:
-        alpha, nu, info = implicit.solve_logistic(alpha0[0], nu0[0], y[0], max_iter)
+        alpha, nu, info = _solvers.solve_logistic(alpha0[0], nu0[0], y[0], max_iter)
         k = special.probit_k(nu)
         c, coef = k * special.sig1(k * alpha), y[0] - special.sigmoid(k * alpha)
     else:
-        alpha, nu, info = implicit.solve_glm(alpha0[0], nu0[0], y[0], model.expected_log_lik,
+        alpha, nu, info = _solvers.solve_glm(alpha0[0], nu0[0], y[0], model.expected_log_lik,
                                              50 if max_iter is None else max_iter)
         pos = nu0[0] > 0
         safe = jnp.where(pos, nu0[0], 1.0)
@@ -353,6 +353,234 @@ def info_from(change, cfg: Config, iterations) -> SolverInfo:
                        residual=change, iterations=iterations)
 
 
-__all__ = ["Increment", "Config", "absorb", "limit_move", "iterate", "moment_weights", "exact_site", "moment_site", "ekf_glm_site",
-           "qkf_site", "implicit_site", "linearise", "ekf_site", "sampled_site", "mean_rows", "published_draws",
-           "info_from"]
+# --------------------------------------------------------------------------- schemes as values
+
+#: Default ``jitter`` of :func:`moment_ekf` and default ``max_move`` (experiments/REPORT.md, "Networks from any prior").
+MOMENT_JITTER = 0.1
+MAX_MOVE = 10.0
+
+
+class Scheme(NamedTuple):
+    """An update scheme as a value, made by its factory (:func:`exact`, ..., :func:`sampled`),
+    which validated the options ``cfg``.
+
+    ``step(cfg, model, belief, prior, x, y) -> (state, ok, info)`` is the unguarded step from the
+    predicted belief ``prior`` (:func:`jaxrvga.filters.build` adds the prediction and the guard).
+    ``requires``: the :class:`~jaxrvga.models.Model` property the scheme needs (None: any model).
+    ``beliefs``: the belief types it applies to (None: any). ``needs_key``: it draws from the
+    state's PRNG key.
+    """
+
+    name: str
+    step: Callable
+    cfg: Config = Config()
+    requires: Optional[str] = None
+    beliefs: Optional[tuple] = None
+    needs_key: bool = False
+
+    def check(self, model, belief):
+        """Raise ``ValueError`` where this scheme does not apply to ``model`` or ``belief``."""
+        if self.requires is not None and not getattr(model, self.requires):
+            raise ValueError(f"scheme {self.name!r} does not apply to the {model.kind} model")
+        if self.beliefs is not None and not isinstance(belief, self.beliefs):
+            names = " or ".join(t.__name__ for t in self.beliefs)
+            what = f" with curvature={self.cfg.curvature!r}" if self.cfg.curvature != "ggn" else ""
+            raise ValueError(f"scheme {self.name!r}{what} needs a {names} belief, got {type(belief).__name__}")
+        noise = self.cfg.frozen_noise
+        if not isinstance(noise, bool) and noise[1].shape[1] != belief.rank:
+            raise ValueError(f"frozen_noise must be a pair (z, e) of shapes (K, d) and (K, {belief.rank}), "
+                             f"got {noise[0].shape} and {noise[1].shape}")
+
+
+def _max_move(max_move) -> Optional[float]:
+    """The guard's Mahalanobis limit: a number > 0, ``inf`` (stored as None) for no limit."""
+    if isinstance(max_move, bool) or not isinstance(max_move, (int, float)) or not max_move > 0:
+        raise ValueError(f"max_move must be a number > 0 (inf: no limit), got {max_move!r}")
+    return None if max_move == np.inf else float(max_move)
+
+
+def _curvature(curvature, allowed):
+    if curvature not in ("ggn", "hessian", "empirical"):
+        raise ValueError(f"unknown curvature {curvature!r}; expected one of {('ggn', 'hessian', 'empirical')}")
+    if curvature not in allowed:
+        users = {"hessian": "scheme 'sampled'", "empirical": "schemes 'ekf' and 'moment_ekf'"}[curvature]
+        raise ValueError(f"curvature={curvature!r} is only used by {users}")
+    return curvature
+
+
+def _positive_count(name, value, minimum=1):
+    from .validation import positive_int
+    value = positive_int(name, value)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _absorb(cfg, belief, prior, inc, info):
+    """The step of ``inc`` (:func:`absorb`), its mean step limited to ``cfg.max_move``
+    (:func:`limit_move`, flagged in ``info`` where shortened): ``(state, ok, info)``."""
+    new, ok = absorb(belief, prior, inc)
+    new, calm = limit_move(prior, new, inc, cfg.max_move)
+    return new, ok, info._replace(converged=info.converged & calm)
+
+
+def _step_exact(cfg, model, belief, prior, X, y):
+    return _absorb(cfg, belief, prior, exact_site(model, prior, X, y), solver_info(prior.mean.dtype))
+
+
+def _step_implicit(cfg, model, belief, prior, X, y):
+    if X.shape[0] != 1:
+        raise ValueError(f"x: the implicit scheme takes one observation per update (x of shape (d,)), "
+                         f"got a minibatch of {X.shape[0]}; use scheme='explicit', 'extragrad' or 'ekf'")
+    inc, info = implicit_site(model, belief, prior, X, y, cfg.max_iter)
+    info = solver_info(info.residual.dtype, info.converged, info.residual, info.iterations)
+    return _absorb(cfg, belief, prior, inc, info)
+
+
+def _step_moments(cfg, model, belief, prior, X, y):
+    new, ok, _, calm = iterate(belief, prior, lambda q, i: moment_site(model, belief, q, X, y), cfg)
+    return new, ok, solver_info(prior.mean.dtype, converged=calm, iterations=cfg.num_iters)
+
+
+def _step_qkf(cfg, model, belief, prior, X, y):
+    return _absorb(cfg, belief, prior, qkf_site(belief, prior, X, y), solver_info(prior.mean.dtype))
+
+
+def _step_ekf(cfg, model, belief, prior, x, y):
+    """``ekf`` (``jitter = 0``) and ``moment_ekf``: linearised at the mean."""
+    site = ekf_glm_site if model.is_glm else ekf_site
+    inc = site(model, prior, x, y, cfg.jitter, cfg.curvature == "empirical")
+    return _absorb(cfg, belief, prior, inc, solver_info(prior.mean.dtype))
+
+
+def _step_sampled(cfg, model, belief, prior, x, y):
+    key, sub = jax.random.split(prior.key)
+    noise = belief.noise(sub, cfg.num_samples, prior.mean.shape[0], prior.mean.dtype)  # once: common to the passes
+
+    def evaluate(q, i):
+        return sampled_site(model, belief.draw(q, noise), x, y, cfg.curvature)
+
+    new, ok, change, calm = iterate(belief, prior, evaluate, cfg)
+    info = info_from(change, cfg, cfg.num_iters)
+    return new._replace(key=key), ok, info._replace(converged=info.converged & calm)
+
+
+def _step_published_sampled(cfg, model, belief, prior, x, y):
+    """[LRVGA] eqs. 41-47 and 143-145 as published: samples of the projected ``q_hat``, no correction."""
+    if cfg.frozen_noise is False:
+        key, *keys = jax.random.split(prior.key, 3)
+    else:
+        key, keys = prior.key, (prior.key, prior.key)
+    if not isinstance(cfg.frozen_noise, bool):
+        z, e = cfg.frozen_noise
+        d, p = prior.mean.shape[0], prior.W.shape[1]
+        if z.shape[1] != d or e.shape[1] != p:
+            raise ValueError(f"frozen_noise must have shapes (K, {d}) and (K, {p}) for this state, "
+                             f"got {z.shape} and {e.shape}")
+
+    def evaluate(q, i):
+        return sampled_site(model, published_draws(prior, keys, i, cfg, q), x, y, "ggn")
+
+    new, ok, _, _ = iterate(belief, prior, evaluate, cfg)  # published: no max_move
+    return new._replace(key=key), ok, solver_info(prior.mean.dtype)
+
+
+def exact(*, max_move=np.inf) -> Scheme:
+    """The Kalman step of a linear-Gaussian model ([RVGA] Thm 2, eqs. 40-42); exact, so no ``max_move``
+    by default."""
+    return Scheme("exact", _step_exact, Config(max_move=_max_move(max_move)), "has_exact_update")
+
+
+def implicit(*, max_iter: Optional[int] = None, max_move=np.inf) -> Scheme:
+    """The implicit (proximal) step of a GLM, one observation at a time ([RVGA] eqs. 69-77):
+    expectations under the new belief by a root solve of at most ``max_iter`` iterations (default:
+    the solver's)."""
+    from .validation import positive_int
+    max_iter = None if max_iter is None else positive_int("max_iter", max_iter)
+    return Scheme("implicit", _step_implicit, Config(max_iter=max_iter, max_move=_max_move(max_move)), "is_glm")
+
+
+def explicit(*, max_move=MAX_MOVE) -> Scheme:
+    """A GLM's expectations under the previous belief ([RVGA] eqs. 30-31, 78-80)."""
+    return Scheme("explicit", _step_moments, Config(max_move=_max_move(max_move)), "is_glm")
+
+
+def extragrad(*, correction: bool = True, update_cov_twice: bool = True, max_move=MAX_MOVE) -> Scheme:
+    """Mirror prox for GLMs ([LRVGA] eqs. 139-145): a second evaluation under the explicit step's belief.
+
+    ``correction`` adds the natural-parameter term that makes it exact on linear-Gaussian models
+    (the paper's eq. 142 omits it); ``update_cov_twice=False`` keeps the first pass's curvature.
+    ``correction=False, update_cov_twice=True`` is the paper's form.
+    """
+    cfg = Config(2, correction=bool(correction), update_cov_twice=bool(update_cov_twice), max_move=_max_move(max_move))
+    return Scheme("extragrad", _step_moments, cfg, "is_glm")
+
+
+def ekf(*, curvature: str = "ggn", max_move=MAX_MOVE) -> Scheme:
+    """The extended Kalman step, linearised at the mean ([RVGA] Thm 3, eqs. 54-55, 81): curvature
+    ``J^T F J`` (``"ggn"``) or one gradient column per observation (``"empirical"``)."""
+    cfg = Config(curvature=_curvature(curvature, ("ggn", "empirical")), max_move=_max_move(max_move))
+    return Scheme("ekf", _step_ekf, cfg)
+
+
+def moment_ekf(*, jitter: float = MOMENT_JITTER, curvature: str = "ggn", max_move=MAX_MOVE) -> Scheme:
+    """The EKF of a Gaussian likelihood with the output's mean and variance ``+ jitter``
+    (:func:`moment_weights`), linearised at the mean: the default for nonlinear models."""
+    if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 < jitter < np.inf:
+        raise ValueError(f"jitter must be a number > 0, got {jitter!r}")
+    cfg = Config(curvature=_curvature(curvature, ("ggn", "empirical")), jitter=float(jitter),
+                 max_move=_max_move(max_move))
+    return Scheme("moment_ekf", _step_ekf, cfg)
+
+
+def qkf(*, max_move=MAX_MOVE) -> Scheme:
+    """The Jaakkola-Jordan quadratic bound of the logistic model ([RVGA] eqs. 82-90)."""
+    return Scheme("qkf", _step_qkf, Config(max_move=_max_move(max_move)), "has_logistic_root")
+
+
+def sampled(*, num_samples: int = 100, num_iters: int = 3, tol: float = 1e-2, curvature: str = "ggn",
+            max_move=MAX_MOVE) -> Scheme:
+    """Monte-Carlo expectations for any model ([LRVGA] eqs. 41-46): ``num_iters`` passes of the
+    implicit iteration (1: explicit), ``num_samples`` antithetic draws each (common to the passes).
+
+    ``curvature``: ``"ggn"`` (``E[J^T F J]``) or ``"hessian"`` (``-E[hess]``, dense beliefs only).
+    ``info.converged`` is False when the last pass moved the mean by more than ``tol (1 + |mu|)``.
+    """
+    from .beliefs import Dense
+    num_samples = _positive_count("num_samples", num_samples, 2)
+    tol = float(tol)
+    if not tol >= 0:
+        raise ValueError(f"tol must be >= 0, got {tol!r}")
+    cfg = Config(_positive_count("num_iters", num_iters), num_samples,
+                 _curvature(curvature, ("ggn", "hessian")), None, True, True, tol, max_move=_max_move(max_move))
+    return Scheme("sampled", _step_sampled, cfg, beliefs=(Dense,) if curvature == "hessian" else None,
+                  needs_key=True)
+
+
+def published_sampled(*, num_samples: int = 10, update_cov_twice: bool = False, frozen_noise=False) -> Scheme:
+    """The sampled scheme of the published L-RVGA ([LRVGA] §4.2.2, eqs. 143-145): two passes without
+    correction, the first pass's curvature kept (``update_cov_twice=False``, the authors' code), fresh draws of the projected belief (or ``frozen_noise``: ``True`` reuses the
+    state's key at every step, as the authors' code; a pair ``(z, e)`` (K, d), (K, p) gives the base
+    noise itself). Low-rank beliefs; no ``max_move`` (every step as published)."""
+    from .beliefs import PublishedLowRank
+    cfg = Config(2, _positive_count("num_samples", num_samples), "ggn", None, False, bool(update_cov_twice),
+                 0.0, _frozen(frozen_noise))
+    return Scheme("sampled", _step_published_sampled, cfg, beliefs=(PublishedLowRank,),
+                  needs_key=isinstance(cfg.frozen_noise, bool))
+
+
+def _frozen(frozen_noise):
+    if isinstance(frozen_noise, bool):
+        return frozen_noise
+    z, e = map(jnp.asarray, frozen_noise)
+    if z.ndim != 2 or e.ndim != 2 or e.shape[0] != z.shape[0]:
+        raise ValueError(f"frozen_noise must be a pair (z, e) of shapes (K, d) and (K, p), got {z.shape} and {e.shape}")
+    if z.shape[0] < 1:
+        raise ValueError(f"frozen_noise must hold K >= 1 samples, got shapes {z.shape} and {e.shape}")
+    return (z, e)
+
+
+__all__ = ["Scheme", "exact", "implicit", "explicit", "extragrad", "ekf", "moment_ekf", "qkf", "sampled",
+           "published_sampled", "MOMENT_JITTER", "MAX_MOVE", "Increment", "Config", "absorb", "limit_move",
+           "iterate", "moment_weights", "exact_site", "moment_site", "ekf_glm_site", "qkf_site", "implicit_site",
+           "linearise", "ekf_site", "sampled_site", "info_from"]

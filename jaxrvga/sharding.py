@@ -29,7 +29,6 @@ the full final state in every process.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Optional
 
@@ -38,7 +37,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from . import blocks, core, filters
+from . import core, filters
+from .beliefs import LowRank
 from .core import Filter
 
 AXIS = "d"
@@ -116,9 +116,10 @@ def _dimension(state) -> int:
 def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
     """``flt`` whose ``update`` constrains the d-length leaves of the new state to stay sharded.
 
-    Each device's rows form one block (no row blocks across devices): L-RVGA filters are rebuilt with
-    ``block_rows=0`` (:func:`jaxrvga.filters.with_block_rows`), other filters are traced inside
-    :func:`jaxrvga.blocks.unblocked`.
+    Each device's rows form one block (no row blocks across devices): a filter of a low-rank belief
+    is rebuilt with ``block_rows=0`` (:func:`jaxrvga.filters.with_block_rows`); other filters are
+    used as they are (a hand-written filter that calls the row-blocked functions of
+    :mod:`jaxrvga.factor_analysis` or :mod:`jaxrvga.lowrank` should pass them ``block_rows=0``).
     The same ``(flt, mesh, d)`` give the same filter object (a bounded cache), so
     :func:`jaxrvga.run` compiles it once rather than on every call.
     """
@@ -131,18 +132,14 @@ def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
 
 @functools.lru_cache(maxsize=64)
 def _sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
-    try:  # an L-RVGA filter: one row block per device, set explicitly
-        inner, scope = filters.with_block_rows(flt, 0), contextlib.nullcontext
-    except ValueError:  # another filter: traced inside blocks.unblocked()
-        inner, scope = flt, blocks.unblocked
+    low_rank = flt.spec is not None and isinstance(flt.spec.belief, LowRank)
+    inner = filters.with_block_rows(flt, 0) if low_rank else flt  # one row block per device
 
     def update(state, x, y):
-        with scope():  # each device's rows form one block (no cross-device row blocks)
-            new = inner.update(state, x, y)
-        shardings = _shardings(state_specs(new, d, mesh), mesh)
-        return jax.lax.with_sharding_constraint(new, shardings)
+        new = inner.update(state, x, y)
+        return jax.lax.with_sharding_constraint(new, _shardings(state_specs(new, d, mesh), mesh))
 
-    return flt._replace(update=update)
+    return flt._replace(update=update, spec=None)
 
 
 def run(flt: Filter, state, xs, ys, mesh: Optional[Mesh] = None, trace_fn=None, *,

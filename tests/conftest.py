@@ -63,6 +63,13 @@ def lowrank_variants(rank):
     }
 
 
+def with_fa_step(flt, fa_step):
+    """The low-rank filter ``flt`` with its projection replaced by ``fa_step(W, psi, X) -> (W, psi)``
+    (the belief's hook for oracle tests)."""
+    spec = flt.spec
+    return jr.build(spec.belief._replace(fa_step=fa_step), spec.scheme, spec.model, spec.dynamics)
+
+
 def outer(W):
     """``W W^T``: what a low-rank factor defines. ``W`` itself is defined only up to an orthogonal
     rotation of its columns (the spectral start takes eigenvectors, whose signs and, for repeated

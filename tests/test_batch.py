@@ -76,22 +76,18 @@ def test_laplace_under_vmap_over_a_traced_noise():
         np.testing.assert_allclose(m, gaussian_posterior(X, y, s2, P0)[0], rtol=1e-10)
 
 
-def test_fingerprint_keys_code_and_captured_values():
-    def make(a, w):
-        return lambda t: a * t + w
-
-    w = np.arange(3.0)
-    assert batch._fingerprint(make(1.0, w)) == batch._fingerprint(make(1.0, w.copy()))
-    assert batch._fingerprint(make(1.0, w)) != batch._fingerprint(make(2.0, w))
-    assert batch._fingerprint(make(1.0, w)) != batch._fingerprint(make(1.0, w + 1))
-    assert batch._fingerprint(make(1, w)) != batch._fingerprint(make(1.0, w))  # int and float differ
-
-    def fact(n):  # a recursive closure
-        return 1 if n == 0 else n * fact(n - 1)
-
-    hash(batch._fingerprint(fact))
-    with pytest.raises(TypeError):
-        batch._fingerprint(make(1.0, np.zeros(batch._MAX_KEYED_ARRAY + 1)))
+def test_models_key_the_compiled_solver_by_value():
+    """Equal models are one static key of the solver; a model holding an array is not a key at all."""
+    from jaxrvga._values import Static, by_value
+    assert Static(jr.models.logistic()) == Static(jr.models.logistic())
+    assert hash(Static(jr.models.logistic())) == hash(Static(jr.models.logistic()))
+    assert Static(jr.models.linear_gaussian(1.0)) != Static(jr.models.linear_gaussian(2.0))
+    assert Static(jr.models.linear_gaussian(1.0)) != Static(jr.models.logistic())
+    assert by_value(jr.models.logistic()) and by_value(jr.models.linear_gaussian(1.0))
+    assert not by_value(jr.models.linear_gaussian(jnp.asarray(2.0)))
+    h = lambda th, x: jnp.tanh(x @ th)  # noqa: E731
+    assert Static(jr.models.nonlinear(h)) == Static(jr.models.nonlinear(h))
+    assert Static(jr.models.nonlinear(h)) != Static(jr.models.nonlinear(lambda th, x: jnp.tanh(x @ th)))
 
 
 def test_laplace_rejects_bad_arguments():

@@ -4,7 +4,9 @@ Each belief's state is turned into its covariance ``P`` by its own definition (d
 low rank: ``(W W^T + diag psi)^{-1}``; diagonal: ``diag(1 / psi)``); then ``marginal``, ``solve``,
 the sampler's moments, the prediction step, the predictive and save/load must agree with ``P``.
 The precision step is checked against ``P^{-1} + X diag(c) X^T`` for the dense belief and the
-low-rank one (whose ``add`` keeps the sum exactly), and against its diagonal for the diagonal one.
+low-rank one (whose ``add`` keeps the sum exactly), against its diagonal for the diagonal one, and
+against Algorithm 1 of [LRVGA] applied to that sum for the published low-rank belief (which
+projects at once).
 """
 import jax
 import jax.numpy as jnp
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
-from jaxrvga import beliefs, lowrank
+from jaxrvga import beliefs, factor_analysis, lowrank
 from jaxrvga.dynamics import Dynamics
 
 jax.config.update("jax_enable_x64", True)
@@ -37,6 +39,7 @@ def _covariance(state):
 
 BELIEFS = {"dense": (beliefs.Dense(), lambda b: b.init(MEAN, COV)),
            "lowrank": (beliefs.LowRank(2, 0), lambda b: b.init(MEAN, W0, PSI0)),
+           "published": (beliefs.PublishedLowRank(2, 2), lambda b: b.init(MEAN, W0, PSI0)),
            "diagonal": (beliefs.Diagonal(), lambda b: b.init(MEAN, VAR0))}
 
 
@@ -75,6 +78,9 @@ def test_precision_step(belief_and_state):
     precision = np.linalg.inv(_covariance(state)) + X @ np.diag(c) @ X.T
     if isinstance(belief, beliefs.Diagonal):
         precision = np.diag(np.diagonal(precision))
+    if isinstance(belief, beliefs.PublishedLowRank):
+        W, psi = factor_analysis.recursive_em_step(state.W, state.psi, X * np.sqrt(c), 1.0, 1.0, 2)
+        precision = np.asarray(lowrank.to_dense_precision(W, psi))
     assert bool(ok)
     np.testing.assert_allclose(np.linalg.inv(_covariance(new)), precision, rtol=1e-9, atol=1e-10)
     g = RNG.normal(size=D)

@@ -215,13 +215,11 @@ def test_blocked_inner_loops_equal_unblocked(loops, m, store):
     np.testing.assert_allclose(lowrank.gram_m(W, psi, block_rows=60), lowrank.gram_m(W, psi), rtol=1e-13)
 
 
-def test_unblocked_context():
-    """Sharded filters trace inside blocks.unblocked(): one block, whatever the size."""
+def test_block_rows_zero_is_one_block():
+    """``block_rows=0`` (what sharded filters are rebuilt with): one block, whatever the size."""
     d, p = 1 << 20, 10
-    assert blocks.num_blocks(d, p) > 1
-    with blocks.unblocked():
-        assert blocks.num_blocks(d, p) == 1 and blocks.num_blocks(d, p, block_rows=8) == 1
-    assert blocks.num_blocks(d, p) > 1
+    assert blocks.num_blocks(d, p) > 1 and blocks.num_blocks(d, p, block_rows=8) > 1
+    assert blocks.num_blocks(d, p, block_rows=0) == 1
 
 
 def test_block_map_in_place_and_sums():

@@ -156,7 +156,7 @@ def test_a_minibatch_of_one_is_the_single_observation_update(scheme):
     model = jr.models.linear_gaussian(0.5)
     X, y = correlated_linear(d=D, N=5)
     for flt, state in ((jr.rvga(model, scheme), None), (jr.lrvga(model, rank=3, scheme=scheme), None)):
-        if flt.init.__code__.co_argcount == 4:  # (mean, W, psi, key)
+        if isinstance(flt.spec.belief, jr.beliefs.LowRank):  # init(mean, W, psi)
             W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), D, 3, prior_var=2.0)
             state = flt.init(jnp.zeros(D), W0, psi0, key=jax.random.PRNGKey(2))
         else:
@@ -229,11 +229,13 @@ def test_guard_sees_a_non_finite_curvature_column_through_the_bordered_gram(buff
 def test_published_option_keeps_the_papers_defaults():
     """published=True: one EM loop from W_{t-1}, no mirror-prox correction (experiments/REPORT.md)."""
     flt = jr.lrvga(jr.models.logistic(), rank=2, scheme="extragrad", published=True)
-    spec = flt.update.spec
-    assert spec.belief.published and spec.belief.inner_loops == 1
-    assert not spec.cfg.correction and not spec.cfg.update_cov_twice
-    default = jr.lrvga(jr.models.logistic(), rank=2, scheme="extragrad").update.spec
-    assert default.cfg.correction and default.cfg.update_cov_twice and not default.belief.published
+    spec = flt.spec
+    assert type(spec.belief) is jr.beliefs.PublishedLowRank and spec.belief.inner_loops == 1
+    assert not spec.scheme.cfg.correction and not spec.scheme.cfg.update_cov_twice
+    assert spec.scheme.cfg.max_move is None
+    default = jr.lrvga(jr.models.logistic(), rank=2, scheme="extragrad").spec
+    assert default.scheme.cfg.correction and default.scheme.cfg.update_cov_twice
+    assert type(default.belief) is jr.beliefs.LowRank and default.scheme.cfg.max_move == jr.schemes.MAX_MOVE
 
 
 def test_categorical_minibatch_ekf_is_the_information_form_update():

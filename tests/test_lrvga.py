@@ -22,7 +22,7 @@ from jaxrvga.implicit import solve_logistic
 from jaxrvga import lrvga
 from jaxrvga.special import probit_k, sig1, sigmoid
 
-from conftest import lowrank_variants, outer, rel
+from conftest import lowrank_variants, outer, rel, with_fa_step
 
 
 def rotated_inputs(d, N, c=1.0, seed=0):
@@ -66,7 +66,7 @@ def test_exact_precision_stage_reproduces_kalman_filter(process_noise):
     d, N, nv = 20, 200, 1.0
     X, y = linear_data(d, N)
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), d, d, 1.0, eps=1e-8)
-    flt = lrvga(models.linear_gaussian(nv), rank=d, process_noise=process_noise, fa_step=exact_fa)
+    flt = with_fa_step(lrvga(models.linear_gaussian(nv), rank=d, process_noise=process_noise), exact_fa)
     state, _ = run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
 
     # dense Kalman filter (covariance form, [RVGA] eqs. 40-42) with P_{t|t-1} = (1 + eta) P_{t-1}
@@ -131,7 +131,7 @@ def test_logistic_schemes_with_exact_precision_stage_equal_dense_rvga(scheme, co
     X, y = logistic_data(d, N, seed=1)
     W0, psi0 = lowrank.init_factors_plain(jax.random.PRNGKey(1), d, d, 4.0, scale=1e-2)
     twice = {"update_cov_twice": cov_twice} if scheme == "extragrad" else {}
-    flt = lrvga(models.logistic(), rank=d, scheme=scheme, fa_step=exact_fa, published=True, **twice)
+    flt = with_fa_step(lrvga(models.logistic(), rank=d, scheme=scheme, published=True, **twice), exact_fa)
     state, info = run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y, trace_fn=jr.trace_info)
     mu = np.zeros(d)
     P = np.linalg.inv(np.asarray(W0 @ W0.T) + np.diag(np.asarray(psi0)))
@@ -148,7 +148,7 @@ def test_poisson_glm_explicit_equals_dense_explicit_rvga():
     X, _ = rotated_inputs(d, N, seed=2)
     y = np.random.default_rng(3).poisson(np.exp(0.3 * X.sum(1)))
     W0, psi0 = lowrank.init_factors_plain(jax.random.PRNGKey(2), d, d, 1.0)
-    flt = lrvga(models.poisson(), rank=d, scheme="explicit", fa_step=exact_fa)
+    flt = with_fa_step(lrvga(models.poisson(), rank=d, scheme="explicit"), exact_fa)
     state, _ = run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
     mu = np.zeros(d)
     Lam = np.asarray(W0 @ W0.T) + np.diag(np.asarray(psi0))
@@ -170,7 +170,7 @@ def test_ekf_scheme_with_exact_precision_stage_equals_dense_ekf(kind):
         model = models.nonlinear(lambda th, x: jnp.stack([x @ th, jnp.tanh(x @ th)]), models.gaussian(0.5))
         y = np.stack([y, y], axis=1)
     W0, psi0 = lowrank.init_factors_plain(jax.random.PRNGKey(4), d, d, 2.0)
-    flt = lrvga(model, rank=d, scheme="ekf", process_noise=eta, fa_step=exact_fa)
+    flt = with_fa_step(lrvga(model, rank=d, scheme="ekf", process_noise=eta), exact_fa)
     state, _ = run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
     ref = jr.ekf(model, process_noise=eta)
     cov0 = lowrank.to_dense_covariance(W0, psi0)

@@ -210,7 +210,7 @@ def test_predictive_and_sampling_of_a_state_with_a_partly_filled_buffer():
     Xq = rng.normal(size=(4, d))
     for a, b in zip(jr.predictive(state, Xq), jr.predictive(dense, Xq)):
         np.testing.assert_allclose(a, b, rtol=1e-10)
-    draws = flt.update.spec.belief.sample(state, jax.random.PRNGKey(0), 20000)
+    draws = flt.spec.belief.sample(state, jax.random.PRNGKey(0), 20000)
     np.testing.assert_allclose(np.cov(np.asarray(draws).T), cov, atol=0.05 * np.abs(cov).max())
 
 

@@ -26,7 +26,7 @@ from jaxrvga import factor_analysis as fa
 from jaxrvga import lowrank
 from jaxrvga.implicit import solve_logistic
 
-from conftest import rel
+from conftest import rel, with_fa_step
 
 lrvga = getattr(jr, "lrvga", None)
 if not callable(lrvga):  # not exported yet (jr.lrvga may be the submodule)
@@ -62,7 +62,7 @@ def kalman_step(nv, state, x, y):
 
 @jax.jit
 def lrvga_step(nv, state, x, y):
-    flt = lrvga(jr.models.linear_gaussian(nv), rank=state.W.shape[1], fa_step=exact_fa)
+    flt = with_fa_step(lrvga(jr.models.linear_gaussian(nv), rank=state.W.shape[1]), exact_fa)
     return flt.update(state, x, y)
 
 
@@ -92,7 +92,7 @@ def test_linear_filters_equal_the_batch_posterior(d, n, nv, prior_scale, x_scale
     Lam0 = np.linalg.inv(P0)
     psi0 = np.full(d, 0.5 * np.linalg.eigvalsh(Lam0)[0])
     W0 = np.linalg.cholesky(Lam0 - np.diag(psi0))
-    s_lr = lrvga(jr.models.linear_gaussian(nv), rank=d, fa_step=exact_fa).init(m0, W0, psi0)
+    s_lr = with_fa_step(lrvga(jr.models.linear_gaussian(nv), rank=d), exact_fa).init(m0, W0, psi0)
     for t in range(n):
         s_rvga = rvga_step(nvj, s_rvga, X[t], y[t])
         s_kal = kalman_step(nvj, s_kal, X[t], y[t])
