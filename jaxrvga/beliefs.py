@@ -699,4 +699,4 @@ def _buffer_fill(gram, rank: int, width: int):
     return jnp.max(jnp.where(used, jnp.arange(1, width - rank + 1), 0), initial=0)
 
 
-__all__ = ["Belief", "Dense", "LowRank", "PublishedLowRank", "Diagonal", "antithetic_normals"]
+__all__ = ["Belief", "Dense", "LowRank", "PublishedLowRank", "Diagonal"]

@@ -27,7 +27,7 @@ scheme          models                                   options
 
 Every scheme but the published L-RVGA's takes ``max_move``: a step whose mean moves by more than
 that Mahalanobis length under the previous belief is shortened to it and flagged
-(:func:`~jaxrvga.schemes.limit_move`). The default is :data:`MAX_MOVE` for the schemes that
+(:func:`~jaxrvga.schemes.limit_move`). The default is :data:`~jaxrvga.schemes.MAX_MOVE` for the schemes that
 linearise or sample, none for ``exact`` and ``implicit``, whose steps are the exact and the proximal
 ones (a long step of theirs is what the model says).
 
@@ -373,10 +373,10 @@ def rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int]
       tol: ``sampled``: ``info.converged`` is False when the last pass moved the mean by more
         than ``tol (1 + |mu_{t-1}|)`` (default 1e-2).
       jitter: ``moment_ekf``: the variance added to ``Var(y | eta)`` of the moment-matched Gaussian
-        likelihood (default :data:`MOMENT_JITTER`).
+        likelihood (default :data:`~jaxrvga.schemes.MOMENT_JITTER`).
       max_move: a step whose mean moves by more than this Mahalanobis length under the previous
         belief is shortened to it and flagged (``info.converged`` False;
-        :func:`~jaxrvga.schemes.limit_move`); default :data:`MAX_MOVE` (none for ``exact`` and
+        :func:`~jaxrvga.schemes.limit_move`); default :data:`~jaxrvga.schemes.MAX_MOVE` (none for ``exact`` and
         ``implicit``, exact and proximal steps), ``inf`` for no limit.
 
     ``init(mean, cov, key=None)``; ``key`` is required by ``sampled``.
@@ -556,4 +556,4 @@ def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: boo
 
 
 __all__ = ["build", "scheme_named", "low_rank_belief", "rvga", "lrvga", "diag_rvga", "kalman", "ekf", "qkf",
-           "mirror_prox", "with_block_rows", "SCHEMES", "MAX_MOVE", "MOMENT_JITTER", "Spec"]
+           "mirror_prox", "with_block_rows", "SCHEMES", "Spec"]

@@ -355,8 +355,9 @@ def info_from(change, cfg: Config, iterations) -> SolverInfo:
 
 # --------------------------------------------------------------------------- schemes as values
 
-#: Default ``jitter`` of :func:`moment_ekf` and default ``max_move`` (experiments/REPORT.md, "Networks from any prior").
+#: Default ``jitter`` of :func:`moment_ekf` (experiments/REPORT.md, "Networks from any prior").
 MOMENT_JITTER = 0.1
+#: Default ``max_move`` of the schemes that linearise or sample (same section of the report).
 MAX_MOVE = 10.0
 
 
