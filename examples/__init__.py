@@ -1,1 +1,2 @@
-"""Runnable examples: neural networks trained online by L-RVGA (``python -m examples.<name>``)."""
+"""Runnable examples: neural networks trained online by L-RVGA
+(``python -m examples.<name>``)."""

@@ -1,4 +1,7 @@
-"""Shared pieces of the examples: data, a prior for a network's weights, calibration metrics."""
+"""Shared pieces of the examples: data, a prior for the weights of a network, scores.
+
+The expected calibration error of the digits examples is :func:`jaxrvga.metrics.ece`.
+"""
 from __future__ import annotations
 
 import jax
@@ -9,9 +12,11 @@ import jaxrvga as jr
 
 
 def split(X, y, num_train: int, num_test: int, seed: int = 0):
-    """A random train/test split of ``(X, y)`` as float32 arrays (``num_train + num_test <= len(X)``)."""
+    """A random train/test split of ``(X, y)`` as float32 arrays
+    (``num_train + num_test <= len(X)``)."""
     if num_train + num_test > len(X):
-        raise ValueError(f"num_train + num_test must be <= {len(X)}, got {num_train} + {num_test}")
+        raise ValueError(f"num_train + num_test must be <= {len(X)}, "
+                         f"got {num_train} + {num_test}")
     perm = np.random.default_rng(seed).permutation(len(X))
     tr, te = perm[:num_train], perm[len(X) - num_test:]
     return (np.asarray(X[tr], np.float32), np.asarray(y[tr], np.float32),
@@ -19,59 +24,50 @@ def split(X, y, num_train: int, num_test: int, seed: int = 0):
 
 
 def lowrank_init(flt, theta0, rank: int, prior_var: float, key):
-    """State of ``flt`` (an L-RVGA) for the prior ``N(theta0, prior_var I)``, trace-matched factors.
+    """State of ``flt`` (an L-RVGA) for the prior ``N(theta0, prior_var I)``,
+    trace-matched factors.
 
-    ``key`` makes the factors and, for the sampled scheme, the state's key (other schemes ignore it).
+    ``key`` makes the factors and, for the sampled scheme, the state's key (other
+    schemes ignore it).
     """
     kw, ks = jax.random.split(key)
-    W0, psi0 = jr.lowrank.init_factors(kw, theta0.shape[0], rank, prior_var, dtype=theta0.dtype)
+    W0, psi0 = jr.lowrank.init_factors(kw, theta0.shape[0], rank, prior_var,
+                                       dtype=theta0.dtype)
     return flt.init(theta0, W0, psi0, key=ks)
 
 
-def expected_calibration_error(probs, labels, num_bins: int = 10) -> float:
-    """ECE: ``sum_b (n_b / n) |accuracy_b - confidence_b|`` over equal-width bins of the top-class probability.
+def log_loss(probs, labels, eps: float = 1e-7) -> float:
+    """Mean negative log-probability of the true class.
 
-    ``probs`` (n, K) class probabilities (or (n,) probabilities of class 1 of a binary output),
-    ``labels`` (n,) integer classes.
+    ``probs`` (n, K) class probabilities (or (n,) probabilities of class 1 of a binary
+    output), ``labels`` (n,) integer classes.
     """
     probs = np.asarray(probs, np.float64)
     if probs.ndim == 1:
         probs = np.stack([1.0 - probs, probs], axis=1)
     labels = np.asarray(labels).astype(int)
-    conf, pred = probs.max(axis=1), probs.argmax(axis=1)
-    bins = np.minimum((conf * num_bins).astype(int), num_bins - 1)
-    ece = 0.0
-    for b in range(num_bins):
-        inside = bins == b
-        if inside.any():
-            ece += inside.mean() * abs(np.mean(pred[inside] == labels[inside]) - conf[inside].mean())
-    return float(ece)
-
-
-def log_loss(probs, labels, eps: float = 1e-7) -> float:
-    """Mean negative log-probability of the true class (``probs`` as in :func:`expected_calibration_error`)."""
-    probs = np.asarray(probs, np.float64)
-    if probs.ndim == 1:
-        probs = np.stack([1.0 - probs, probs], axis=1)
-    labels = np.asarray(labels).astype(int)
-    return float(-np.mean(np.log(np.clip(probs[np.arange(len(labels)), labels], eps, 1.0))))
+    true_class = probs[np.arange(len(labels)), labels]
+    return float(-np.mean(np.log(np.clip(true_class, eps, 1.0))))
 
 
 def interval_coverage(mean, var, y, z: float = 1.959964) -> float:
-    """Fraction of ``y`` inside the Gaussian intervals ``mean +- z sqrt(var)`` (95 % for the default ``z``)."""
+    """Fraction of ``y`` inside the Gaussian intervals ``mean +- z sqrt(var)`` (95 % for
+    the default ``z``)."""
     mean, var, y = (np.asarray(a, np.float64) for a in (mean, var, y))
     return float(np.mean(np.abs(y - mean) <= z * np.sqrt(var)))
 
 
 def as_f32(*arrays):
-    """The arrays as float32 JAX arrays (the examples run in float32 even where x64 is on)."""
+    """The arrays as float32 JAX arrays (the examples run in float32 even where x64 is
+    on)."""
     return tuple(jnp.asarray(a, jnp.float32) for a in arrays)
 
 
 def run_minibatches(flt, state, X, y, batch: int):
-    """``jr.run`` of ``flt`` over ``(X, y)`` in minibatches of ``batch`` rows (``flt`` built on a
-    :func:`jaxrvga.models.minibatch` model when ``batch > 1``); the rows left over make one last,
-    smaller update, so every observation is absorbed once. Returns the final state."""
+    """``jr.run`` of ``flt`` over ``(X, y)`` in minibatches of ``batch`` rows (``flt``
+    built on a :func:`jaxrvga.models.minibatch` model when ``batch > 1``); the rows left
+    over make one last, smaller update, so every observation is absorbed once. Returns
+    the final state."""
     if batch == 1:
         return jr.run(flt, state, X, y)[0]
     full = len(X) // batch * batch
@@ -80,38 +76,46 @@ def run_minibatches(flt, state, X, y, batch: int):
     return state if full == len(X) else flt.update(state, X[full:], y[full:])
 
 
-def fit_and_score(model, theta0, train, test, rank: int, scheme: str, prior_var: float, seed: int,
-                  scores, verbose: bool, batch: int = 1, buffer: int = 0) -> dict:
-    """One L-RVGA pass over ``train`` and the linearised and Monte-Carlo predictive scores on ``test``.
+def fit_and_score(model, theta0, train, test, rank: int, scheme: str, prior_var: float,
+                  seed: int, scores, verbose: bool, batch: int = 1,
+                  buffer: int = 0) -> dict:
+    """One L-RVGA pass over ``train`` and the linearised and Monte-Carlo predictive
+    scores on ``test``.
 
-    ``scores(probs, labels) -> dict`` turns predictive means into metrics. ``batch``: observations
-    per update (:func:`run_minibatches`); ``buffer``: :func:`jaxrvga.lrvga`'s. Returns
+    ``scores(probs, labels) -> dict`` turns predictive means into metrics. ``batch``:
+    observations per update (:func:`run_minibatches`); ``buffer``: that of
+    :func:`jaxrvga.lrvga`. Returns
     ``{"linearised": ..., "monte_carlo": ..., "seconds", "dim", "dropped"}``.
     """
     import time
 
-    flt = jr.lrvga(model if batch == 1 else jr.models.minibatch(model), rank=rank, scheme=scheme, buffer=buffer)
+    flt = jr.lrvga(model if batch == 1 else jr.models.minibatch(model), rank=rank,
+                   scheme=scheme, buffer=buffer)
     state = lowrank_init(flt, theta0, rank, prior_var, jax.random.PRNGKey(seed + 1))
     start = time.perf_counter()
     state = run_minibatches(flt, state, *as_f32(*train), batch)
     seconds = time.perf_counter() - start
     Xte, yte = test
     Xte_j, = as_f32(Xte)
-    mc = jr.predictive(state, Xte_j, model=model, key=jax.random.PRNGKey(seed + 2), num_samples=256)
+    mc = jr.predictive(state, Xte_j, model=model, key=jax.random.PRNGKey(seed + 2),
+                       num_samples=256)
     out = {"linearised": scores(jr.predictive(state, Xte_j, model=model).mean, yte),
            "monte_carlo": scores(mc.mean, yte),
-           "seconds": seconds, "dim": int(theta0.shape[0]), "dropped": float(state.info.dropped)}
+           "seconds": seconds, "dim": int(theta0.shape[0]),
+           "dropped": float(state.info.dropped)}
     if verbose:
-        print(f"d = {out['dim']}, rank {rank}, scheme {scheme!r}, {batch} per update: {len(train[1])} examples "
-              f"in {seconds:.1f} s (compile included)")
+        print(f"d = {out['dim']}, rank {rank}, scheme {scheme!r}, {batch} per update: "
+              f"{len(train[1])} examples in {seconds:.1f} s (compile included)")
         for name in ("linearised", "monte_carlo"):
             s = out[name]
-            print(f"  {name:12s} accuracy {s['accuracy']:.3f}  log-loss {s['log_loss']:.3f}  ECE {s['ece']:.3f}")
+            print(f"  {name:12s} accuracy {s['accuracy']:.3f}  "
+                  f"log-loss {s['log_loss']:.3f}  ECE {s['ece']:.3f}")
     return out
 
 
 def digits_cli(main, doc: str):
-    """The command line shared by the digits examples: ``--num-train --hidden --rank --scheme --batch --buffer``."""
+    """The command line shared by the digits examples:
+    ``--num-train --hidden --rank --scheme --batch --buffer``."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
@@ -119,7 +123,10 @@ def digits_cli(main, doc: str):
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--rank", type=int, default=10)
     parser.add_argument("--scheme", default="ekf", choices=["ekf", "sampled"])
-    parser.add_argument("--batch", type=int, default=1, help="observations per update (a minibatch)")
-    parser.add_argument("--buffer", type=int, default=0, help="curvature columns held unprojected")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="observations per update (a minibatch)")
+    parser.add_argument("--buffer", type=int, default=0,
+                        help="curvature columns held unprojected")
     a = parser.parse_args()
-    main(a.num_train, hidden=a.hidden, rank=a.rank, scheme=a.scheme, batch=a.batch, buffer=a.buffer)
+    main(a.num_train, hidden=a.hidden, rank=a.rank, scheme=a.scheme, batch=a.batch,
+         buffer=a.buffer)

@@ -1,11 +1,13 @@
-"""MLP regression with predictive uncertainty on sklearn's diabetes data: ``python -m examples.diabetes_regression``.
+"""MLP regression with predictive uncertainty on sklearn's diabetes data: ``python -m
+examples.diabetes_regression``.
 
-The ten standardised covariates feed a ``flax.linen`` MLP 10-16-1 (193 weights); the standardised
-disease progression ``y`` has a Gaussian output ``N(h(theta, x), noise_var)``. ``jr.lrvga`` (rank
-10) absorbs the training set in ``epochs`` passes (each pass counts the data again: a tempered
-posterior, so the default is one pass). The test set is scored by the predictive mean (RMSE, in
-the units of the standardised ``y``) and by the 95 % coverage of ``mean +- 1.96 sd``, with ``sd``
-from ``jr.predictive(..., observation_noise=True)``: the weights' uncertainty plus the noise.
+The ten standardised covariates feed a ``flax.linen`` MLP 10-16-1 (193 weights); the
+standardised disease progression ``y`` has a Gaussian output ``N(h(theta, x),
+noise_var)``. ``jr.lrvga`` (rank 10) absorbs the training set in ``epochs`` passes (each
+pass counts the data again: a tempered posterior, so the default is one pass). The test
+set is scored by the predictive mean (RMSE, in the units of the standardised ``y``) and
+by the 95 % coverage of ``mean +- 1.96 sd``, with ``sd`` from ``jr.predictive(...,
+observation_noise=True)``: the weights' uncertainty plus the noise.
 """
 from __future__ import annotations
 
@@ -34,20 +36,24 @@ class MLP(nn.Module):
 
 
 def standardise(train, test):
-    """``(train, test)`` centred and scaled by the training mean and standard deviation."""
+    """``(train, test)`` centred and scaled by the training mean and standard deviation.
+    """
     mu, sd = train.mean(axis=0), train.std(axis=0)
     return (train - mu) / sd, (test - mu) / sd
 
 
-def main(num_train: int = 352, num_test: int = 90, hidden: int = 16, rank: int = 10, noise_var: float = 0.5,
-         prior_var: float = 0.3, epochs: int = 1, seed: int = 0, verbose: bool = True) -> dict:
-    """Train and score the test set; returns RMSE, 95 % coverage and the mean predictive sd (linearised and MC)."""
+def main(num_train: int = 352, num_test: int = 90, hidden: int = 16, rank: int = 10,
+         noise_var: float = 0.5, prior_var: float = 0.3, epochs: int = 1, seed: int = 0,
+         verbose: bool = True) -> dict:
+    """Train and score the test set; returns RMSE, 95 % coverage and the mean predictive
+    sd (linearised and MC)."""
     X, y = load_diabetes(return_X_y=True)
     Xtr, ytr, Xte, yte = split(X, y, num_train, num_test, seed)
     (Xtr, Xte), (ytr, yte) = standardise(Xtr, Xte), standardise(ytr, yte)
     net = MLP(hidden)
     theta0, unravel = ravel_pytree(net.init(jax.random.PRNGKey(seed), Xtr[0]))
-    model = jr.models.nonlinear(net.apply, jr.models.gaussian(noise_var), unravel=unravel)
+    model = jr.models.nonlinear(net.apply, jr.models.gaussian(noise_var),
+                                unravel=unravel)
     flt = jr.lrvga(model, rank=rank, scheme="ekf")
     state = lowrank_init(flt, theta0, rank, prior_var, jax.random.PRNGKey(seed + 1))
     xs, ys = as_f32(np.tile(Xtr, (epochs, 1)), np.tile(ytr, epochs))
@@ -56,17 +62,23 @@ def main(num_train: int = 352, num_test: int = 90, hidden: int = 16, rank: int =
     seconds = time.perf_counter() - start
     Xte_j, = as_f32(Xte)
     out = {"seconds": seconds, "dim": int(theta0.shape[0]),
-           "baseline_rmse": float(np.sqrt(np.mean(yte**2)))}  # predicting the training mean (0)
-    for name, key in (("linearised", None), ("monte_carlo", jax.random.PRNGKey(seed + 2))):
-        mean, var = jr.predictive(state, Xte_j, model=model, key=key, observation_noise=True)
+           # predicting the training mean (0)
+           "baseline_rmse": float(np.sqrt(np.mean(yte**2)))}
+    keys = (("linearised", None), ("monte_carlo", jax.random.PRNGKey(seed + 2)))
+    for name, key in keys:
+        mean, var = jr.predictive(state, Xte_j, model=model, key=key,
+                                  observation_noise=True)
         out[name] = {"rmse": float(jnp.sqrt(jnp.mean((mean - yte) ** 2))),
-                     "coverage95": interval_coverage(mean, var, yte), "mean_sd": float(jnp.mean(jnp.sqrt(var)))}
+                     "coverage95": interval_coverage(mean, var, yte),
+                     "mean_sd": float(jnp.mean(jnp.sqrt(var)))}
     if verbose:
-        print(f"d = {out['dim']}, rank {rank}: {num_train} x {epochs} observations in {seconds:.1f} s "
-              f"(compile included); RMSE of the mean of y: {out['baseline_rmse']:.3f}")
+        print(f"d = {out['dim']}, rank {rank}: {num_train} x {epochs} observations "
+              f"in {seconds:.1f} s (compile included); "
+              f"RMSE of the mean of y: {out['baseline_rmse']:.3f}")
         for name in ("linearised", "monte_carlo"):
             s = out[name]
-            print(f"  {name:12s} RMSE {s['rmse']:.3f}  95% coverage {s['coverage95']:.3f}  mean sd {s['mean_sd']:.3f}")
+            print(f"  {name:12s} RMSE {s['rmse']:.3f}  "
+                  f"95% coverage {s['coverage95']:.3f}  mean sd {s['mean_sd']:.3f}")
     return out
 
 

@@ -1,11 +1,13 @@
-"""Even/odd digits with a flax MLP trained online by L-RVGA: ``python -m examples.digits_binary``.
+"""Even/odd digits with a flax MLP trained online by L-RVGA:
+``python -m examples.digits_binary``.
 
 The 8 x 8 sklearn digits (pixels / 16) are labelled 1 for an even digit; an MLP 64-32-1
-(``flax.linen``, 2113 weights) gives the logit, :func:`jaxrvga.models.nonlinear` with a Bernoulli
-output reads its weights through ``ravel_pytree``'s ``unravel``, and ``jr.lrvga`` (rank 10) absorbs
-the training set in one pass, one image at a time (``--batch m --buffer b``: m images per update
-through :func:`jaxrvga.models.minibatch`, faster per image). The test set is scored by the linearised
-predictive (``jr.predictive`` without a key) and by Monte Carlo over the belief (with a key):
+(``flax.linen``, 2113 weights) gives the logit, :func:`jaxrvga.models.nonlinear` with a
+Bernoulli output reads its weights through ``ravel_pytree``'s ``unravel``, and
+``jr.lrvga`` (rank 10) absorbs the training set in one pass, one image at a time
+(``--batch m --buffer b``: m images per update through :func:`jaxrvga.models.minibatch`,
+faster per image). The test set is scored by the linearised predictive
+(``jr.predictive`` without a key) and by Monte Carlo over the belief (with a key):
 accuracy, log-loss and expected calibration error (ECE).
 """
 from __future__ import annotations
@@ -18,7 +20,8 @@ from jax.flatten_util import ravel_pytree
 from sklearn.datasets import load_digits
 
 import jaxrvga as jr
-from examples.common import digits_cli, expected_calibration_error, fit_and_score, log_loss, split
+from jaxrvga.metrics import ece
+from examples.common import digits_cli, fit_and_score, log_loss, split
 
 
 class MLP(nn.Module):
@@ -34,12 +37,13 @@ class MLP(nn.Module):
 def scores(probs, labels):
     """Accuracy, log-loss and ECE of probabilities of class 1."""
     return {"accuracy": float(np.mean((np.asarray(probs) > 0.5) == labels)),
-            "log_loss": log_loss(probs, labels), "ece": expected_calibration_error(probs, labels)}
+            "log_loss": log_loss(probs, labels),
+            "ece": ece(np.asarray(probs, np.float64), labels)}
 
 
 def main(num_train: int = 1200, num_test: int = 597, hidden: int = 32, rank: int = 10,
-         scheme: str = "ekf", prior_var: float = 0.1, seed: int = 0, verbose: bool = True, batch: int = 1,
-         buffer: int = 0) -> dict:
+         scheme: str = "ekf", prior_var: float = 0.1, seed: int = 0,
+         verbose: bool = True, batch: int = 1, buffer: int = 0) -> dict:
     """Train in one pass (``batch`` images per update) and score the test set; returns
     ``{"linearised": ..., "monte_carlo": ...}`` and the time."""
     X, y = load_digits(return_X_y=True)
@@ -47,8 +51,8 @@ def main(num_train: int = 1200, num_test: int = 597, hidden: int = 32, rank: int
     net = MLP(hidden)
     theta0, unravel = ravel_pytree(net.init(jax.random.PRNGKey(seed), Xtr[0]))
     model = jr.models.nonlinear(net.apply, jr.models.bernoulli(), unravel=unravel)
-    return fit_and_score(model, theta0, (Xtr, ytr), (Xte, yte), rank, scheme, prior_var, seed, scores, verbose,
-                         batch, buffer)
+    return fit_and_score(model, theta0, (Xtr, ytr), (Xte, yte), rank, scheme, prior_var,
+                         seed, scores, verbose, batch, buffer)
 
 
 if __name__ == "__main__":

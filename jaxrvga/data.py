@@ -184,7 +184,8 @@ def logistic_data(s: float, N: int, d: int, c: float, seed: Optional[int] = None
     Legacy protocol (``seed``), in the authors' order::
 
         C = covariance(d, c, scale, rotate, normalize, seed)
-        np.random.seed(seed);   u = rand(d); u /= ||u||;  mean0 = u s/2 (label 0), mean1 = -u s/2 (label 1)
+        np.random.seed(seed);   u = rand(d); u /= ||u||
+                                mean0 = u s/2 (label 0), mean1 = -u s/2 (label 1)
         theta_opt = inv(C) (mean1 - mean0)
         np.random.seed(seed);   X0 = multivariate_normal(mean0, C, N//2)
         np.random.seed(seed+1); X1 = multivariate_normal(mean1, C, N//2)

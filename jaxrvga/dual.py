@@ -105,7 +105,8 @@ def jj_conjugate(xi) -> Conjugate:
 
     (tight when ``xi^2 = h^2 + rho``). Its conjugate (19)::
 
-        sup_h (alpha + y - 1/2) h - c h^2  =  (alpha + y - 1/2)^2 / (4 c)       at h* = (alpha + y - 1/2)/(2c)
+        sup_h (alpha + y - 1/2) h - c h^2  =  (alpha + y - 1/2)^2 / (4 c),
+                                              at h* = (alpha + y - 1/2) / (2c)
         sup_{rho >= 0} rho (lam/2 - c)     =  0 if lam <= 2c, +inf otherwise
         f*(alpha, lam) = (alpha + y - 1/2)^2 / (4 c) - log(2 cosh(xi/2)) + c xi^2,   lam <= 2c.
 

@@ -389,11 +389,13 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     formed. Starting from ``(W, psi) = (W_prev, psi_prev)``, each inner loop is one batch-EM
     iteration (eqs. 20-21) on ``S``::
 
-        M      = I_p + W^T Psi^{-1} W
-        V      = beta X (X^T Psi^{-1} W) + alpha (W_prev (W_prev^T Psi^{-1} W) + Psi_prev Psi^{-1} W)
-                                                                          (= S Psi^{-1} W)
-        W_new  = V (I_p + M^{-1} W^T Psi^{-1} V)^{-1}
-        psi_new= beta rowdot(X, X) + alpha (rowdot(W_prev, W_prev) + psi_prev) - rowdot(W_new M^{-1}, V)
+        M       = I_p + W^T Psi^{-1} W
+        V       = beta X (X^T Psi^{-1} W)
+                  + alpha (W_prev (W_prev^T Psi^{-1} W) + Psi_prev Psi^{-1} W)
+                                                                 (= S Psi^{-1} W)
+        W_new   = V (I_p + M^{-1} W^T Psi^{-1} V)^{-1}
+        psi_new = beta rowdot(X, X) + alpha (rowdot(W_prev, W_prev) + psi_prev)
+                  - rowdot(W_new M^{-1}, V)
 
     It is computed in the equivalent well-scaled form of the module docstring: with the
     E-step gain ``Bt = Psi^{-1} W M^{-1}``, ``Q = S Bt = V M^{-1}`` and the p x p matrix

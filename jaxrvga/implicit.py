@@ -197,8 +197,10 @@ def residuals_and_jacobian(alpha, log_nu, alpha0, nu0, y):
     With ``u = k alpha``, ``k' = dk/dlog nu = -k nu / (2 (nu + beta^2))`` and
     ``D = (1 + nu0 k sig'(u))^2`` (derivatives of [RVGA] eqs. 69-70)::
 
-        df/dalpha = 1 + nu0 k sig'(u)            df/dlog nu = nu0 alpha k' sig'(u)
-        dg/dalpha = nu0^2 k^2 sig''(u) / D       dg/dlog nu = nu + nu0^2 k' (sig'(u) + u sig''(u)) / D
+        df/dalpha  = 1 + nu0 k sig'(u)
+        df/dlog nu = nu0 alpha k' sig'(u)
+        dg/dalpha  = nu0^2 k^2 sig''(u) / D
+        dg/dlog nu = nu + nu0^2 k' (sig'(u) + u sig''(u)) / D
 
     Three transcendental evaluations in all (exp, sqrt and one exp for the sigmoid),
     which is what a batch of solves under ``vmap`` pays for.

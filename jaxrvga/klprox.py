@@ -545,9 +545,11 @@ def fit_kernel(likelihood: Union[Model, Family], K, y, prior_mean=None, r=0.8,
     Latent Gaussian model ``eta ~ N(mu~, K)`` (``K = Sigma~ = X Sigma X^T`` for a GLM, the kernel
     matrix for a GP), ``y_n ~ p(y_n | eta_n)``. Iterates::
 
-        mt_{k+1} = mt_k + (1 - r) (I - K B_k^{-1}) (mu~ - mt_k - K alpha_k),  B_k = K + diag(r gt_k)^{-1}
+        mt_{k+1} = mt_k + (1 - r) (I - K B_k^{-1}) (mu~ - mt_k - K alpha_k),
+                   B_k = K + diag(r gt_k)^{-1}
         gt_{k+1} = r gt_k + (1 - r) gamma_k
-        vt_{k+1} = Diag(K) - Diag(K A^{-1} K),  A = K + diag(gt)^{-1},  gt = gt_k (printed) or gt_{k+1} (exact)
+        vt_{k+1} = Diag(K) - Diag(K A^{-1} K),  A = K + diag(gt)^{-1},
+                   gt = gt_k (printed) or gt_{k+1} (exact)
 
     from ``mt_0 = mu~``, ``gt_0 = gt0`` and ``vt_0`` consistent with ``gt_0`` (``Diag(K)`` for the
     default ``gt0 = 0``, as in Algorithm 1). Inverses use ``I + S K S`` (``S = diag(sqrt(gt))``),

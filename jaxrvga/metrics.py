@@ -3,7 +3,8 @@
 * :func:`mc_kl`, :func:`mc_kl_logistic` — Monte-Carlo KL from a Gaussian ``q = N(mu, P)`` to an
   *unnormalised* posterior ``ptilde`` ([RVGA] eqs. 92-94)::
 
-      KL_MC(q) = (1/M) sum_m [-log ptilde(mu + L z_m)] - (1/2 logdet P + d/2 (1 + log 2 pi)),  L = chol(P)
+      KL_MC(q) = (1/M) sum_m [-log ptilde(mu + L z_m)] - (1/2 logdet P + d/2 (1 + log 2 pi)),
+      where L = chol(P)
 
   With ``Z_p = int ptilde`` the estimator targets ``KL(q || p) - log Z_p``: only differences between
   algorithms are meaningful, and the value may be negative. The base normals ``z`` are drawn once
@@ -83,7 +84,8 @@ def logistic_log_likelihood(theta, X, y):
 def logistic_log_posterior(theta, X, y, prior_mean, prior_cov):
     """Unnormalised log posterior of Bayesian logistic regression ([RVGA] eq. 92, ``Z_p = 1``)::
 
-        log ptilde(theta) = sum_i -logaddexp(0, -(2 y_i - 1) x_i^T theta) + log N(theta | mu_0, P_0)
+        log ptilde(theta) = sum_i -logaddexp(0, -(2 y_i - 1) x_i^T theta)
+                            + log N(theta | mu_0, P_0)
 
     The prior is a normalised Gaussian density (``- d/2 log 2 pi - 1/2 logdet P_0`` included), as in
     the authors' ``bayesianlogisticPdf``. ``prior_cov``: scalar, (d,) or (d, d). One ``theta`` (d,);

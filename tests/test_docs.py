@@ -176,20 +176,29 @@ WIDE_PAGES = {"benchmarks", "report"}
 _BLOCK = re.compile(r'<div class="([^"]*)"><div class="highlight"><pre>(.*?)</pre>|<pre\b[^>]*>(.*?)</pre>', re.S)
 
 
+def _blocks(page):
+    """(classes, text) of every code block of ``page``."""
+    for match in _BLOCK.finditer(page.read_text(encoding="utf-8")):
+        classes, code = match.group(1) or "", match.group(2) if match.group(1) is not None else match.group(3)
+        yield classes.split(), html.unescape(re.sub(r"<[^>]+>", "", code))
+
+
+def _long_lines(text, limit=CODE_COLUMNS):
+    return [(line.rstrip(), len(line.rstrip())) for line in text.splitlines() if len(line.rstrip()) > limit]
+
+
 def _long_code_lines(page, limit=CODE_COLUMNS):
     """(line, length) of every line of a code block of ``page`` longer than ``limit``.
 
-    Blocks marked ``wrapped`` (``:class: wrapped``, the gallery's listings of examples/) are skipped:
-    docs/_static/css/jaxrvga.css wraps them.
+    Only blocks of printed output marked ``wrapped`` (``:class: wrapped``, ``:language: none``: what
+    an example of the gallery prints, verbatim) are skipped: docs/_static/css/jaxrvga.css wraps them.
+    Code is never skipped, the gallery's listings of examples/ included.
     """
     found = []
-    for match in _BLOCK.finditer(page.read_text(encoding="utf-8")):
-        classes, code = match.group(1) or "", match.group(2) if match.group(1) is not None else match.group(3)
-        if "wrapped" in classes.split():
+    for classes, text in _blocks(page):
+        if "wrapped" in classes and "highlight-none" in classes:
             continue
-        for line in html.unescape(re.sub(r"<[^>]+>", "", code)).splitlines():
-            if len(line.rstrip()) > limit:
-                found.append((line.rstrip(), len(line.rstrip())))
+        found.extend(_long_lines(text, limit))
     return found
 
 
@@ -211,10 +220,31 @@ def test_code_blocks_fit_the_content_column_at_1280px(site):
     assert not too_long, f"code lines longer than {CODE_COLUMNS} characters overflow at 1280 px: {too_long}"
 
 
-def test_wrapped_blocks_have_their_style(site):
+# API pages whose docstrings' plain-text formula blocks were rewrapped to fit the column.
+FITTING_API_PAGES = ("jaxrvga.dual", "jaxrvga.implicit", "jaxrvga.klprox", "jaxrvga.data",
+                     "jaxrvga.metrics", "jaxrvga.factor_analysis")
+
+
+def test_formula_blocks_of_these_api_pages_fit_the_content_column(site):
+    too_long = {name: lines for name in FITTING_API_PAGES
+                if (lines := _long_code_lines(site / "api" / f"{name}.html"))}
+    assert not too_long, f"code lines longer than {CODE_COLUMNS} characters overflow at 1280 px: {too_long}"
+
+
+def test_gallery_code_is_not_wrapped_and_wrapped_output_has_its_style(site):
+    """The listings of examples/ fit the column unwrapped; only printed output with a line longer
+    than the column is marked ``wrapped``, and the site's CSS wraps it."""
     css = (site / "_static" / "jaxrvga.css").read_text(encoding="utf-8")
     assert re.search(r"div\.wrapped pre\s*\{[^}]*white-space:\s*pre-wrap", css)
     for name in EXAMPLES:
-        source = (site / "gallery" / f"{name}.html").read_text(encoding="utf-8")
+        page = site / "gallery" / f"{name}.html"
+        source = page.read_text(encoding="utf-8")
         assert "_static/jaxrvga.css" in source, name
-        assert '<div class="wrapped highlight-python' in source, name   # the example's code wraps
+        assert '<div class="highlight-python' in source, name            # the example's code
+        for classes, text in _blocks(page):
+            if "wrapped" in classes:
+                assert "highlight-none" in classes, (name, classes)     # printed output only
+                assert _long_lines(text), (name, "wrapped but every line fits")
+    for path in sorted((ROOT / "examples").glob("*.py")):                # the sources themselves
+        lines = _long_lines(path.read_text(encoding="utf-8"))
+        assert not lines, (str(path.relative_to(ROOT)), lines)

@@ -1,5 +1,6 @@
 """The examples of ``examples/`` at tiny sizes: each learns (accuracy far above chance, RMSE below the
-mean predictor's) and is calibrated within a band; plus the metrics of ``examples/common.py``.
+mean predictor's) and is calibrated within a band; plus the scores of ``examples/common.py`` (the ECE is
+:func:`jaxrvga.metrics.ece`, tested in tests/test_metrics.py).
 
 Each example needs its network library (flax or equinox, the ``nn`` extra) and scikit-learn; the
 test skips when one is missing.
@@ -9,20 +10,10 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
-from examples.common import expected_calibration_error, interval_coverage, log_loss, split
+from examples.common import interval_coverage, log_loss, split
 
 
 # --------------------------------------------------------------------------- metrics
-
-def test_ece_by_hand():
-    """Two bins: confidences 0.9 (both right) and 0.6 (one of two right): ECE = (2 * 0.1 + 2 * 0.1) / 4."""
-    probs = np.array([0.9, 0.9, 0.6, 0.6])  # P(class 1)
-    labels = np.array([1, 1, 1, 0])
-    assert expected_calibration_error(probs, labels) == pytest.approx(0.1)
-    # the same as (n, 2) class probabilities; a perfectly calibrated set scores 0
-    assert expected_calibration_error(np.stack([1 - probs, probs], 1), labels) == pytest.approx(0.1)
-    assert expected_calibration_error(np.full(10, 0.7), np.array([1] * 7 + [0] * 3)) == pytest.approx(0.0)
-
 
 def test_log_loss_and_coverage_by_hand():
     assert log_loss(np.array([[0.5, 0.25, 0.25]]), np.array([1])) == pytest.approx(np.log(4.0))

@@ -288,5 +288,21 @@ def test_ece_binary_by_hand():
     assert metrics.ece(np.stack([1 - p, p], axis=1), y) == metrics.ece(p, y)
     # Two bins: everything lands in [0.5, 1], so ECE = |accuracy - mean confidence|.
     assert metrics.ece(p, y, bins=2) == pytest.approx(abs(3 / 5 - 0.69), abs=1e-12)
+    # A calibrated set scores 0: confidence 0.7 everywhere, 7 of 10 right.
+    assert metrics.ece(np.full(10, 0.7), np.array([1] * 7 + [0] * 3)) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="labels"):
         metrics.ece(p, y[:3])
+
+
+def test_ece_classes_by_hand():
+    """(n, K) class probabilities: confidence max_k p_k, prediction the argmax."""
+    probs = np.array([[0.95, 0.05], [0.95, 0.05], [0.4, 0.6], [0.3, 0.7]])
+    labels = np.array([0, 1, 1, 1])
+    # bins: conf 0.95 (two points, one right): |0.5 - 0.95|; 0.6 and 0.7 (one point each, right)
+    want = (2 * 0.45 + 1 * 0.4 + 1 * 0.3) / 4
+    assert metrics.ece(probs, labels) == pytest.approx(want, abs=1e-12)
+    assert metrics.ece(np.eye(3), np.arange(3)) == 0.0  # confident and right
+    # uniform probabilities: argmax is class 0 (right for labels 0), confidence 0.25
+    assert metrics.ece(np.full((4, 4), 0.25), np.zeros(4, int)) == pytest.approx(0.75, abs=1e-12)
+    with pytest.raises(ValueError, match="labels"):
+        metrics.ece(probs, labels[:3])

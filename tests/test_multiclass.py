@@ -2,18 +2,14 @@
 
 The quick run (200 training digits, p = 5, two prior variances) must classify far above chance
 (0.1) with a log-loss far below that of the uniform predictor (log 10) for every method, report
-finite scores, and say how many steps did not converge; the ECE helper is checked against hand
-computations.
+finite scores, and say how many steps did not converge (the ECE itself is checked by hand in
+tests/test_metrics.py).
 """
 import csv
 import math
 
-import numpy as np
-import pytest
-
 from experiments import multiclass_digits as MD
 from experiments.common import quick_fixture
-from jaxrvga.metrics import ece
 
 digits = quick_fixture(MD)
 
@@ -21,19 +17,6 @@ digits = quick_fixture(MD)
 def _rows(out):
     with open(out / "multiclass_digits.csv") as f:
         return {r["method"]: r for r in csv.DictReader(f)}
-
-
-def test_ece_by_hand():
-    probs = np.array([[0.95, 0.05], [0.95, 0.05], [0.4, 0.6], [0.3, 0.7]])
-    labels = np.array([0, 1, 1, 1])
-    # bins: conf 0.95 (two points, one right): |0.5 - 0.95|; 0.6 and 0.7 (one point each, right)
-    want = (2 * 0.45 + 1 * 0.4 + 1 * 0.3) / 4
-    assert ece(probs, labels) == pytest.approx(want, abs=1e-12)
-    assert ece(np.eye(3), np.arange(3)) == 0.0  # confident and right
-    # uniform probabilities: argmax is class 0 (right for labels 0), confidence 0.25
-    assert ece(np.full((4, 4), 0.25), np.zeros(4, int)) == pytest.approx(0.75, abs=1e-12)
-    with pytest.raises(ValueError, match="labels"):
-        ece(probs, labels[:3])
 
 
 def test_quick_run_far_above_chance_with_finite_scores(digits):
