@@ -1,4 +1,4 @@
-"""Gaussian beliefs ``N(mean, P)``: what every update scheme needs (dense and low-rank).
+"""Gaussian beliefs ``N(mean, P)``: what every update scheme needs (dense, low-rank, diagonal).
 
 A belief is a small configuration object whose methods act on a state (a NamedTuple pytree):
 
@@ -6,12 +6,16 @@ A belief is a small configuration object whose methods act on a state (a NamedTu
 * :class:`LowRank` - precision ``W W^T + diag(psi)``, :class:`~jaxrvga.core.LowRankState`, O(d p);
 * :class:`Diagonal` - precision ``diag(psi)`` (mean field), :class:`~jaxrvga.core.DiagonalState`, O(d).
 
-All offer the same operations:
+All offer the same operations (the contract :class:`Belief`; :func:`of_state` gives the belief that
+reads a state, which is how :mod:`jaxrvga.predictive` asks it):
 
 * ``predict(state, dynamics)``: the prediction step under :class:`~jaxrvga.dynamics.Dynamics`,
-  ``N(gamma mu + (1 - gamma) m, gamma^2 (1 + eta) P + Q)`` (exact for both beliefs);
+  ``N(gamma mu + (1 - gamma) m, gamma^2 (1 + eta) P + Q)`` (exact for every belief);
 * ``marginal(state, X)``: means and variances of ``x_i^T theta`` for the rows of ``X`` (m, d);
-* ``solve(state, g)``: ``P g``; ``sample(state, key, num)``: draws of ``theta`` (antithetic pairs);
+* ``sandwich(state, J)``: ``J P J^T``; ``solve(state, g)``: ``P g``;
+* ``noise(key, num, d, dtype)`` and ``draw(state, noise)``: draws of ``theta`` from base noise in
+  antithetic pairs (the sampled schemes: common random numbers across passes);
+  ``sample(state, key, num)``: independent exact draws (Monte-Carlo predictions);
 * ``add(state, X, c)``: the precision step ``P^{-1} + X diag(c) X^T`` ([RVGA] eq. 29, [LRVGA] eq. 7),
   the mean unchanged; ``absorb(state, X, c, g, prior_gain)``: ``add`` and the mean step
   ``mu + P g`` (with the new ``P``, or the previous one with ``prior_gain``, [RVGA] eq. 76);
@@ -38,7 +42,7 @@ from . import lowrank
 from .core import DiagonalState, GaussianState, LowRankState, solver_info
 from .dynamics import Dynamics
 from .factor_analysis import PSI_FLOOR, recursive_em_step, spectral_em_step
-from .validation import check_cov, check_finite, check_positive, check_vector, is_concrete
+from .validation import check_cov, check_finite, check_float_array, check_positive, check_vector, is_concrete
 
 
 @runtime_checkable
@@ -56,7 +60,10 @@ class Belief(Protocol):
         """The prediction step under :class:`~jaxrvga.dynamics.Dynamics`, exact."""
 
     def marginal(self, state, X):
-        """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d)."""
+        """``(X mean, diag(X P X^T))`` for inputs ``X`` ((m, d), or one input (d,))."""
+
+    def sandwich(self, state, J):
+        """``J P J^T`` (k, k) for ``J`` (k, d), symmetrised."""
 
     def solve(self, state, g):
         """``P g``."""
@@ -68,7 +75,7 @@ class Belief(Protocol):
         """Draws of ``theta`` (num, d) from base noise: common random numbers across passes."""
 
     def sample(self, state, key, num: int):
-        """``num`` draws of ``theta``, (num, d)."""
+        """``num`` independent exact draws of ``theta``, (num, d) (for Monte-Carlo estimates)."""
 
     def add(self, state, X, c):
         """The precision step ``P^{-1} + X diag(c) X^T`` (as the belief keeps it): ``(state, ok)``."""
@@ -84,6 +91,44 @@ class Belief(Protocol):
 
     def checked_fields(self, state):
         """The arrays whose finiteness the guard checks, the mean first."""
+
+
+def _symmetric(S):
+    return 0.5 * (S + S.T)
+
+
+def of_state(state):
+    """The belief that reads ``state`` and the state in its canonical type: ``(belief, state)``.
+
+    Any object with fields ``(mean, cov)`` (a dense state, :class:`jaxrvga.LaplaceResult`, ...) is
+    read by :class:`Dense`, ``(mean, W, psi)`` (with a cached ``gram`` where it has one) by
+    :class:`LowRank`, ``(mean, psi)`` by :class:`Diagonal`. Checked where concrete: a finite mean
+    and ``W``, ``psi > 0``, ``cov`` symmetric positive semidefinite, shapes (``ValueError`` naming
+    the field). Predictions (:mod:`jaxrvga.predictive`) ask this belief.
+    """
+    if not hasattr(state, "mean"):
+        raise ValueError(f"state must be a Gaussian belief with a mean, got {type(state).__name__}")
+    mean = check_finite("state.mean", check_float_array("state.mean", state.mean))
+    if mean.ndim != 1:
+        raise ValueError(f"state.mean must be a vector, got shape {mean.shape}")
+    d = mean.shape[0]
+    if hasattr(state, "W") and hasattr(state, "psi"):
+        W = check_finite("state.W", check_float_array("state.W", state.W))
+        psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
+        out = LowRankState(mean, W, psi, None, None, None, getattr(state, "gram", None))
+        return LowRank(W.shape[-1]), out
+    if hasattr(state, "psi"):
+        psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
+        if psi.shape != mean.shape:
+            raise ValueError(f"state.psi must have shape {mean.shape} to match the mean, got {psi.shape}")
+        return Diagonal(), DiagonalState(mean, psi, None, None)
+    if hasattr(state, "cov"):
+        cov = check_float_array("state.cov", state.cov)
+        if cov.shape != (d, d):
+            raise ValueError(f"state.cov must have shape {(d, d)} to match the mean, got {cov.shape}")
+        return Dense(), GaussianState(mean, check_cov("state.cov", cov, d, semidefinite=True), None, None)
+    raise ValueError("state must have fields (mean, cov) (dense state, LaplaceResult), (mean, W, psi) "
+                     f"(low-rank state) or (mean, psi) (diagonal state), got {type(state).__name__}")
 
 
 def antithetic_normals(key, num: int, dim: int, dtype):
@@ -189,8 +234,12 @@ class Dense(NamedTuple):
         return state._replace(mean=dynamics.predict_mean(state.mean), cov=cov)
 
     def marginal(self, state, X):
-        """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d)."""
-        return X @ state.mean, jnp.sum(X * (X @ state.cov), axis=1)
+        """``(X mean, diag(X P X^T))`` for inputs ``X`` ((m, d), or one input (d,))."""
+        return X @ state.mean, jnp.sum(X * (X @ state.cov), axis=-1)
+
+    def sandwich(self, state, J):
+        """``J P J^T`` (k, k) for ``J`` (k, d), symmetrised."""
+        return _symmetric(J @ (state.cov @ J.T))
 
     def solve(self, state, g):
         """``P g``."""
@@ -205,8 +254,11 @@ class Dense(NamedTuple):
         return state.mean + z @ jnp.linalg.cholesky(state.cov).T
 
     def sample(self, state, key, num: int):
-        """``num`` draws ``mean + L z`` (``P = L L^T``) with antithetic base noise, shape (num, d)."""
-        return self.draw(state, self.noise(key, num, state.mean.shape[0], state.mean.dtype))
+        """``num`` independent draws ``mean + U diag(sqrt(w)) z`` (``P = U diag(w) U^T``, so a singular
+        ``P``, even 0, is fine), shape (num, d)."""
+        w, U = jnp.linalg.eigh(_symmetric(state.cov))
+        z = jax.random.normal(key, (num, state.mean.shape[0]), dtype=state.mean.dtype)
+        return state.mean + (z * jnp.sqrt(jnp.maximum(w, 0.0))) @ U.T
 
     def add(self, state, X, c):
         """``P_new^{-1} = P^{-1} + X diag(c) X^T`` by Woodbury; ``c`` may be negative (a non-log-concave site).
@@ -391,6 +443,10 @@ class LowRank(NamedTuple):
         """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d), by Woodbury ([LRVGA] eq. 27)."""
         return X @ state.mean, lowrank.factorize(state.W, state.psi, state.gram).quad_form(X.T)
 
+    def sandwich(self, state, J):
+        """``J P J^T`` (k, k) for ``J`` (k, d) by Woodbury, symmetrised."""
+        return _symmetric(J @ self.solve(state, J.T))
+
     def solve(self, state, g):
         """``P g`` by Woodbury ([LRVGA] eq. 27), O(d p^2) (O(d p) with a cached Gram)."""
         return lowrank.factorize(state.W, state.psi, state.gram).solve(g)
@@ -417,9 +473,9 @@ class LowRank(NamedTuple):
         return lowrank.sample_from_noise(state.mean, state.W, state.psi, z, e)
 
     def sample(self, state, key, num: int):
-        """``num`` draws by the corrected Proposition 1 of [LRVGA] with antithetic base noise, shape (num, d)
-        (:meth:`draw` of fresh :meth:`noise`)."""
-        return self.draw(state, self.noise(key, num, state.mean.shape[0], state.mean.dtype))
+        """``num`` independent draws by the corrected Proposition 1 of [LRVGA], shape (num, d)
+        (:func:`jaxrvga.lowrank.sample`)."""
+        return lowrank.sample(key, state.mean, state.W, state.psi, num)
 
     def _pending_root(self, state, X, c):
         """``X sqrt(c)`` (``c`` clipped at 0: a factor needs a PSD increment); checks that the state is
@@ -642,6 +698,10 @@ class Diagonal(NamedTuple):
         """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d): ``(X * X) / psi`` summed."""
         return X @ state.mean, (X * X) @ (1.0 / state.psi)
 
+    def sandwich(self, state, J):
+        """``J P J^T = J diag(1 / psi) J^T`` (k, k) for ``J`` (k, d), symmetrised."""
+        return _symmetric((J * (1.0 / state.psi)) @ J.T)
+
     def solve(self, state, g):
         """``P g = g / psi``."""
         return g / state.psi
@@ -655,8 +715,9 @@ class Diagonal(NamedTuple):
         return state.mean + z / jnp.sqrt(state.psi)
 
     def sample(self, state, key, num: int):
-        """``num`` draws with antithetic base noise, shape (num, d)."""
-        return self.draw(state, self.noise(key, num, state.mean.shape[0], state.mean.dtype))
+        """``num`` independent draws ``mean + z / sqrt(psi)``, shape (num, d)."""
+        z = jax.random.normal(key, (num, state.mean.shape[0]), dtype=state.mean.dtype)
+        return state.mean + z * jnp.sqrt(1.0 / state.psi)
 
     def add(self, state, X, c):
         """``psi + diag(X diag(c) X^T)``; ``c`` may be negative. Returns ``(state, ok)``, ``ok`` False
@@ -699,4 +760,4 @@ def _buffer_fill(gram, rank: int, width: int):
     return jnp.max(jnp.where(used, jnp.arange(1, width - rank + 1), 0), initial=0)
 
 
-__all__ = ["Belief", "Dense", "LowRank", "PublishedLowRank", "Diagonal"]
+__all__ = ["Belief", "Dense", "LowRank", "PublishedLowRank", "Diagonal", "of_state"]

@@ -16,13 +16,13 @@ Proposition 1, corrected, :func:`jaxrvga.lowrank.sample`), exact as ``num_sample
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from . import lowrank, models, special
-from .validation import check_cov, check_finite, check_float_array, check_positive, positive_int
+from . import beliefs, models, special
+from .validation import check_float_array, positive_int
 
 
 class Predictive(NamedTuple):
@@ -38,69 +38,6 @@ class Predictive(NamedTuple):
 
     mean: jax.Array
     var: jax.Array
-
-
-class _Belief(NamedTuple):
-    """``N(mean, P)`` with ``P = cov`` (dense), ``P = (W W^T + diag psi)^{-1}`` through ``fac`` or
-    ``P = diag(var)`` (diagonal)."""
-
-    mean: jax.Array
-    cov: Optional[jax.Array]
-    fac: Optional[lowrank.Woodbury]
-    var: Optional[jax.Array] = None
-
-    def quad(self, X):
-        """``x^T P x`` for each row of ``X`` ((d,) or (n, d)): the diagonal of ``X P X^T``."""
-        if self.fac is not None:
-            return self.fac.quad_form(X.T)
-        if self.var is not None:
-            return (X * X) @ self.var
-        return jnp.einsum("...i,ij,...j->...", X, self.cov, X)
-
-    def sandwich(self, J):
-        """``J P J^T`` (k, k) for ``J`` (k, d), symmetrised."""
-        if self.var is not None:
-            S = (J * self.var) @ J.T
-        else:
-            S = J @ (self.fac.solve(J.T) if self.fac is not None else self.cov @ J.T)
-        return 0.5 * (S + S.T)
-
-    def sample(self, key, num):
-        """``num`` exact samples of ``N(mean, P)``, (num, d)."""
-        if self.fac is not None:
-            return lowrank.sample(key, self.mean, self.fac.W, self.fac.psi, num)
-        if self.var is not None:
-            z = jax.random.normal(key, (num, self.mean.shape[0]), dtype=self.mean.dtype)
-            return self.mean + z * jnp.sqrt(self.var)
-        w, U = jnp.linalg.eigh(0.5 * (self.cov + self.cov.T))  # P may be singular (e.g. 0)
-        z = jax.random.normal(key, (num, self.mean.shape[0]), dtype=self.mean.dtype)
-        return self.mean + (z * jnp.sqrt(jnp.maximum(w, 0.0))) @ U.T
-
-
-def _belief(state) -> _Belief:
-    """The belief of ``state``; where concrete, the mean and ``W`` finite, ``psi > 0`` and ``cov``
-    symmetric positive semidefinite (``ValueError`` naming the field)."""
-    if not hasattr(state, "mean"):
-        raise ValueError(f"state must be a Gaussian belief with a mean, got {type(state).__name__}")
-    mean = check_finite("state.mean", check_float_array("state.mean", state.mean))
-    if mean.ndim != 1:
-        raise ValueError(f"state.mean must be a vector, got shape {mean.shape}")
-    if hasattr(state, "W") and hasattr(state, "psi"):
-        W = check_finite("state.W", check_float_array("state.W", state.W))
-        psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
-        return _Belief(mean, None, lowrank.factorize(W, psi, getattr(state, "gram", None)))  # a filter's cached Gram
-    if hasattr(state, "psi"):  # a diagonal state: precisions psi
-        psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
-        if psi.shape != mean.shape:
-            raise ValueError(f"state.psi must have shape {mean.shape} to match the mean, got {psi.shape}")
-        return _Belief(mean, None, None, 1.0 / psi)
-    if hasattr(state, "cov"):
-        cov = check_float_array("state.cov", state.cov)
-        if cov.shape != (mean.shape[0],) * 2:
-            raise ValueError(f"state.cov must have shape {(mean.shape[0],) * 2} to match the mean, got {cov.shape}")
-        return _Belief(mean, check_cov("state.cov", cov, mean.shape[0], semidefinite=True), None)
-    raise ValueError("state must have fields (mean, cov) (dense state, LaplaceResult), (mean, W, psi) "
-                     f"(low-rank state) or (mean, psi) (diagonal state), got {type(state).__name__}")
 
 
 def _component_variance(family, eta):
@@ -131,25 +68,25 @@ def _gaussian_moments(family, m, v, noise: bool):
     return Predictive(e1, var)
 
 
-def _linearised(model, belief, X, full=None):
+def _linearised(model, belief, st, X, full=None):
     """``(m, v)`` of ``eta = h(theta, x) ~ N(h(mean, x), J P J^T)`` for each leading-axis entry of ``X``;
     ``v`` the diagonal, or the whole ``J P J^T`` where ``full`` (default: for a categorical family)."""
     full = model.family.name == "categorical" if full is None else full
-    d = belief.mean.shape[0]
+    d = st.mean.shape[0]
 
     def one(x):
         def eta_fn(theta):
             return jnp.atleast_1d(model.predict(theta, x))
 
-        m = eta_fn(belief.mean)
-        J = (jax.jacrev if m.shape[0] <= d else jax.jacfwd)(eta_fn)(belief.mean)
-        return m, (belief.sandwich(J) if full else belief.quad(J))
+        m = eta_fn(st.mean)
+        J = (jax.jacrev if m.shape[0] <= d else jax.jacfwd)(eta_fn)(st.mean)
+        return m, (belief.sandwich(st, J) if full else belief.marginal(st, J)[1])
 
     return jax.vmap(one)(X)
 
 
-def _monte_carlo(model, belief, X, key, num, noise: bool):
-    thetas = belief.sample(key, num)
+def _monte_carlo(model, belief, st, X, key, num, noise: bool):
+    thetas = belief.sample(st, key, num)
     if model.is_glm:
         eta = thetas @ X.T
     else:
@@ -191,21 +128,21 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
     if model.per_input is not None:  # X is a batch of inputs already
         model = model._replace(predict=model.per_input, per_input=None)
-    belief = _belief(state)
-    d = belief.mean.shape[0]
+    belief, st = beliefs.of_state(state)  # the predictions ask the belief
+    d = st.mean.shape[0]
     if model.is_glm:
         X = check_float_array("X", X)
         if X.ndim not in (1, 2) or X.shape[-1] != d:
             raise ValueError(f"X must have shape ({d},) or (n, {d}) to match the state, got {X.shape}")
     if key is not None:
-        return _monte_carlo(model, belief, X, key, positive_int("num_samples", num_samples),
+        return _monte_carlo(model, belief, st, X, key, positive_int("num_samples", num_samples),
                             observation_noise)
     if model.is_glm:
-        return _gaussian_moments(model.family, X @ belief.mean, belief.quad(X), observation_noise)
-    m, v = _linearised(model, belief, X)
+        return _gaussian_moments(model.family, *belief.marginal(st, X), observation_noise)
+    m, v = _linearised(model, belief, st, X)
     out = _gaussian_moments(model.family, m, v, observation_noise)
     x0 = jax.tree_util.tree_map(lambda a: a[0], X)
-    if jax.eval_shape(model.predict, belief.mean, x0).shape == ():  # scalar predictor: (n,)
+    if jax.eval_shape(model.predict, st.mean, x0).shape == ():  # scalar predictor: (n,)
         return Predictive(out.mean[:, 0], out.var[:, 0])
     return out
 
@@ -239,9 +176,9 @@ def _log_density_given_eta(family, y, m, V, num_points: int):
     return jnp.sum(_quadrature_log_density(family, jnp.reshape(y, m.shape), m, v, num_points))
 
 
-def _log_density_monte_carlo(model, belief, x, y, key, num):
+def _log_density_monte_carlo(model, belief, st, x, y, key, num):
     """``log mean_s p(y | theta_s, x)`` over ``num`` exact samples of the belief."""
-    thetas = belief.sample(key, num)
+    thetas = belief.sample(st, key, num)
     log_lik = jax.vmap(lambda theta: model.log_lik(theta, x, y))(thetas)
     return jax.scipy.special.logsumexp(log_lik) - jnp.log(jnp.asarray(num, log_lik.dtype))
 
@@ -277,21 +214,21 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
     model = models.logistic() if model is None else model
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
-    belief = _belief(state)
+    belief, st = beliefs.of_state(state)
     if key is not None:
-        return _log_density_monte_carlo(model, belief, x, y, key, positive_int("num_samples", num_samples))
+        return _log_density_monte_carlo(model, belief, st, x, y, key, positive_int("num_samples", num_samples))
     num_points = positive_int("num_points", num_points)
     family = model.family
     if model.is_glm:
-        X = jnp.atleast_2d(jnp.asarray(x, belief.mean.dtype))
-        y = jnp.reshape(jnp.asarray(y, belief.mean.dtype), (-1,))
-        m = X @ belief.mean
+        X = jnp.atleast_2d(jnp.asarray(x, st.mean.dtype))
+        y = jnp.reshape(jnp.asarray(y, st.mean.dtype), (-1,))
+        m = X @ st.mean
         if family.name == "gaussian":
-            return _gaussian_log_density(y, m, belief.sandwich(X) + jnp.diag(family.variance(m)))
-        return jnp.sum(_quadrature_log_density(family, y, m, belief.quad(X), num_points))
+            return _gaussian_log_density(y, m, belief.sandwich(st, X) + jnp.diag(family.variance(m)))
+        return jnp.sum(_quadrature_log_density(family, y, m, belief.marginal(st, X)[1], num_points))
     if model.per_input is not None:  # a minibatch model: x is a batch already
         model = model._replace(predict=model.per_input, per_input=None)
     else:
         x, y = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], (x, y))
-    m, V = _linearised(model, belief, x, full=True)
+    m, V = _linearised(model, belief, st, x, full=True)
     return _log_density_given_eta(family, y, m, V, num_points)

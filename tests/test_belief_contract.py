@@ -66,9 +66,16 @@ def test_marginal_and_solve_follow_the_covariance(belief_and_state):
 
 def test_sampler_moments_are_the_covariance(belief_and_state):
     belief, state = belief_and_state
-    draws = np.asarray(belief.sample(state, jax.random.PRNGKey(0), 200_000))
-    np.testing.assert_allclose(draws.mean(0), MEAN, atol=1e-12)  # antithetic pairs: the mean exactly
-    np.testing.assert_allclose(np.cov(draws.T), _covariance(state), atol=0.02 * np.abs(_covariance(state)).max())
+    P = _covariance(state)
+    n = 200_000
+    draws = np.asarray(belief.sample(state, jax.random.PRNGKey(0), n))
+    assert np.all(np.abs(draws.mean(0) - MEAN) <= 5 * np.sqrt(np.diagonal(P) / n))  # independent draws
+    np.testing.assert_allclose(np.cov(draws.T), P, atol=0.02 * np.abs(P).max())
+    # the base noise and draw of the schemes (antithetic pairs: the mean exactly) follow P too
+    noise = belief.noise(jax.random.PRNGKey(1), n, D, jnp.float64)
+    pairs = np.asarray(belief.draw(state, noise))
+    np.testing.assert_allclose(pairs.mean(0), MEAN, atol=1e-12)
+    np.testing.assert_allclose(np.cov(pairs.T), P, atol=0.02 * np.abs(P).max())
 
 
 def test_precision_step(belief_and_state):
@@ -95,6 +102,20 @@ def test_prediction_step(belief_and_state):
     prior = belief.predict(state, Dynamics(decay=0.9, additive_noise=q, process_noise=0.1, decay_to=1.0))
     np.testing.assert_allclose(prior.mean, 0.9 * MEAN + 0.1, rtol=1e-12)
     np.testing.assert_allclose(_covariance(prior), 0.81 * 1.1 * _covariance(state) + np.diag(q), rtol=1e-9, atol=1e-12)
+
+
+def test_of_state_reads_the_state_with_its_belief(belief_and_state):
+    """``beliefs.of_state``: the belief type that reads a state (what the predictions ask), and the
+    matrix ``J P J^T`` it gives."""
+    belief, state = belief_and_state
+    read, canonical = beliefs.of_state(state)
+    assert type(read) is (beliefs.LowRank if isinstance(belief, beliefs.LowRank) else type(belief))
+    J = RNG.normal(size=(3, D))
+    np.testing.assert_allclose(read.sandwich(canonical, J), J @ _covariance(state) @ J.T, rtol=1e-10)
+    np.testing.assert_allclose(belief.sandwich(state, J), J @ _covariance(state) @ J.T, rtol=1e-10)
+    with pytest.raises(ValueError, match="state.psi"):
+        beliefs.of_state(state._replace(psi=-state.psi) if hasattr(state, "psi") else
+                         jr.DiagonalState(state.mean, -np.ones(D), state.step, state.info))
 
 
 def test_predictive_and_save_load(belief_and_state, tmp_path):
