@@ -323,8 +323,9 @@ def scheme_named(model: Model, name: Optional[str] = None, *, published: bool = 
         given["curvature"] = curvature
     elif curvature != "ggn":
         schemes.ekf(curvature=curvature)  # raises for an unknown curvature
-        raise ValueError(f"curvature={curvature!r} is only used by schemes 'ekf', 'moment_ekf' and 'sampled', "
-                         f"not {name!r}")
+        form = "the published sampled scheme" if factory is schemes.published_sampled else f"scheme {name!r}"
+        raise ValueError(f"curvature={curvature!r} is not used by {form} (only by 'ekf', 'moment_ekf' and "
+                         f"'sampled')")
     for option in given:
         if option not in takes:
             raise ValueError(f"{option} is not used by scheme {name!r}")

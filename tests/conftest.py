@@ -97,3 +97,19 @@ def _release_compiled_code():
     yield
     jax.clear_caches()
     gc.collect()
+
+
+_FILE_SECONDS: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    """Sum each test file's setup, call and teardown times (printed by :func:`pytest_terminal_summary`)."""
+    name = report.nodeid.split("::")[0]
+    _FILE_SECONDS[name] = _FILE_SECONDS.get(name, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Seconds per test file, longest first: where the suite's time goes (compilation included)."""
+    if _FILE_SECONDS:
+        rows = sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])
+        terminalreporter.write_line("seconds per test file: " + ", ".join(f"{k.split('/')[-1]} {v:.0f}" for k, v in rows))

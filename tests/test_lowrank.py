@@ -163,4 +163,6 @@ def test_low_rank_belief_draws_share_their_noise_across_ranks():
     assert rel(belief.draw(prior, noise), lowrank.sample_from_noise(prior.mean, W, psi, z, e[:, :p])) <= 1e-12
     joined = jnp.concatenate([W, X], axis=1)
     assert rel(belief.draw(pending, noise), lowrank.sample_from_noise(prior.mean, joined, psi, z, e)) <= 1e-12
-    assert rel(belief.sample(prior, jax.random.PRNGKey(13), K), belief.draw(prior, noise)) <= 1e-15
+    # sample: independent draws (Monte-Carlo predictions), Proposition 1 of fresh noise
+    key = jax.random.PRNGKey(13)
+    assert rel(belief.sample(prior, key, K), lowrank.sample(key, prior.mean, W, psi, K)) <= 1e-15
