@@ -322,7 +322,7 @@ def scheme_named(model: Model, name: Optional[str] = None, *, published: bool = 
     if "curvature" in takes:
         given["curvature"] = curvature
     elif curvature != "ggn":
-        schemes.ekf(curvature=curvature)  # raises for an unknown curvature
+        check_choice("curvature", curvature, ("ggn", "hessian", "empirical"))
         form = "the published sampled scheme" if factory is schemes.published_sampled else f"scheme {name!r}"
         raise ValueError(f"curvature={curvature!r} is not used by {form} (only by 'ekf', 'moment_ekf' and "
                          f"'sampled')")

@@ -1,4 +1,9 @@
-"""Update schemes of the R-VGA, each written once for every belief (dense and low-rank).
+"""Update schemes of the R-VGA, each written once for every belief (dense, low-rank, diagonal).
+
+A scheme is a value (:class:`Scheme`) made by its factory (:func:`exact`, :func:`implicit`,
+:func:`explicit`, :func:`extragrad`, :func:`ekf`, :func:`moment_ekf`, :func:`qkf`, :func:`sampled`,
+:func:`published_sampled`), which validates its options; :func:`jaxrvga.build` joins it with a
+belief, a model and the dynamics. A scheme of your own is one more value.
 
 An R-VGA step ([RVGA] eqs. 28-29, [LRVGA] eqs. 7-8) moves the belief to
 
@@ -62,7 +67,7 @@ class Increment(NamedTuple):
 
 
 class Config(NamedTuple):
-    """Options of a scheme (validated by :mod:`jaxrvga.filters`)."""
+    """Options of a scheme, validated by its factory (:class:`Scheme`)."""
 
     num_iters: int = 1
     num_samples: int = 100
