@@ -32,7 +32,8 @@ class Filter(NamedTuple):
     without dynamics, whose prior is the state itself). ``model``: the observation model, when the
     filter has one (used by :func:`jaxrvga.log_evidence`). ``spec``: for a filter made by
     :func:`jaxrvga.build`, its :class:`~jaxrvga.filters.Spec` (belief, scheme, model, dynamics),
-    which :func:`jaxrvga.filters.with_block_rows` rebuilds from. The library's filters make ``update``
+    which :func:`jaxrvga.filters.with_block_rows` and :mod:`jaxrvga.sharding` rebuild from (a filter
+    whose ``update`` you replace should carry ``spec=None``). The library's filters make ``update``
     and ``predict`` callables that compare by configuration (:meth:`program`), not Python
     functions: tools that read a function's source (``chex.assert_max_traces``) need them wrapped
     in one.
