@@ -43,7 +43,7 @@ minibatch through :func:`jaxrvga.models.minibatch`.
 from __future__ import annotations
 
 import inspect
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -52,15 +52,19 @@ import numpy as np
 from . import schemes
 from ._values import Bound
 from .beliefs import Belief, Dense, Diagonal, LowRank, PublishedLowRank
-from .core import Filter, solver_info
+from .core import Filter
 from .dynamics import Dynamics, dynamics
 from .factor_analysis import PSI_FLOOR
 from .models import Model
-from .schemes import MAX_MOVE, MOMENT_JITTER
+from .schemes import MAX_MOVE, MOMENT_JITTER  # noqa: F401  (their former home: jaxrvga.filters.MAX_MOVE)
 from .validation import all_finite, check_choice, check_key, is_concrete, positive_int
 
-#: The names of the schemes of :func:`rvga`, :func:`lrvga` and :func:`diag_rvga` (module table).
-SCHEMES = ("exact", "implicit", "explicit", "extragrad", "ekf", "moment_ekf", "qkf", "sampled")
+#: The factory of each scheme name of :func:`rvga`, :func:`lrvga` and :func:`diag_rvga` (module table).
+_FACTORIES = {"exact": schemes.exact, "implicit": schemes.implicit, "explicit": schemes.explicit,
+              "extragrad": schemes.extragrad, "ekf": schemes.ekf, "moment_ekf": schemes.moment_ekf,
+              "qkf": schemes.qkf, "sampled": schemes.sampled}
+#: The scheme names of :func:`rvga`, :func:`lrvga` and :func:`diag_rvga` (module table).
+SCHEMES = tuple(_FACTORIES)
 
 
 class Spec(NamedTuple):
@@ -283,11 +287,6 @@ def _default_scheme(model: Model) -> str:
     return "implicit" if model.is_glm else "moment_ekf"
 
 
-_FACTORIES = {"exact": schemes.exact, "implicit": schemes.implicit, "explicit": schemes.explicit,
-              "extragrad": schemes.extragrad, "ekf": schemes.ekf, "moment_ekf": schemes.moment_ekf,
-              "qkf": schemes.qkf, "sampled": schemes.sampled}
-
-
 def scheme_named(model: Model, name: Optional[str] = None, *, published: bool = False, num_samples_default=None,
                  **options) -> schemes.Scheme:
     """The scheme value that the string ``name`` of :func:`rvga` means for ``model`` (module table),
@@ -306,23 +305,23 @@ def scheme_named(model: Model, name: Optional[str] = None, *, published: bool = 
     given = {k: v for k, v in options.items() if v is not None and not (k == "frozen_noise" and v is False)}
     curvature = given.pop("curvature", "ggn")
     if not model.is_glm and name in ("implicit", "explicit"):  # the Monte-Carlo implicit iteration
-        if name == "explicit" and given.get("num_iters", 1) != 1:
-            raise ValueError("num_iters: the explicit scheme is one pass; use scheme='sampled'")
-        given["num_iters"] = 1 if name == "explicit" else given.get("num_iters")
+        if name == "explicit":
+            if given.get("num_iters", 1) != 1:
+                raise ValueError("num_iters: the explicit scheme is one pass; use scheme='sampled'")
+            given["num_iters"] = 1
         name = "sampled"
-        given = {k: v for k, v in given.items() if v is not None}
+    if "frozen_noise" in given and not (published and name == "sampled"):
+        raise ValueError("frozen_noise is only used by scheme='sampled' with published=True")
     factory = _FACTORIES[name]
     if published:
         factory, given = _published_form(name, factory, given)
-    elif "frozen_noise" in given:
-        raise ValueError("frozen_noise is only used by scheme='sampled' with published=True")
     if factory is schemes.sampled and num_samples_default is not None:
         given.setdefault("num_samples", num_samples_default)
     takes = inspect.signature(factory).parameters
     if "curvature" in takes:
         given["curvature"] = curvature
     elif curvature != "ggn":
-        check_choice("curvature", curvature, ("ggn", "hessian", "empirical"))
+        check_choice("curvature", curvature, schemes.CURVATURES)
         form = "the published sampled scheme" if factory is schemes.published_sampled else f"scheme {name!r}"
         raise ValueError(f"curvature={curvature!r} is not used by {form} (only by 'ekf', 'moment_ekf' and "
                          f"'sampled')")
@@ -340,8 +339,6 @@ def _published_form(name, factory, given):
         if "num_iters" in given:
             raise ValueError("num_iters: the published sampled scheme makes two passes")
         return schemes.published_sampled, given
-    if "frozen_noise" in given:
-        raise ValueError("frozen_noise is only used by scheme='sampled' with published=True")
     if name == "extragrad":
         given = {"correction": False, "update_cov_twice": False, **given}
     return factory, {**given, "max_move": np.inf}

@@ -38,8 +38,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import implicit as _solvers, special
+from . import implicit as _solvers, lowrank, special
+from .beliefs import Dense, PublishedLowRank
 from .core import SolverInfo, solver_info
+from .validation import check_choice, positive_int
 
 
 class Increment(NamedTuple):
@@ -346,7 +348,6 @@ def sampled_site(model, thetas, x, y, curvature: str):
 
 def published_draws(prior, key, i, cfg: Config, q):
     """Draws of the published low-rank sampled scheme: fresh (non-antithetic) or frozen noise ([LRVGA] §4.2.2)."""
-    from . import lowrank
     if not isinstance(cfg.frozen_noise, bool):
         return lowrank.sample_from_noise(q.mean, q.W, q.psi, *cfg.frozen_noise)
     return lowrank.sample(key[i], q.mean, q.W, q.psi, cfg.num_samples)
@@ -405,9 +406,12 @@ def _max_move(max_move) -> Optional[float]:
     return None if max_move == np.inf else float(max_move)
 
 
+#: The curvatures of the schemes: the GGN ``J^T F J``, the Hessian, the empirical Fisher.
+CURVATURES = ("ggn", "hessian", "empirical")
+
+
 def _curvature(curvature, allowed):
-    if curvature not in ("ggn", "hessian", "empirical"):
-        raise ValueError(f"unknown curvature {curvature!r}; expected one of {('ggn', 'hessian', 'empirical')}")
+    check_choice("curvature", curvature, CURVATURES)
     if curvature not in allowed:
         users = {"hessian": "scheme 'sampled'", "empirical": "schemes 'ekf' and 'moment_ekf'"}[curvature]
         raise ValueError(f"curvature={curvature!r} is only used by {users}")
@@ -415,7 +419,6 @@ def _curvature(curvature, allowed):
 
 
 def _positive_count(name, value, minimum=1):
-    from .validation import positive_int
     value = positive_int(name, value)
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
@@ -477,12 +480,10 @@ def _step_published_sampled(cfg, model, belief, prior, x, y):
         key, *keys = jax.random.split(prior.key, 3)
     else:
         key, keys = prior.key, (prior.key, prior.key)
-    if not isinstance(cfg.frozen_noise, bool):
-        z, e = cfg.frozen_noise
-        d, p = prior.mean.shape[0], prior.W.shape[1]
-        if z.shape[1] != d or e.shape[1] != p:
-            raise ValueError(f"frozen_noise must have shapes (K, {d}) and (K, {p}) for this state, "
-                             f"got {z.shape} and {e.shape}")
+    if not isinstance(cfg.frozen_noise, bool) and cfg.frozen_noise[0].shape[1] != prior.mean.shape[0]:
+        z, e = cfg.frozen_noise  # the width of e was checked against the rank by Scheme.check
+        raise ValueError(f"frozen_noise must have shapes (K, {prior.mean.shape[0]}) and (K, {e.shape[1]}) for "
+                         f"this state, got {z.shape} and {e.shape}")
 
     def evaluate(q, i):
         return sampled_site(model, published_draws(prior, keys, i, cfg, q), x, y, "ggn")
@@ -501,7 +502,6 @@ def implicit(*, max_iter: Optional[int] = None, max_move=np.inf) -> Scheme:
     """The implicit (proximal) step of a GLM, one observation at a time ([RVGA] eqs. 69-77):
     expectations under the new belief by a root solve of at most ``max_iter`` iterations (default:
     the solver's)."""
-    from .validation import positive_int
     max_iter = None if max_iter is None else positive_int("max_iter", max_iter)
     return Scheme("implicit", _step_implicit, Config(max_iter=max_iter, max_move=_max_move(max_move)), "is_glm")
 
@@ -552,7 +552,6 @@ def sampled(*, num_samples: int = 100, num_iters: int = 3, tol: float = 1e-2, cu
     ``curvature``: ``"ggn"`` (``E[J^T F J]``) or ``"hessian"`` (``-E[hess]``, dense beliefs only).
     ``info.converged`` is False when the last pass moved the mean by more than ``tol (1 + |mu|)``.
     """
-    from .beliefs import Dense
     num_samples = _positive_count("num_samples", num_samples, 2)
     tol = float(tol)
     if not tol >= 0:
@@ -568,7 +567,6 @@ def published_sampled(*, num_samples: int = 10, update_cov_twice: bool = False, 
     correction, the first pass's curvature kept (``update_cov_twice=False``, the authors' code), fresh draws of the projected belief (or ``frozen_noise``: ``True`` reuses the
     state's key at every step, as the authors' code; a pair ``(z, e)`` (K, d), (K, p) gives the base
     noise itself). Low-rank beliefs; no ``max_move`` (every step as published)."""
-    from .beliefs import PublishedLowRank
     cfg = Config(2, _positive_count("num_samples", num_samples), "ggn", None, False, bool(update_cov_twice),
                  0.0, _frozen(frozen_noise))
     return Scheme("sampled", _step_published_sampled, cfg, beliefs=(PublishedLowRank,),
@@ -586,7 +584,7 @@ def _frozen(frozen_noise):
     return (z, e)
 
 
-__all__ = ["Scheme", "exact", "implicit", "explicit", "extragrad", "ekf", "moment_ekf", "qkf", "sampled",
+__all__ = ["Scheme", "CURVATURES", "exact", "implicit", "explicit", "extragrad", "ekf", "moment_ekf", "qkf", "sampled",
            "published_sampled", "MOMENT_JITTER", "MAX_MOVE", "Increment", "Config", "absorb", "limit_move",
            "iterate", "moment_weights", "exact_site", "moment_site", "ekf_glm_site", "qkf_site", "implicit_site",
            "linearise", "ekf_site", "sampled_site", "info_from"]
