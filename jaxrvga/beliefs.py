@@ -94,6 +94,7 @@ class Belief(Protocol):
 
 
 def _symmetric(S):
+    """``(S + S^T) / 2``."""
     return 0.5 * (S + S.T)
 
 
@@ -285,9 +286,8 @@ class Dense(NamedTuple):
         if X.shape[1] <= X.shape[0]:  # Woodbury in the m-dimensional space of the columns
             A = X.T @ V
             K = jnp.linalg.solve(jnp.eye(X.shape[1], dtype=A.dtype) + c[:, None] * A, jnp.diag(c))
-            K = 0.5 * (K + K.T)
-            cov = state.cov - V @ K @ V.T
-            cov = 0.5 * (cov + cov.T)
+            K = _symmetric(K)
+            cov = _symmetric(state.cov - V @ K @ V.T)
             nu = jnp.diagonal(A) - jnp.sum(A * (A @ K), axis=0)  # diag(X^T P_new X)
             ok = jnp.all(jnp.isfinite(cov)) & jnp.all(jnp.diagonal(cov) > 0) & self._resolvable(state.cov, X, nu)
             ok = ok & _stored_pd(cov)  # the columns' own variances miss a collinear pair's difference
@@ -295,8 +295,7 @@ class Dense(NamedTuple):
         # more columns than parameters (many samples): information form, d x d solves
         eye = jnp.eye(X.shape[0], dtype=X.dtype)
         prec = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(state.cov), True), eye) + (X * c) @ X.T
-        cov = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(0.5 * (prec + prec.T)), True), eye)
-        cov = 0.5 * (cov + cov.T)
+        cov = _symmetric(jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(_symmetric(prec)), True), eye))
         return state._replace(cov=cov), jnp.all(jnp.isfinite(cov)) & _stored_pd(cov), None
 
     @staticmethod
@@ -354,7 +353,8 @@ class LowRank(NamedTuple):
     """Limited-memory belief ``N(mean, (W W^T + diag(psi))^{-1})`` of [LRVGA]; state :class:`~jaxrvga.core.LowRankState`.
 
     ``rank``: p. ``inner_loops``: EM iterations of each projection (after the spectral start).
-    ``fa_step(W, psi, X) -> (W, psi)``: replaces the projection (a hook for oracle tests). ``psi_floor``: relative floor of ``psi``. ``block_rows``: row blocks of Algorithm 1
+    ``fa_step(W, psi, X) -> (W, psi)``: replaces the projection (a hook for oracle tests).
+    ``psi_floor``: relative floor of ``psi``. ``block_rows``: row blocks of Algorithm 1
     (:func:`jaxrvga.blocks.num_blocks`; 0 or None as there). ``buffer``: curvature columns held
     unprojected between projections (:meth:`finish`); the state's ``W`` then has ``rank + buffer``
     columns, the last ``buffer`` of them zero right after a projection. ``em_tol``: ``inner_loops``
@@ -535,7 +535,7 @@ class LowRank(NamedTuple):
         ``em_loops``: the EM loops run after the spectral start (``inner_loops``, or fewer with
         ``em_tol``).
         """
-        if not isinstance(state.W, tuple):  # nothing pending
+        if not isinstance(state.W, tuple):  # nothing pending (a step that added no curvature)
             return state, no_projection(state.psi.dtype)
         if self.fa_step is not None:
             W, psi = self.fa_step(state.W[0], state.psi, state.W[1])
