@@ -42,7 +42,7 @@ from . import lowrank
 from .core import DiagonalState, GaussianState, LowRankState, solver_info
 from .dynamics import Dynamics
 from .factor_analysis import PSI_FLOOR, recursive_em_step, spectral_em_step
-from .validation import check_cov, check_finite, check_float_array, check_positive, check_vector, is_concrete
+from .validation import all_finite, check_cov, check_finite, check_float_array, check_positive, check_vector, is_concrete
 
 
 @runtime_checkable
@@ -84,10 +84,12 @@ class Belief(Protocol):
         """:meth:`add` and the mean step ``mu + P g``: ``(state, ok)``."""
 
     def finish(self, state):
-        """The belief's projection of a step's result: ``(state, (dropped, em_loops))``."""
+        """The belief's projection of a step's result: ``(state, (dropped, em_loops, projected))``;
+        ``projected`` is False where the projection could not be computed (a gain not finite) and
+        the unprojected factors were kept, so that the guard keeps the prior (:func:`no_projection`)."""
 
     def settle(self, prior, new, ok):
-        """:meth:`finish` of ``new`` where ``ok``, else ``prior``: ``(state, (dropped, em_loops))``."""
+        """:meth:`finish` of ``new`` where ``ok``, else ``prior``: ``(state, (dropped, em_loops, projected))``."""
 
     def checked_fields(self, state):
         """The arrays whose finiteness the guard checks, the mean first."""
@@ -139,8 +141,9 @@ def antithetic_normals(key, num: int, dim: int, dtype):
 
 
 def no_projection(dtype):
-    """The report ``(dropped, em_loops) = (0, 0)`` of a step whose belief projected nothing."""
-    return jnp.zeros((), dtype), jnp.zeros((), jnp.int32)
+    """The report ``(dropped, em_loops, projected) = (0, 0, True)`` of a step whose belief projected
+    nothing (``projected``: False only where a projection failed and kept its input)."""
+    return jnp.zeros((), dtype), jnp.zeros((), jnp.int32), jnp.asarray(True)
 
 
 def add_then_solve(belief, prior, X, c, g, prior_gain: bool = False):
@@ -152,7 +155,7 @@ def add_then_solve(belief, prior, X, c, g, prior_gain: bool = False):
 
 def finish_or_keep(belief, prior, new, ok):
     """``belief.finish(new)`` where ``ok``, else ``prior`` (its key advanced to ``new``'s); returns
-    ``(state, (dropped, em_loops))``.
+    ``(state, (dropped, em_loops, projected))``.
 
     One conditional, so that a low-rank projection can rewrite the prior's ``W`` and ``psi`` in
     place (no second d x p buffer): when ``new`` holds them in its pending factor, they enter the
@@ -257,7 +260,7 @@ class Dense(NamedTuple):
     def sample(self, state, key, num: int):
         """``num`` independent draws ``mean + U diag(sqrt(w)) z`` (``P = U diag(w) U^T``, so a singular
         ``P``, even 0, is fine), shape (num, d)."""
-        w, U = jnp.linalg.eigh(_symmetric(state.cov))
+        w, U = lowrank.symmetric_eigh(state.cov)
         z = jax.random.normal(key, (num, state.mean.shape[0]), dtype=state.mean.dtype)
         return state.mean + (z * jnp.sqrt(jnp.maximum(w, 0.0))) @ U.T
 
@@ -326,7 +329,7 @@ class Dense(NamedTuple):
         return new._replace(mean=prior.mean + step), ok
 
     def finish(self, state):
-        """Nothing to project: returns ``(state, (dropped, em_loops) = (0, 0))``."""
+        """Nothing to project: returns ``(state, no_projection(...))``."""
         return state, no_projection(state.mean.dtype)
 
     def settle(self, prior, new, ok):
@@ -525,7 +528,8 @@ class LowRank(NamedTuple):
         return pre._replace(mean=prior.mean + step), _resolved(fac.chol, source.gram)
 
     def finish(self, state):
-        """Projection of the factor ``[W, X]`` of :meth:`add` back to rank p; returns ``(state, (dropped, em_loops))``.
+        """Projection of the factor ``[W, X]`` of :meth:`add` back to rank p; returns
+        ``(state, (dropped, em_loops, projected))`` (``projected``: :meth:`Belief.finish`).
 
         With a ``buffer``, the new columns are stored in the first free columns of ``W`` instead
         while they fit (nothing is projected, nothing dropped), and the projection takes the
@@ -538,16 +542,23 @@ class LowRank(NamedTuple):
         if not isinstance(state.W, tuple):  # nothing pending (a step that added no curvature)
             return state, no_projection(state.psi.dtype)
         if self.fa_step is not None:
-            W, psi = self.fa_step(state.W[0], state.psi, state.W[1])
-            return state._replace(W=W, psi=psi), no_projection(state.psi.dtype)
+            return self._fa_step(state)
         m = state.W[1].shape[1]
         if self.buffer < m:
             return self._project(state)
         (W, psi, gram), report = self._store_or_project(state, jnp.asarray(True))
         return state._replace(W=W, psi=psi, gram=gram), report
 
+    def _fa_step(self, state):
+        """The projection by ``fa_step``; where its result is not finite with ``psi > 0``, the
+        unprojected ``W`` and ``psi`` stay and the report says so (:meth:`finish`)."""
+        W, psi = self.fa_step(state.W[0], state.psi, state.W[1])
+        ok = all_finite(W, psi) & jnp.all(psi > 0)
+        W, psi = jnp.where(ok, W, state.W[0]), jnp.where(ok, psi, state.psi)
+        return state._replace(W=W, psi=psi), no_projection(state.psi.dtype)[:2] + (ok,)
+
     def settle(self, prior, new, ok):
-        """:meth:`finish` of ``new`` where ``ok``, else ``prior`` kept; returns ``(state, (dropped, em_loops))``.
+        """:meth:`finish` of ``new`` where ``ok``, else ``prior`` kept; returns ``(state, report)`` (:meth:`finish`).
 
         With a ``buffer`` that can hold the new columns, the mean is chosen by ``where`` and the
         columns are stored or projected by ``_store_or_project``, which passes ``W`` and ``psi``
@@ -573,7 +584,7 @@ class LowRank(NamedTuple):
         return tuple(fields + (list(state.W[1:]) if isinstance(state.W, tuple) else [state.W]))
 
     def _store_or_project(self, state, ok, kept_gram=None):
-        """``((W, psi, gram), (dropped, em_loops))`` of the pending ``state`` of a buffer: its new columns
+        """``((W, psi, gram), report)`` of the pending ``state`` of a buffer: its new columns
         stored in the buffer where ``ok`` and they fit, projected with it where ``ok`` and they do
         not; where not ``ok``, ``W`` and ``psi`` unchanged and the Gram ``kept_gram``.
 
@@ -600,12 +611,17 @@ class LowRank(NamedTuple):
         """The spectral projection of the pending factor (the buffer's columns and the new ones) to rank p."""
         (W, X), p = state.W, self.rank
         lead, pending = (W, X) if not self.buffer else (W[:, :p], jnp.concatenate([W[:, p:], X], axis=1))
-        W, psi, dropped, gram, loops = spectral_em_step(lead, state.psi, pending, 1.0, 1.0, self.inner_loops,
-                                                        psi_floor=self.psi_floor, block_rows=self.block_rows,
-                                                        gram=state.gram, tol=self.em_tol, details=True)
+        W, psi, dropped, gram, loops, ok = spectral_em_step(lead, state.psi, pending, 1.0, 1.0, self.inner_loops,
+                                                            psi_floor=self.psi_floor, block_rows=self.block_rows,
+                                                            gram=state.gram, tol=self.em_tol, details=True)
+        q = state.W[0].shape[1]  # where not ok, the unprojected W and its Gram stay (the buffer's columns too)
         if self.buffer:
-            W, gram = jnp.pad(W, ((0, 0), (0, self.buffer))), jnp.pad(gram, ((0, self.buffer), (0, self.buffer)))
-        return state._replace(W=W, psi=psi, gram=gram), (dropped, loops)
+            W, gram = jax.lax.cond(ok, lambda: (jnp.pad(W, ((0, 0), (0, self.buffer))),
+                                                jnp.pad(gram, ((0, self.buffer), (0, self.buffer)))),
+                                   lambda: (state.W[0], state.gram[:q, :q]))
+        else:
+            gram = jnp.where(ok, gram, state.gram[:q, :q])
+        return state._replace(W=W, psi=psi, gram=gram), (dropped, loops, ok)
 
     def _store(self, state, fill, write):
         """``(W, gram)`` of the pending ``state`` with its new columns written into the buffer's free
@@ -646,8 +662,8 @@ class PublishedLowRank(LowRank):
 
     def finish(self, state):
         """Nothing left to project (:meth:`add` did): ``(state, (0, inner_loops))``."""
-        dropped, _ = no_projection(state.psi.dtype)
-        return state, (dropped, jnp.asarray(self.inner_loops, jnp.int32))
+        dropped, _, projected = no_projection(state.psi.dtype)
+        return state, (dropped, jnp.asarray(self.inner_loops, jnp.int32), projected)
 
 
 def _add_noise(W, psi, s, q):
@@ -731,7 +747,7 @@ class Diagonal(NamedTuple):
         return add_then_solve(self, prior, X, c, g, prior_gain)
 
     def finish(self, state):
-        """Nothing to project: returns ``(state, (dropped, em_loops) = (0, 0))``."""
+        """Nothing to project: returns ``(state, no_projection(...))``."""
         return state, no_projection(state.mean.dtype)
 
     def settle(self, prior, new, ok):

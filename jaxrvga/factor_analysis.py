@@ -57,7 +57,7 @@ from jax.scipy.linalg import cho_solve
 from . import blocks, lowrank
 from .core import Filter
 from .metrics import fa_kl
-from .validation import check_choice, check_cov, check_positive, is_concrete, positive_int
+from .validation import all_finite, check_choice, check_cov, check_positive, is_concrete, positive_int
 
 #: Relative floor of ``psi`` in every EM map (module docstring).
 PSI_FLOOR = 1e-12
@@ -226,7 +226,7 @@ def _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb: int, gram=None):
     else:
         scale = jnp.concatenate([jnp.ones(p, gram.dtype), jnp.full(X.shape[1], jnp.sqrt(beta / alpha), gram.dtype)])
         G = scale[:, None] * gram * scale
-    lam, V = jnp.linalg.eigh(_sym(G))  # ascending
+    lam, V = lowrank.symmetric_eigh(G)  # ascending
     q = G.shape[0]
     Vp, Vr = V[:, q - p:], V[:, :q - p]
     top, bottom = jnp.sqrt(alpha), jnp.sqrt(beta)
@@ -245,12 +245,14 @@ def _last_sums(W_b, psi_b, out_gram: bool):
 def _spectral_pass(W_prev, psi_prev, X, alpha, beta, floor, nb: int, gram, last: bool, store: bool, out_gram: bool):
     """The pass that writes the spectral start ``(W_0, psi_0)`` (:func:`_spectral_gains`).
 
-    ``last``: no EM loop follows (``W_0`` overwrites ``W_prev``, and the sums are :func:`_last_sums`);
-    else the sums are the Grams of the first loop and ``W_0`` is written to a fresh array if
-    ``store``, or not at all (``W = None``). Returns ``(start, W, psi, dropped, grams)``.
+    ``last``: no EM loop follows (``W_0`` overwrites ``W_prev``, unless the start is not finite:
+    :func:`_last_pass`, and the sums are :func:`_last_sums`); else the sums are the Grams of the
+    first loop and ``W_0`` is written to a fresh array if ``store``, or not at all (``W = None``).
+    Returns ``(start, W, psi, dropped, grams, usable)``, ``usable`` whether the start is finite.
     """
     start, (Mr, Nr), dropped = _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb, gram)
     terms = _iterate_terms([start])
+    usable = all_finite(*terms, Mr, Nr)
 
     def warm(rows):
         Wp_b, pp_b, X_b = rows
@@ -261,9 +263,28 @@ def _spectral_pass(W_prev, psi_prev, X, alpha, beta, floor, nb: int, gram, last:
         new = (W_b, psi_b) if last or store else (psi_b,)
         return new, (_last_sums(W_b, psi_b, out_gram) if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
 
-    new, grams = blocks.block_map(warm, (W_prev, psi_prev, X), nb, in_place=1 if last else 0)
+    if last:
+        new, grams = _last_pass(usable, lambda W_prev, psi_prev: blocks.block_map(warm, (W_prev, psi_prev, X), nb,
+                                                                                  in_place=1),
+                                W_prev, psi_prev, nb, out_gram)
+    else:
+        new, grams = blocks.block_map(warm, (W_prev, psi_prev, X), nb)
     W, psi = new if len(new) == 2 else (None, new[0])
-    return start, W, psi, dropped, grams
+    return start, W, psi, dropped, grams, usable
+
+
+def _last_pass(usable, run, W, psi, nb: int, out_gram: bool):
+    """``run(W, psi)``, the last pass of a projection (it writes the result over ``W``), where
+    ``usable``; else ``((W, psi), sums)`` unchanged, their Gram summed if ``out_gram``.
+
+    The gains of every pass are p x p arrays known before the last one: where one of them is not
+    finite (a failed Cholesky or eigen-decomposition), the projection keeps its input rather than
+    overwrite it with NaN, and reports it (:class:`Projection` ``ok``). One conditional, so that
+    the last pass still writes in place."""
+    def keep(W, psi):
+        return (W, psi), ({"out": lowrank.whitened_gram(W, psi, nb=nb)} if out_gram else {})
+
+    return jax.lax.cond(usable, lambda W, psi: tuple(run(W, psi)), keep, W, psi)
 
 
 def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, nb: int,
@@ -295,10 +316,10 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
         return _em_to_tolerance(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb, gram, tol)
     dropped = jnp.zeros((), W_prev.dtype)
     gains, psis = [], []
-    W, psi = W_prev, psi_prev
+    W, psi, usable = W_prev, psi_prev, jnp.asarray(True)
     if spectral:
-        start, W, psi, dropped, grams = _spectral_pass(W_prev, psi_prev, X, alpha, beta, floor, nb, gram,
-                                                       inner_loops == 0, store_iterate, out_gram)
+        start, W, psi, dropped, grams, usable = _spectral_pass(W_prev, psi_prev, X, alpha, beta, floor, nb, gram,
+                                                               inner_loops == 0, store_iterate, out_gram)
         gains.append(start)
         psis.append(psi)
     else:
@@ -309,6 +330,7 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
         last = k == offset + inner_loops - 1
         C, KX, KP, KW = _em_gains(grams, alpha, beta, k == 0)
         gains.append((KX, KP, KW))
+        usable = usable & all_finite(C, KX, KP, *([] if KW is None else [KW]))
 
         def finish(W_b, Wp_b, pp_b, X_b, dS_b, C=C, last=last):
             """``psi_k`` of the rows, the outputs of the pass and the Grams of the next loop."""
@@ -321,28 +343,45 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
                 W_b, psi_b, Wp_b, pp_b, X_b, dS_b = rows
                 return finish(_stored_rows(W_b, psi_b, Wp_b, pp_b, X_b, KX, KP, KW), Wp_b, pp_b, X_b, dS_b)
 
-            (W, psi), grams = blocks.block_map(rewrite, (W, psi, W_prev, psi_prev, X, diagS), nb, in_place=1)
+            def stored(W, psi, rewrite=rewrite):
+                return blocks.block_map(rewrite, (W, psi, W_prev, psi_prev, X, diagS), nb, in_place=1)
+
+            if last:  # the stored iterate is overwritten; where not usable, W_prev is the result
+                (W, psi), grams = _last_pass(usable, lambda *_: stored(W, psi), W_prev, psi_prev, nb, out_gram)
+            else:
+                (W, psi), grams = stored(W, psi)
         else:
             def rewrite(rows, terms=_iterate_terms(gains), finish=finish):
                 Wp_b, pp_b, X_b, dS_b, *psi_bs = rows
                 return finish(_iterate_rows(Wp_b, pp_b, X_b, psi_bs, terms), Wp_b, pp_b, X_b, dS_b)
 
-            new, grams = blocks.block_map(rewrite, (W_prev, psi_prev, X, diagS, *psis), nb,
-                                          in_place=1 if last else 0)
+            def iterate(W_prev, psi_prev, rewrite=rewrite, last=last):
+                return blocks.block_map(rewrite, (W_prev, psi_prev, X, diagS, *psis), nb, in_place=1 if last else 0)
+
+            if last:
+                new, grams = _last_pass(usable, iterate, W_prev, psi_prev, nb, out_gram)
+            else:
+                new, grams = iterate(W_prev, psi_prev)
             W, psi = new if len(new) == 2 else (None, new[0])
             psis.append(psi)
-    return W, psi, dropped, grams.get("out")
+    return W, psi, jnp.where(usable, dropped, 0.0), grams.get("out"), usable
 
 
 def _em_to_tolerance(W_prev, psi_prev, X, diagS, alpha, beta, floor, max_loops: int, nb: int, gram, tol):
-    """The spectral start (stored) and then :func:`_em_until`; returns ``(W, psi, dropped, gram_out, loops)``."""
+    """The spectral start (stored) and then :func:`_em_until`; returns ``(W, psi, dropped, gram_out, loops, ok)``
+    (``W_prev`` and ``psi_prev`` themselves where the result is not finite: ``ok`` False)."""
     if max_loops == 0:
-        return _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, 0, nb, False, True, gram, True) \
-            + (jnp.zeros((), jnp.int32),)
-    _, W, psi, dropped, grams = _spectral_pass(W_prev, psi_prev, X, alpha, beta, floor, nb, gram, False, True, False)
+        W, psi, dropped, gram_out, ok = _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, 0, nb, False, True,
+                                                  gram, True)
+        return W, psi, dropped, gram_out, jnp.zeros((), jnp.int32), ok
+    _, W, psi, dropped, grams, usable = _spectral_pass(W_prev, psi_prev, X, alpha, beta, floor, nb, gram, False, True,
+                                                       False)
     W, psi, gram_out, loops = _em_until(W, psi, grams, (W_prev, psi_prev, X, diagS), alpha, beta, floor,
                                         max_loops, nb, tol)
-    return W, psi, dropped, gram_out, loops
+    ok = usable & all_finite(gram_out)  # the stored iterate never overwrote W_prev
+    W, psi, gram_out = jax.lax.cond(ok, lambda: (W, psi, gram_out),
+                                    lambda: (W_prev, psi_prev, lowrank.whitened_gram(W_prev, psi_prev, nb=nb)))
+    return W, psi, jnp.where(ok, dropped, 0.0), gram_out, loops, ok
 
 
 def _em_until(W, psi, grams, target, alpha, beta, floor, max_loops: int, nb: int, tol):
@@ -446,13 +485,17 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
 
 class Projection(NamedTuple):
     """All that :func:`spectral_em_step` computes: the factors, ``dropped``, the whitened Gram
-    ``W^T Psi^{-1} W`` of the result (summed in its last pass) and the number of EM loops run."""
+    ``W^T Psi^{-1} W`` of the result (summed in its last pass), the number of EM loops run and
+    ``ok``: False where a gain of the projection was not finite (an eigen-decomposition or a
+    Cholesky factor that failed), in which case ``W``, ``psi`` and the Gram are the input's and
+    ``dropped`` is 0."""
 
     W: jax.Array
     psi: jax.Array
     dropped: jax.Array
     gram: jax.Array
     loops: jax.Array
+    ok: jax.Array
 
 
 def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int = 1, *,
@@ -496,7 +539,7 @@ def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int 
     out = _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb,
                     bool(store_iterate), spectral=True, gram=gram, out_gram=details, tol=tol)
     if tol is None:
-        out = out + (jnp.asarray(inner_loops, jnp.int32),)
+        out = out[:4] + (jnp.asarray(inner_loops, jnp.int32),) + out[4:]
     return Projection(*out) if details else tuple(out[:3])
 
 

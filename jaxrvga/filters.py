@@ -91,13 +91,16 @@ def _changed(fields, kept):
 
 def _guarded(belief, prior, new, ok, info):
     """Skip and flag: ``new`` finished (projected) only if it is finite and valid, else ``prior`` kept
-    (:meth:`~jaxrvga.beliefs.LowRank.settle`). A projection that still yields a non-finite result
-    (it does not for finite input, up to overflow) is flagged; a projection leaves the mean as it is,
-    so the mean is not checked again. The step counter advances either way.
+    (:meth:`~jaxrvga.beliefs.LowRank.settle`). A projection that cannot be computed (a gain not
+    finite) keeps the prior's factors and reports it, and the prior's mean is kept with them; one
+    that still yields a non-finite result (only by overflow, for finite input) is flagged. A
+    projection leaves the mean as it is, so the mean is not checked again. The step counter
+    advances either way.
     """
     ok = ok & all_finite(*_changed(belief.checked_fields(new), belief.checked_fields(prior)))
-    out, (dropped, loops) = belief.settle(prior, new, ok)
-    ok = ok & all_finite(*belief.checked_fields(out)[1:])
+    out, (dropped, loops, projected) = belief.settle(prior, new, ok)
+    out = out._replace(mean=jnp.where(projected, out.mean, prior.mean))  # a failed projection kept the prior's factors
+    ok = ok & projected & all_finite(*belief.checked_fields(out)[1:])
     info = info._replace(converged=info.converged & ok, dropped=dropped, em_loops=loops)
     return out._replace(step=prior.step + 1, info=info)
 

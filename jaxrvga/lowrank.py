@@ -114,6 +114,26 @@ class Woodbury(NamedTuple):
         return matvec(self.W, self.psi, v)
 
 
+def symmetric_eigh(A):
+    """``(lam, V)`` of a symmetric ``A`` (..., q, q), ascending, as ``jnp.linalg.eigh``, on any IEEE machine.
+
+    LAPACK's ``syevd`` (XLA's CPU eigh) gives up (``info != 0``, so NaN) on some finite matrices
+    whose entries are so small that their squares underflow in the Householder reduction, which
+    happens with XLA's flush-to-zero: a whitened Gram with columns of ``W`` at 0 and rounding
+    noise of 1e-28 beside entries of 1e3 in float32 (issue 36). So ``A`` is scaled to a largest
+    entry of 1 and the entries below ``eps`` of that set to 0: a change of at most
+    ``q eps |A|_max`` in 2-norm, within eigh's own backward error ``O(eps |A|_2)``, after which
+    every nonzero entry is >= eps and its square >= eps^2, far above the underflow threshold.
+    """
+    A = 0.5 * (A + jnp.swapaxes(A, -1, -2))
+    scale = jnp.max(jnp.abs(A), axis=(-2, -1), keepdims=True)
+    scale = jnp.where((scale > 0) & jnp.isfinite(scale), scale, 1.0)
+    unit = A / scale
+    unit = jnp.where(jnp.abs(unit) < jnp.finfo(A.dtype).eps, 0.0, unit)
+    lam, V = jnp.linalg.eigh(unit, symmetrize_input=False)
+    return lam * scale[..., 0], V
+
+
 def whitened_gram(W, psi, block_rows=None, nb=None):
     """``W^T Psi^{-1} W`` as the exactly symmetric Gram ``B^T B``, ``B = W / sqrt(psi)``.
 
@@ -340,7 +360,7 @@ def to_dense_covariance(W, psi):
     return factorize(W, psi).solve(jnp.eye(W.shape[0], dtype=W.dtype))
 
 
-__all__ = ["Woodbury", "check_factors", "factorize", "gram_m", "whitened_gram", "bordered_gram", "solve",
+__all__ = ["Woodbury", "check_factors", "factorize", "gram_m", "whitened_gram", "bordered_gram", "symmetric_eigh", "solve",
            "quad_form", "logdet", "inverse_diag", "matvec",
            "ensemble_gain", "sample", "sample_from_noise", "init_factors", "init_factors_plain",
            "to_dense_precision", "to_dense_covariance"]

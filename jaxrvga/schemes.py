@@ -247,7 +247,7 @@ def _coupled_moments(family, eta, dlogp, jitter):
     """A root of ``V (V + jitter I)^{-1} V`` and the score ``V (V + jitter I)^{-1} d log p / d eta``
     for a family whose ``variance`` is a (..., K, K) matrix equal to its Fisher (the categorical
     family's canonical link), by the eigen-decomposition of ``V`` per observation."""
-    lam, Q = jnp.linalg.eigh(family.variance(eta))
+    lam, Q = lowrank.symmetric_eigh(family.variance(eta))
     lam = jnp.maximum(lam, 0.0)
     shrink = lam / (lam + jnp.asarray(jitter, lam.dtype))
     root = (jnp.sqrt(lam * shrink)[..., :, None] * jnp.swapaxes(Q, -1, -2))
@@ -337,7 +337,7 @@ def sampled_site(model, thetas, x, y, curvature: str):
         log_lik = model.log_lik
         grads = jax.vmap(jax.grad(log_lik), in_axes=(0, None, None))(thetas, x, y)
         hess = jnp.mean(jax.vmap(jax.hessian(log_lik), in_axes=(0, None, None))(thetas, x, y), axis=0)
-        lam, Q = jnp.linalg.eigh(-0.5 * (hess + hess.T))
+        lam, Q = lowrank.symmetric_eigh(-hess)
         return Increment(Q, lam, g=mean_rows(grads))
     # C comes out as (r, d, K), so X = [J_k^T R_k^T] (d, K r) is laid out as W is and its products
     # with W and with the draws are not transposed ones (a faster step, BENCHMARKS.md)

@@ -185,8 +185,9 @@ def test_spectral_em_step_takes_and_returns_the_gram(loops):
     alpha, beta = 0.8, 1.3
     plain = factor_analysis.spectral_em_step(W, psi, X, alpha, beta, loops)
     G = lowrank.whitened_gram((W, X), psi)
-    W1, psi1, dropped, G1, used = factor_analysis.spectral_em_step(W, psi, X, alpha, beta, loops, gram=G, details=True)
-    assert int(used) == loops
+    W1, psi1, dropped, G1, used, ok = factor_analysis.spectral_em_step(W, psi, X, alpha, beta, loops, gram=G,
+                                                                      details=True)
+    assert int(used) == loops and bool(ok)
     np.testing.assert_allclose(W1 @ W1.T, plain[0] @ plain[0].T, rtol=1e-10, atol=1e-12)  # columns up to sign
     np.testing.assert_allclose(psi1, plain[1], rtol=1e-10)
     np.testing.assert_allclose(dropped, plain[2], rtol=1e-10, atol=1e-14)
@@ -233,7 +234,7 @@ def test_settle_of_a_buffer_is_finish_where_ok_and_the_prior_where_not(m):
     settle = jax.jit(lambda prior, X, ok: belief.settle(prior, pending(prior, X), ok))
     for step in range(4):  # m = 1: stores 4 times; m = 2: stores twice, projects, stores
         X = jnp.asarray(rng.normal(size=(d, m)))
-        done, (dropped, _) = belief.finish(pending(prior, X))
+        done, (dropped, _, _) = belief.finish(pending(prior, X))
         assert (step == 2 and m == 2) == (float(dropped) > 0)  # the overflow projects
         for ok in (True, False):
             out, _ = settle(prior, X, jnp.asarray(ok))
