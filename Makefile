@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo experiments experiments-quick benchmarks docs gallery clean
+.PHONY: test demo experiments experiments-quick benchmarks bench-gpu docs gallery clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ experiments: $(STAMP)
 
 benchmarks: $(STAMP)
 	$(PY) -m benchmarks.run_all
+
+# The GPU table (benchmarks/gpu.py): needs jax with CUDA in .venv and a GPU; refuses without one.
+bench-gpu: $(STAMP)
+	$(PY) -m benchmarks.gpu
 
 # HTML site in docs/_build/html (index.html); -W: a warning fails the build. The Sphinx
 # packages are in the docs extra and, for tests/test_docs.py, in the test extra too.

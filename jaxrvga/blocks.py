@@ -13,7 +13,10 @@ streamed over equal row blocks:
   pass), so that each EM iteration after the first reads the rows once.
 
 Only block-sized temporaries exist. Small problems (``d p`` below :data:`BLOCK_MIN_ELEMENTS`)
-use a single block, i.e. the plain unblocked expressions.
+use a single block, i.e. the plain unblocked expressions, and so does every problem by default
+where JAX's default backend is not the CPU: on a GPU the blocks are a sequential loop of small
+kernels (at d = 1e7, p = 1 on an H100 a step took 40 ms blocked, BENCHMARKS.md "GPU"), and its
+memory holds the ``d x p`` temporaries; pass ``block_rows`` to block there too.
 """
 from __future__ import annotations
 
@@ -34,14 +37,14 @@ def num_blocks(d: int, p: int, block_rows=None) -> int:
     """Number of equal row blocks for a ``d x p`` pass (1 = no blocking).
 
     With ``block_rows=0`` it is 1 (what arrays sharded along ``d`` need: :mod:`jaxrvga.sharding`).
-    ``block_rows=None`` blocks only large problems (``d p >= BLOCK_MIN_ELEMENTS``) with blocks
-    of about :data:`BLOCK_ROWS` rows. The count must divide ``d`` with blocks of at least
+    ``block_rows=None`` blocks only large problems (``d p >= BLOCK_MIN_ELEMENTS``) on the CPU
+    (module docstring) with blocks of about :data:`BLOCK_ROWS` rows. The count must divide ``d`` with blocks of at least
     ``block_rows / 8`` rows, else 1 (a ``d`` without a suitable divisor is not blocked).
     """
     if block_rows == 0:
         return 1
     if block_rows is None:
-        if d * p < BLOCK_MIN_ELEMENTS:
+        if d * p < BLOCK_MIN_ELEMENTS or jax.default_backend() != "cpu":
             return 1
         block_rows = BLOCK_ROWS
     block_rows = positive_int("block_rows", block_rows)

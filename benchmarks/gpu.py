@@ -1,0 +1,219 @@
+"""The GPU table: time per step of the low-rank and diagonal beliefs at large d, and of networks of 28 x 28 images.
+
+    python -m benchmarks.gpu            # on a machine with a GPU (make bench-gpu); about 5 minutes
+    python -m benchmarks.gpu --tiny     # the same program at toy sizes, on any device (a check)
+
+Refuses (exit 2, with the reason) where JAX sees no GPU, unless ``--tiny``. Everything runs in
+float32 on the first GPU, each row one jitted ``jr.run`` of ``STEPS`` updates with the state
+donated, compile time excluded (one warm-up run) and the best of ``--repeat`` runs kept.
+
+* **Low rank**: ``jr.lrvga(logistic, rank=p)`` (the default scheme of a GLM) at d = 1e5, 1e6, 1e7
+  and p = 1, 10, 50, on Gaussian inputs made on the device (and at d = 1e7 with the CPU's row
+  blocks, :mod:`jaxrvga.blocks`). Beside each time, the time of one pass over ``W`` (``v @ W``,
+  the least any step must do) measured in the same process, and XLA's temporary memory of the
+  run as a multiple of the state.
+* **Diagonal**: ``jr.diag_rvga(logistic)`` at d = 1e7.
+* **Networks**: an MLP 784-256-256-10 (269,322 weights) and a LeNet-5 CNN (61,706 weights), the
+  10-class categorical model, on random 28 x 28 images (time only: no accuracy is claimed here,
+  see ``benchmarks/bench_nn`` for scores): the default filter (``moment_ekf``) at rank 10, with a
+  buffer of 40 columns, the diagonal belief, and optax Adam (batch 1) in the same process; time
+  per image and its ratio to Adam.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+
+import jaxrvga as jr
+from benchmarks.machine import describe
+from jaxrvga.blocks import BLOCK_ROWS
+
+STEPS = 20
+SIZES = {"full": {"dims": (100_000, 1_000_000, 10_000_000), "ranks": (1, 10, 50), "diag": 10_000_000, "images": 200,
+                  "hidden": (256, 256)},
+         "tiny": {"dims": (1_000,), "ranks": (1, 2), "diag": 1_000, "images": 4, "hidden": (8,)}}
+
+
+def gpu_or_exit(tiny: bool):
+    """The first GPU, or (``tiny``) the default device; exits with a message where there is no GPU."""
+    try:
+        return jax.devices("gpu")[0]
+    except RuntimeError as err:
+        if tiny:
+            return jax.devices()[0]
+        print(f"benchmarks.gpu needs a GPU, and JAX sees none ({err}). Install jax with CUDA "
+              f"(pip install 'jax[cuda13]') on a machine with one, or run with --tiny to check the program here.",
+              file=sys.stderr)
+        sys.exit(2)
+
+
+def best_seconds(fn, state, args, repeat: int):
+    """Best wall time of ``fn(state, *args)`` over ``repeat`` runs after a warm-up (compile), each
+    on a fresh copy of ``state`` (the run donates it)."""
+    jax.block_until_ready(fn(jax.tree_util.tree_map(jnp.copy, state), *args))
+    times = []
+    for _ in range(repeat):
+        fresh = jax.block_until_ready(jax.tree_util.tree_map(jnp.copy, state))
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(fresh, *args))
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def filter_run(flt):
+    """``run(state, xs, ys) -> state``: one jitted pass, the state donated."""
+    return jax.jit(lambda state, xs, ys: jr.run(flt, state, xs, ys)[0], donate_argnums=0)
+
+
+def glm_stream(key, d):
+    """``STEPS`` Gaussian inputs scaled by ``1 / sqrt(d)`` and their logistic labels, made on the device."""
+    kx, ky = jax.random.split(key)
+    xs = jax.random.normal(kx, (STEPS, d), jnp.float32) / np.sqrt(d)
+    return xs, (jax.random.uniform(ky, (STEPS,)) < 0.5).astype(jnp.float32)
+
+
+def lowrank_row(d, p, repeat, block_rows=None):
+    """Time per step of the default low-rank filter (``block_rows`` as there), one pass over ``W``
+    and XLA's temporary memory of the run as a multiple of the state."""
+    flt = jr.lrvga(jr.models.logistic(), rank=p, block_rows=block_rows)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(0), d, p, 1.0, dtype=jnp.float32)
+    state = flt.init(jnp.zeros(d, jnp.float32), W0, psi0)
+    xs, ys = glm_stream(jax.random.PRNGKey(1), d)
+    step = best_seconds(filter_run(flt), state, (xs, ys), repeat) / STEPS
+    one_pass = best_seconds(jax.jit(lambda W, v: v @ W), W0, (xs[0],), repeat)
+    name = "low rank" + ("" if block_rows is None else f", row blocks of {block_rows}")
+    return {"belief": name, "d": d, "p": p, "ms/step": 1e3 * step, "passes of W": step / one_pass,
+            "state GB": 4 * d * (p + 2) / 1e9, "temp / state": temp_bytes(flt, state, xs, ys) / (4 * d * (p + 2))}
+
+
+def temp_bytes(flt, state, xs, ys):
+    """XLA's count of the temporary buffers of one run (``memory_analysis``), in bytes (NaN where not reported)."""
+    analysis = filter_run(flt).lower(state, xs, ys).compile().memory_analysis()
+    return float(getattr(analysis, "temp_size_in_bytes", float("nan")))
+
+
+def diagonal_row(d, repeat):
+    """Time per step of ``jr.diag_rvga`` on the logistic model."""
+    flt = jr.diag_rvga(jr.models.logistic())
+    state = flt.init(jnp.zeros(d, jnp.float32), 1.0)
+    xs, ys = glm_stream(jax.random.PRNGKey(1), d)
+    step = best_seconds(filter_run(flt), state, (xs, ys), repeat) / STEPS
+    return {"belief": "diagonal", "d": d, "p": 0, "ms/step": 1e3 * step, "passes of W": float("nan"),
+            "state GB": 8 * d / 1e9, "temp / state": temp_bytes(flt, state, xs, ys) / (8 * d)}
+
+
+# --------------------------------------------------------------------------- networks
+
+def dense_params(key, sizes):
+    return [(jax.random.normal(k, (m, n), jnp.float32) / np.sqrt(m), jnp.zeros(n, jnp.float32))
+            for k, (m, n) in zip(jax.random.split(key, len(sizes) - 1), zip(sizes[:-1], sizes[1:]))]
+
+
+def mlp(key, hidden=(256, 256)):
+    """``(theta0, h)`` of the MLP 784-``hidden``-10 (ReLU): ``h(theta, image) -> 10 logits``."""
+    theta0, unravel = ravel_pytree(dense_params(key, (784, *hidden, 10)))
+
+    def h(theta, image):
+        layers, x = unravel(theta), image.reshape(-1)
+        for W, b in layers[:-1]:
+            x = jax.nn.relu(x @ W + b)
+        W, b = layers[-1]
+        return x @ W + b
+
+    return theta0, h
+
+
+def lenet(key):
+    """``(theta0, h)`` of LeNet-5: conv 5x5x6 (same), pool, conv 5x5x16, pool, 120, 84, 10 (tanh)."""
+    k1, k2, k3 = jax.random.split(key, 3)
+    convs = [(jax.random.normal(k, (o, i, 5, 5), jnp.float32) / np.sqrt(25 * i), jnp.zeros(o, jnp.float32))
+             for k, (i, o) in zip((k1, k2), ((1, 6), (6, 16)))]
+    theta0, unravel = ravel_pytree((convs, dense_params(k3, (400, 120, 84, 10))))
+
+    def pool(x):
+        return jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 1, 2, 2), (1, 1, 2, 2), "VALID") / 4.0
+
+    def h(theta, image):
+        convs, dense = unravel(theta)
+        x = image.reshape(1, 1, 28, 28)
+        for (K, b), padding in zip(convs, ("SAME", "VALID")):
+            x = pool(jnp.tanh(jax.lax.conv_general_dilated(x, K, (1, 1), padding) + b[:, None, None]))
+        x = x.reshape(-1)
+        for W, b in dense[:-1]:
+            x = jnp.tanh(x @ W + b)
+        W, b = dense[-1]
+        return x @ W + b
+
+    return theta0, h
+
+
+def adam_run(h):
+    """``run(theta, xs, ys) -> theta``: one pass of Adam (batch 1) on the categorical log-loss."""
+    opt = optax.adam(1e-3)
+
+    def step(carry, xy):
+        theta, s = carry
+        g = jax.grad(lambda t: optax.softmax_cross_entropy_with_integer_labels(h(t, xy[0]), xy[1]))(theta)
+        upd, s = opt.update(g, s, theta)
+        return (optax.apply_updates(theta, upd), s), None
+
+    return jax.jit(lambda theta, xs, ys: jax.lax.scan(step, (theta, opt.init(theta)), (xs, ys))[0][0])
+
+
+def network_rows(name, make, n, repeat):
+    """Time per image of the network filters and Adam on ``n`` random images."""
+    theta0, h = make(jax.random.PRNGKey(0))
+    xs = jax.random.uniform(jax.random.PRNGKey(1), (n, 28, 28), jnp.float32)
+    ys = jax.random.randint(jax.random.PRNGKey(2), (n,), 0, 10)
+    model = jr.models.nonlinear(h, jr.models.categorical(10))
+    adam = best_seconds(adam_run(h), theta0, (xs, ys), repeat) / n
+    rows = [{"network": name, "d": theta0.size, "method": "adam (batch 1)", "ms/image": 1e3 * adam, "x adam": 1.0}]
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(3), theta0.size, 10, 0.1, dtype=jnp.float32)
+    filters = {"low rank 10": (jr.lrvga(model, rank=10), (W0, psi0)),
+               "low rank 10, buffer 40": (jr.lrvga(model, rank=10, buffer=40), (W0, psi0)),
+               "diagonal": (jr.diag_rvga(model), (0.1,))}
+    for method, (flt, factors) in filters.items():
+        state = flt.init(theta0, *factors)
+        t = best_seconds(filter_run(flt), state, (xs, ys), repeat) / n
+        rows.append({"network": name, "d": theta0.size, "method": method, "ms/image": 1e3 * t, "x adam": t / adam})
+    return rows
+
+
+def table(rows):
+    """Rows of dicts as a Markdown table (numbers to 3 significant digits)."""
+    keys = list(rows[0])
+    cell = lambda v: f"{v:,}" if isinstance(v, int) else (f"{v:.3g}" if isinstance(v, float) else str(v))  # noqa: E731
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    return "\n".join(lines + ["| " + " | ".join(cell(r[k]) for k in keys) + " |" for r in rows])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="toy sizes on any device (checks the program)")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    device = gpu_or_exit(args.tiny)
+    sizes = SIZES["tiny" if args.tiny else "full"]
+    print(describe())
+    print(f"# device: {device.device_kind} ({device.platform}); float32; {STEPS} steps a run, best of {args.repeat}")
+    with jax.default_device(device):
+        rows = [lowrank_row(d, p, args.repeat) for d in sizes["dims"] for p in sizes["ranks"]]
+        rows += [lowrank_row(sizes["dims"][-1], p, args.repeat, BLOCK_ROWS) for p in sizes["ranks"]]
+        rows.append(diagonal_row(sizes["diag"], args.repeat))
+        print(table(rows), flush=True)
+        hidden = sizes["hidden"]
+        nets = network_rows(f"MLP 784-{'-'.join(map(str, hidden))}-10", lambda key: mlp(key, hidden), sizes["images"],
+                            args.repeat)
+        nets += network_rows("LeNet-5", lenet, sizes["images"], args.repeat)
+        print(table(nets))
+
+
+if __name__ == "__main__":
+    main()
