@@ -27,6 +27,8 @@ For the low-rank belief, ``add`` keeps the sum exactly, as the factors ``[W, X d
 higher rank, so that the mean step that follows uses the unprojected precision (by Woodbury, still
 no d x d array); ``finish`` projects back to rank p by factor analysis ([LRVGA] eq. 8, Algorithm 1,
 from the spectral warm start of :func:`jaxrvga.factor_analysis.spectral_em_step`).
+:class:`Diagonal` keeps only the diagonal of the sum but likewise takes the mean step with the sum
+itself (Woodbury through an m x m matrix).
 :class:`PublishedLowRank` is the published scheme instead: ``add`` projects at once (Algorithm 1
 from ``W_{t-1}``), so the mean step uses the projected precision, and ``finish`` does nothing.
 """
@@ -682,9 +684,11 @@ class Diagonal(NamedTuple):
 
     Each step keeps the diagonal of the new precision, ``psi + diag(X diag(c) X^T)`` (the
     KL-optimal diagonal Gaussian given that precision: mean-field R-VGA, the variational diagonal
-    EKF for the ``ekf`` scheme), and the mean step is ``mu + g / psi`` with that diagonal
-    (the previous one with ``prior_gain``). Where every increment is diagonal (inputs along the
-    axes) it is the dense belief exactly.
+    EKF for the ``ekf`` scheme), and takes the mean step with the unprojected new precision
+    ``diag(psi) + X diag(c) X^T`` by Woodbury (:meth:`absorb`), as :class:`LowRank` does: with the
+    diagonal alone the step ignores the correlations it adds and overshoots by up to a factor d on
+    correlated inputs. Where every increment is diagonal (inputs along the axes, ``c >= 0``) it is
+    the dense belief exactly.
     """
 
     state_type = DiagonalState
@@ -743,8 +747,21 @@ class Diagonal(NamedTuple):
         return state._replace(psi=psi), jnp.all(jnp.isfinite(psi) & (psi > 0))
 
     def absorb(self, prior, X, c, g, prior_gain: bool = False):
-        """:meth:`add` and the mean step ``mu + g / psi`` (:func:`add_then_solve`); returns ``(state, ok)``."""
-        return add_then_solve(self, prior, X, c, g, prior_gain)
+        """:meth:`add` and the mean step ``mu + Lam^{-1} g`` with the unprojected new precision
+        ``Lam = diag(psi) + X diag(c_+) X^T`` (:func:`_diagonal_plus_root_solve`), or ``mu + g / psi``
+        with ``prior_gain`` (``psi`` the prior's, [RVGA] eq. 76).
+
+        ``c_+ = max(c, 0)``, as the low-rank factor's (:meth:`LowRank._pending_root`): ``Lam >= diag(psi)``
+        is then positive definite for every ``c``, whereas the exact ``diag(psi) + X diag(c) X^T`` of a
+        non-log-concave site need not be (the stored diagonal keeps the signed ``c``). Returns
+        ``(state, ok)``, ``ok`` also False where the solve is not resolved in the dtype (:func:`_resolved`).
+        """
+        new, ok = self.add(prior, X, c)
+        if prior_gain:
+            return new._replace(mean=prior.mean + g / prior.psi), ok
+        root = X if c is None else X * jnp.sqrt(jnp.maximum(c, 0.0))
+        step, resolved = _diagonal_plus_root_solve(prior.psi, root, g)
+        return new._replace(mean=prior.mean + step), ok & resolved
 
     def finish(self, state):
         """Nothing to project: returns ``(state, no_projection(...))``."""
@@ -757,6 +774,25 @@ class Diagonal(NamedTuple):
     def checked_fields(self, state):
         """The fields whose finiteness the guard checks: the mean (``psi`` is certified by :meth:`add`)."""
         return (state.mean,)
+
+
+def _diagonal_plus_root_solve(psi, R, g):
+    """``(diag(psi) + R R^T)^{-1} g`` for ``R`` (d, m) and whether it is resolved (:func:`_resolved`), O(d m^2).
+
+    Whitened, ``B = diag(psi)^{-1/2} R`` and ``h = g / sqrt(psi)``: ``diag(psi)^{-1/2} (I + B B^T)^{-1} h``,
+    by Woodbury ([LRVGA] eq. 27) through the Cholesky factor of the m x m ``I + B^T B``, or of the
+    d x d ``I + B B^T`` where m > d (both >= I, so well conditioned whatever the scale of ``R``).
+    """
+    scale = jnp.sqrt(psi)
+    B, h = R / scale[:, None], g / scale
+    wide = B.shape[1] > B.shape[0]
+    gram = B @ B.T if wide else B.T @ B
+    chol = jnp.linalg.cholesky(gram + jnp.eye(gram.shape[0], dtype=gram.dtype))
+    if wide:
+        z = jax.scipy.linalg.cho_solve((chol, True), h)
+    else:
+        z = h - B @ jax.scipy.linalg.cho_solve((chol, True), B.T @ h)
+    return z / scale, _resolved(chol, gram)
 
 
 def _resolved(chol, gram):

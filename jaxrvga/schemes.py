@@ -96,9 +96,14 @@ def limit_move(prior, new, inc: Increment, max_move: Optional[float]):
 
     With ``Delta = mu_new - mu``, ``P_new^{-1} Delta = g`` (or ``P^{-1} Delta = g`` with
     ``prior_gain``), so ``Delta^T P^{-1} Delta = g^T Delta - (X^T Delta)^T diag(c) (X^T Delta)``:
-    O(d m), no solve. A single observation moves an exact posterior mean by a few predictive standard
-    deviations at most; a longer step is the signature of a linearisation that overshoots (a
-    saturated output on the wrong side, experiments/REPORT.md "Networks from any prior"). Returns
+    O(d m), no solve. ``P_new^{-1}`` is the unprojected ``P^{-1} + X diag(c) X^T`` with which the
+    dense, low-rank and diagonal beliefs take their mean steps (the diagonal one stores only the
+    diagonal of ``diag(psi) + X diag(c) X^T``), so the identity holds for each. Where ``c < 0``, the
+    low-rank and diagonal beliefs step with ``c`` clipped at 0 and the length is overestimated by
+    ``sum_{c_i < 0} |c_i| (x_i^T Delta)^2``: the limit is then conservative. A single observation
+    moves an exact posterior mean by a few predictive standard deviations at most; a longer step is
+    the signature of a linearisation that overshoots (a saturated output on the wrong side,
+    experiments/REPORT.md "Networks from any prior"). Returns
     ``(state, calm)``, ``calm`` False where the step was shortened. ``None``: no limit.
     """
     if max_move is None:

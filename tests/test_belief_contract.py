@@ -6,7 +6,8 @@ the sampler's moments, the prediction step, the predictive and save/load must ag
 The precision step is checked against ``P^{-1} + X diag(c) X^T`` for the dense belief and the
 low-rank one (whose ``add`` keeps the sum exactly), against its diagonal for the diagonal one, and
 against Algorithm 1 of [LRVGA] applied to that sum for the published low-rank belief (which
-projects at once).
+projects at once). The mean step solves with that sum (the diagonal belief's too: its mean step
+uses the unprojected precision), the published belief's with its projection.
 """
 import jax
 import jax.numpy as jnp
@@ -83,16 +84,17 @@ def test_precision_step(belief_and_state):
     X, c = RNG.normal(size=(D, 2)), np.array([0.7, 1.3])
     new, ok = belief.add(state, X, c)
     precision = np.linalg.inv(_covariance(state)) + X @ np.diag(c) @ X.T
+    gain = precision  # the precision of the mean step: the unprojected sum
     if isinstance(belief, beliefs.Diagonal):
         precision = np.diag(np.diagonal(precision))
     if isinstance(belief, beliefs.PublishedLowRank):
         W, psi = factor_analysis.recursive_em_step(state.W, state.psi, X * np.sqrt(c), 1.0, 1.0, 2)
-        precision = np.asarray(lowrank.to_dense_precision(W, psi))
+        precision = gain = np.asarray(lowrank.to_dense_precision(W, psi))
     assert bool(ok)
     np.testing.assert_allclose(np.linalg.inv(_covariance(new)), precision, rtol=1e-9, atol=1e-10)
     g = RNG.normal(size=D)
     stepped, _ = belief.absorb(state, X, c, g)
-    np.testing.assert_allclose(stepped.mean, MEAN + np.linalg.solve(precision, g), rtol=1e-9)
+    np.testing.assert_allclose(stepped.mean, MEAN + np.linalg.solve(gain, g), rtol=1e-9)
 
 
 def test_prediction_step(belief_and_state):
