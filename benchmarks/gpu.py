@@ -22,6 +22,7 @@ donated, compile time excluded (one warm-up run) and the best of ``--repeat`` ru
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -75,7 +76,7 @@ def filter_run(flt):
 def glm_stream(key, d):
     """``STEPS`` Gaussian inputs scaled by ``1 / sqrt(d)`` and their logistic labels, made on the device."""
     kx, ky = jax.random.split(key)
-    xs = jax.random.normal(kx, (STEPS, d), jnp.float32) / np.sqrt(d)
+    xs = jax.random.normal(kx, (STEPS, d), jnp.float32) / math.sqrt(d)
     return xs, (jax.random.uniform(ky, (STEPS,)) < 0.5).astype(jnp.float32)
 
 
@@ -112,7 +113,7 @@ def diagonal_row(d, repeat):
 # --------------------------------------------------------------------------- networks
 
 def dense_params(key, sizes):
-    return [(jax.random.normal(k, (m, n), jnp.float32) / np.sqrt(m), jnp.zeros(n, jnp.float32))
+    return [(jax.random.normal(k, (m, n), jnp.float32) / math.sqrt(m), jnp.zeros(n, jnp.float32))
             for k, (m, n) in zip(jax.random.split(key, len(sizes) - 1), zip(sizes[:-1], sizes[1:]))]
 
 
@@ -133,12 +134,12 @@ def mlp(key, hidden=(256, 256)):
 def lenet(key):
     """``(theta0, h)`` of LeNet-5: conv 5x5x6 (same), pool, conv 5x5x16, pool, 120, 84, 10 (tanh)."""
     k1, k2, k3 = jax.random.split(key, 3)
-    convs = [(jax.random.normal(k, (o, i, 5, 5), jnp.float32) / np.sqrt(25 * i), jnp.zeros(o, jnp.float32))
+    convs = [(jax.random.normal(k, (o, i, 5, 5), jnp.float32) / math.sqrt(25 * i), jnp.zeros(o, jnp.float32))
              for k, (i, o) in zip((k1, k2), ((1, 6), (6, 16)))]
     theta0, unravel = ravel_pytree((convs, dense_params(k3, (400, 120, 84, 10))))
 
     def pool(x):
-        return jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 1, 2, 2), (1, 1, 2, 2), "VALID") / 4.0
+        return jax.lax.reduce_window(x, jnp.zeros((), x.dtype), jax.lax.add, (1, 1, 2, 2), (1, 1, 2, 2), "VALID") / 4
 
     def h(theta, image):
         convs, dense = unravel(theta)
