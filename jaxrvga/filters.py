@@ -19,7 +19,8 @@ scheme          models                                   options
 ``ekf``         any (the textbook EKF)                   ``curvature`` (``"empirical"``)
 ``moment_ekf``  any (the nonlinear default): the EKF of  ``jitter``, ``curvature``
                 a Gaussian likelihood with the output's  (``"empirical"``)
-                mean and variance + ``jitter``
+                mean and variance + ``jitter`` (the EKF
+                on a Gaussian of known variance)
 ``qkf``         logistic                                 none
 ``sampled``     any                                      ``num_samples``, ``num_iters``, ``tol``,
                                                          ``curvature`` (dense only: ``"hessian"``)

@@ -120,7 +120,7 @@ def symmetric_eigh(A):
     LAPACK's ``syevd`` (XLA's CPU eigh) gives up (``info != 0``, so NaN) on some finite matrices
     whose entries are so small that their squares underflow in the Householder reduction, which
     happens with XLA's flush-to-zero: a whitened Gram with columns of ``W`` at 0 and rounding
-    noise of 1e-28 beside entries of 1e3 in float32 (issue 36). So ``A`` is scaled to a largest
+    noise of 1e-28 beside entries of 1e3 in float32 (tests/test_reliability.py). So ``A`` is scaled to a largest
     entry of 1 and the entries below ``eps`` of that set to 0: a change of at most
     ``q eps |A|_max`` in 2-norm, within eigh's own backward error ``O(eps |A|_2)``, after which
     every nonzero entry is >= eps and its square >= eps^2, far above the underflow threshold.

@@ -32,6 +32,7 @@ class _FamilyFields(NamedTuple):
     fisher: Callable
     check_y: Callable
     fisher_root: Optional[Callable] = None
+    fixed_variance: bool = False
 
 
 class Family(_FamilyFields):
@@ -51,6 +52,9 @@ class Family(_FamilyFields):
       curvature of a predictor with Jacobian ``J`` (n, d) is then ``J^T R^T R J`` (a rank-r
       increment with factor ``X = J^T R^T``, (d, r)). Left out (``None``), it is built from
       ``fisher``: ``diag(sqrt(max(fisher(eta), 0)))``, r = n.
+    * ``fixed_variance``: ``Var(y | eta)`` does not depend on ``eta`` (a Gaussian of known
+      variance). The ``moment_ekf`` scheme's jitter, which guards outputs whose variance collapses
+      as they saturate, then does not apply: the scheme is the EKF on such a family.
     * ``check_y(name, y) -> y`` raises ``ValueError`` naming ``name`` on impossible values. It sees
       concrete or traced ``y`` and checks values only where they are concrete.
 
@@ -62,10 +66,10 @@ class Family(_FamilyFields):
 
     __slots__ = ()
 
-    def __new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root=None):
+    def __new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root=None, fixed_variance=False):
         if fisher_root is None:
             fisher_root = _DiagonalRoot(fisher)
-        return super().__new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root)
+        return super().__new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root, bool(fixed_variance))
 
     @property
     def root_diagonal(self) -> Optional[Callable]:
@@ -127,6 +131,7 @@ def gaussian(noise_var=1.0) -> Family:
         variance=Bound(_gaussian_variance, nv),
         fisher=Bound(_gaussian_fisher, nv),
         check_y=_any_y,
+        fixed_variance=True,
     )
 
 

@@ -165,12 +165,13 @@ def moment_site(model, belief, q, X, y):
 
 def ekf_glm_site(model, q, X, y, jitter=0.0, empirical=False):
     """GLM linearised at the mean: Fisher ``F(eta)`` and score ``d log p / d eta`` ([RVGA] eq. 81),
-    both scaled by ``s = V / (V + jitter)`` (:func:`moment_weights`); ``empirical``: curvature
+    both scaled by ``s = V / (V + jitter)`` (:func:`moment_weights`; not for a family of fixed
+    variance, :class:`~jaxrvga.models.Family`); ``empirical``: curvature
     ``score^2`` (the empirical Fisher) in place of ``F``."""
     eta = X @ q.mean
     score = jax.vmap(jax.grad(lambda e, t: model.family.log_prob(t, e)))(eta, y)
     fisher = model.family.fisher(eta)
-    if jitter:
+    if jitter and not model.family.fixed_variance:
         s = moment_weights(model.family, eta, jitter)
         fisher, score = fisher * s, score * s
     return Increment(X.T, score**2 if empirical else fisher, score)
@@ -300,6 +301,7 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False):
                          f"of shape {jnp.shape(eta)}: each observation would be counted more than once")
     dlogp = jax.grad(lambda e: jnp.sum(log_prob(y, e)))(eta)
     root, diag = model.family.fisher_root, None if root_diagonal is None else root_diagonal(eta)
+    jitter = 0.0 if model.family.fixed_variance else jitter  # a known variance does not collapse
     if jitter and diag is not None:
         s = moment_weights(model.family, eta, jitter)
         dlogp, diag = dlogp * s, diag * jnp.sqrt(s)

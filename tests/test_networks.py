@@ -89,19 +89,24 @@ def _linear_stream(d=5, n=25, seed=0):
     return jnp.asarray(X), jnp.asarray(X @ rng.normal(size=d) + 0.7 * rng.normal(size=n))
 
 
-def test_moment_ekf_of_a_linear_gaussian_model_is_the_kalman_filter_with_the_jitter_added():
-    """A Gaussian output's moments are exact: ``moment_ekf`` is the Kalman filter with noise variance
-    ``s2 + jitter`` (so not the ``s2`` one, unless jitter -> 0), dense and low-rank at full rank."""
+def test_moment_ekf_of_a_linear_gaussian_model_is_the_kalman_filter():
+    """A Gaussian of known variance keeps it (issue 37): its variance does not collapse, so the
+    jitter does not apply and ``moment_ekf`` is the Kalman filter with noise variance ``s2`` (it
+    was ``s2 + jitter``), dense and low-rank at full rank, and the same program as ``ekf``."""
     d, s2, jitter = 5, 0.49, 0.21
     X, y = _linear_stream(d)
     model = jr.models.nonlinear(lambda th, x: x @ th, jr.models.gaussian(s2))
-    ref = jr.kalman(s2 + jitter)
+    ekf = jr.rvga(model, "ekf")
+    ekf_state, _ = jr.run(ekf, ekf.init(jnp.zeros(d), 2.0 * jnp.eye(d)), X, y)
+    ref = jr.kalman(s2)
     want, _ = jr.run(ref, ref.init(jnp.zeros(d), 2.0 * jnp.eye(d)), X, y)
     dense = jr.rvga(model, "moment_ekf", jitter=jitter)
     got, info = jr.run(dense, dense.init(jnp.zeros(d), 2.0 * jnp.eye(d)), X, y, trace_fn=jr.trace_info)
     assert bool(info.converged.all())
     np.testing.assert_allclose(got.mean, want.mean, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got.cov, want.cov, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(got.mean, ekf_state.mean, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(got.cov, ekf_state.cov, rtol=1e-14, atol=1e-14)
     low = jr.lrvga(model, rank=d, scheme="moment_ekf", jitter=jitter)
     W0, psi0 = jnp.sqrt(0.5 - 1e-3) * jnp.eye(d), jnp.full(d, 1e-3)  # precision I / 2
     lr, _ = jr.run(low, low.init(jnp.zeros(d), W0, psi0), X, y)
