@@ -96,6 +96,10 @@ class Belief(Protocol):
     def checked_fields(self, state):
         """The arrays whose finiteness the guard checks, the mean first."""
 
+    def positive(self, state):
+        """Whether the belief's variances are positive (a traced bool, O(d)): checked by the guard on
+        every state it keeps and every prediction."""
+
 
 def _symmetric(S):
     """``(S + S^T) / 2``."""
@@ -346,6 +350,10 @@ class Dense(NamedTuple):
         ``ok`` of :meth:`add` and left as it was by :meth:`finish`)."""
         return (state.mean,)
 
+    def positive(self, state):
+        """``diag(P) > 0`` (a necessary condition of positive definiteness, O(d))."""
+        return jnp.all(jnp.diagonal(state.cov) > 0)
+
 
 def _no_overflow(cov, s, v):
     """``cov - s v v^T`` cannot overflow: ``|s| max v_i^2`` and ``max diag(cov)`` (which bounds every
@@ -410,6 +418,10 @@ class LowRank(NamedTuple):
         if self.keeps_gram:
             W = jnp.pad(W, ((0, 0), (0, self.buffer))) if self.buffer else W
             gram = lowrank.whitened_gram(W, psi, self.block_rows)
+        if is_concrete(psi) and not np.all(np.isfinite(np.asarray(
+                lowrank.whitened_gram(W, psi, self.block_rows) if gram is None else gram))):
+            raise ValueError(f"W and psi: the whitened Gram W^T diag(psi)^-1 W overflows in {mean.dtype} "
+                             f"(W too large or psi too small, e.g. subnormal); rescale them")
         return LowRankState(mean, W, psi, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key, gram)
 
     def predict(self, state, dynamics: Dynamics):
@@ -585,6 +597,10 @@ class LowRank(NamedTuple):
             return tuple(fields + [state.gram])
         return tuple(fields + (list(state.W[1:]) if isinstance(state.W, tuple) else [state.W]))
 
+    def positive(self, state):
+        """``psi > 0`` (``W W^T`` is PSD by construction)."""
+        return jnp.all(state.psi > 0)
+
     def _store_or_project(self, state, ok, kept_gram=None):
         """``((W, psi, gram), report)`` of the pending ``state`` of a buffer: its new columns
         stored in the buffer where ``ok`` and they fit, projected with it where ``ok`` and they do
@@ -702,6 +718,9 @@ class Diagonal(NamedTuple):
         if var.ndim > 1 or (var.ndim == 1 and var.shape != mean.shape):
             raise ValueError(f"var must be a scalar or have shape {mean.shape} to match the mean, got {var.shape}")
         var = check_positive("var", jnp.broadcast_to(var.astype(mean.dtype), mean.shape))
+        if is_concrete(var) and np.min(np.asarray(var)) * np.finfo(np.asarray(var).dtype).max < 1.0:  # 1/var = inf
+            raise ValueError(f"var must be large enough that its inverse, the precision, is finite in {mean.dtype} "
+                             f"(no subnormal variances), got min {float(np.min(np.asarray(var)))!r}")
         return DiagonalState(mean, 1.0 / var, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key)
 
     def predict(self, state, dynamics: Dynamics):
@@ -774,6 +793,10 @@ class Diagonal(NamedTuple):
     def checked_fields(self, state):
         """The fields whose finiteness the guard checks: the mean (``psi`` is certified by :meth:`add`)."""
         return (state.mean,)
+
+    def positive(self, state):
+        """``psi > 0``."""
+        return jnp.all(state.psi > 0)
 
 
 def _diagonal_plus_root_solve(psi, R, g):

@@ -70,8 +70,10 @@ class Dynamics(NamedTuple):
         return gamma * mean + (1.0 - gamma) * target
 
     def valid(self, dtype):
-        """Traced check: every value finite, ``q >= 0`` and ``eta >= 0`` (a scalar bool)."""
-        ok = jnp.asarray(True)
+        """Traced check: every value finite, ``q >= 0``, ``eta >= 0`` and the inflation
+        ``gamma^2 (1 + eta)`` finite in ``dtype`` (a scalar bool)."""
+        scale = self.cov_scale(dtype)
+        ok = jnp.asarray(True) if scale is None else jnp.isfinite(scale)
         for name, value in self._asdict().items():
             if value is not None:
                 value = jnp.asarray(value, dtype)

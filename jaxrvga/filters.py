@@ -90,15 +90,25 @@ def _changed(fields, kept):
     return tuple(a for a in fields if not any(a is b for b in kept))
 
 
-def _guarded(belief, prior, new, ok, info):
+def _every_array(state):
+    """The floating arrays of a state but its diagnostics (a pending low-rank factor's blocks too)."""
+    leaves = jax.tree_util.tree_leaves(state._replace(info=None, key=None, step=None))
+    return tuple(a for a in leaves if jnp.issubdtype(jnp.result_type(a), jnp.inexact))
+
+
+def _guarded(belief, prior, new, ok, info, certified: bool = False):
     """Skip and flag: ``new`` finished (projected) only if it is finite and valid, else ``prior`` kept
     (:meth:`~jaxrvga.beliefs.LowRank.settle`). A projection that cannot be computed (a gain not
     finite) keeps the prior's factors and reports it, and the prior's mean is kept with them; one
     that still yields a non-finite result (only by overflow, for finite input) is flagged. A
     projection leaves the mean as it is, so the mean is not checked again. The step counter
-    advances either way.
+    advances either way. Every kept belief has positive variances (``belief.positive``, O(d)); a
+    step of the library's schemes (``certified``) certifies the arrays its ``add`` wrote (a dense
+    covariance is not read again), any other step has every array checked.
     """
-    ok = ok & all_finite(*_changed(belief.checked_fields(new), belief.checked_fields(prior)))
+    ok = ok & all_finite(*_changed(belief.checked_fields(new), belief.checked_fields(prior))) & belief.positive(new)
+    if not certified:  # a step of the user's: every array read, not only those the library's steps leave unchecked
+        ok = ok & all_finite(*_every_array(new))
     out, (dropped, loops, projected) = belief.settle(prior, new, ok)
     out = out._replace(mean=jnp.where(projected, out.mean, prior.mean))  # a failed projection kept the prior's factors
     ok = ok & projected & all_finite(*belief.checked_fields(out)[1:])
@@ -123,8 +133,10 @@ def _clean_data(x, y):
 def _predict(spec, state):
     """The prediction step (:mod:`jaxrvga.dynamics`) under the guard: ``(prior, ok)``.
 
-    ``ok`` is False where the dynamics are invalid (not finite, ``q < 0`` or ``eta < 0``; they may
-    be traced, e.g. vmapped) or the predicted belief is not finite (``eta = 1e308``); the prior is
+    ``ok`` is False where the dynamics are invalid (not finite, ``q < 0`` or ``eta < 0``, an
+    inflation ``gamma^2 (1 + eta)`` that overflows; they may be traced, e.g. vmapped) or the
+    predicted belief is not finite or not positive (a dense covariance ``0`` from ``decay = 0``
+    without noise); the prior is
     then the state itself (the invalid values never reach the arithmetic: a double ``where``), and
     :func:`_guarded` skips and flags the step.
     """
@@ -136,7 +148,7 @@ def _predict(spec, state):
     dtype = state.mean.dtype
     valid = dyn.valid(dtype)
     prior = spec.belief.predict(kept, dyn.where_valid(valid, dtype))
-    ok = valid & all_finite(*_changed(_belief_fields(prior), _belief_fields(kept)))
+    ok = valid & all_finite(*_changed(_belief_fields(prior), _belief_fields(kept))) & spec.belief.positive(prior)
     pick = lambda a, b: a if a is b else jnp.where(ok, a, b)  # noqa: E731
     return jax.tree_util.tree_map(pick, prior, kept), ok
 
@@ -187,8 +199,18 @@ def _update(spec: Spec, state, x, y):
     x, y, finite = _clean_data(x, y)
     prior, predicted = _predict(spec, state)
     new, ok, info = scheme.step(scheme.cfg, spec.model, spec.belief, prior, x, y)
-    out = _guarded(spec.belief, prior, new, ok & finite & predicted, info)
+    info = _conform_info(scheme, info, prior.info)
+    out = _guarded(spec.belief, prior, new, ok & finite & predicted, info, scheme.certified)
     return _without_new_cache(out, state)
+
+
+def _conform_info(scheme, info, like):
+    """A step's ``info`` in the state's dtypes (a user step may report float32 in a float64 run);
+    ``ValueError`` where it is not a :class:`~jaxrvga.core.SolverInfo` of scalars."""
+    if not isinstance(info, type(like)) or any(jnp.shape(a) != () for a in info):
+        raise ValueError(f"scheme {scheme.name!r}: its step must return info as a jaxrvga.core.SolverInfo of "
+                         f"scalars (jaxrvga.core.solver_info(dtype)), got {info!r}")
+    return type(like)(*(jnp.asarray(a, b.dtype) for a, b in zip(info, like)))
 
 
 def _glm_inputs(state, x, y, model):
@@ -264,8 +286,17 @@ def build(belief: Belief, scheme: schemes.Scheme, model: Model, dynamics: Dynami
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
     if not isinstance(scheme, schemes.Scheme):
         raise ValueError(f"scheme must be a jaxrvga.schemes.Scheme (e.g. jaxrvga.schemes.ekf()), got {scheme!r}")
+    if isinstance(belief, type):
+        raise ValueError(f"belief must be a belief value such as {belief.__name__}(...), got the class itself")
     if not isinstance(belief, Belief):
         raise ValueError(f"belief must satisfy jaxrvga.beliefs.Belief, got {type(belief).__name__}")
+    if isinstance(belief, LowRank):  # the options lrvga validates, in the same words
+        low_rank_belief(belief.rank, belief.inner_loops, published=isinstance(belief, PublishedLowRank),
+                        psi_floor=belief.psi_floor, block_rows=belief.block_rows, buffer=belief.buffer,
+                        em_tol=belief.em_tol)
+    if not callable(scheme.step) or not isinstance(scheme.cfg, schemes.Config):
+        raise ValueError(f"scheme {scheme.name!r}: step must be callable and cfg a jaxrvga.schemes.Config, "
+                         f"got {scheme.step!r} and {scheme.cfg!r}")
     if not isinstance(dynamics, Dynamics):
         raise ValueError(f"dynamics must be a jaxrvga.dynamics.Dynamics (from jaxrvga.dynamics.dynamics), "
                          f"got {type(dynamics).__name__}")

@@ -392,6 +392,12 @@ class Scheme(NamedTuple):
     beliefs: Optional[tuple] = None
     needs_key: bool = False
 
+    @property
+    def certified(self) -> bool:
+        """Whether ``step`` is one of the library's, whose ``ok`` certifies the arrays its belief's
+        ``add`` wrote (the guard then checks only the others); a step of the user's is checked whole."""
+        return self.step in _LIBRARY_STEPS
+
     def check(self, model, belief):
         """Raise ``ValueError`` where this scheme does not apply to ``model`` or ``belief``."""
         if self.requires is not None and not getattr(model, self.requires):
@@ -497,6 +503,11 @@ def _step_published_sampled(cfg, model, belief, prior, x, y):
 
     new, ok, _, _ = iterate(belief, prior, evaluate, cfg)  # published: no max_move
     return new._replace(key=key), ok, solver_info(prior.mean.dtype)
+
+
+#: The library's step functions (:attr:`Scheme.certified`).
+_LIBRARY_STEPS = (_step_exact, _step_implicit, _step_moments, _step_qkf, _step_ekf, _step_sampled,
+                  _step_published_sampled)
 
 
 def exact(*, max_move=np.inf) -> Scheme:
