@@ -718,7 +718,7 @@ class Diagonal(NamedTuple):
         if var.ndim > 1 or (var.ndim == 1 and var.shape != mean.shape):
             raise ValueError(f"var must be a scalar or have shape {mean.shape} to match the mean, got {var.shape}")
         var = check_positive("var", jnp.broadcast_to(var.astype(mean.dtype), mean.shape))
-        if is_concrete(var) and np.min(np.asarray(var)) * np.finfo(np.asarray(var).dtype).max < 1.0:  # 1/var = inf
+        if is_concrete(var) and np.min(np.asarray(var)) < 1.0 / np.finfo(np.asarray(var).dtype).max:  # 1/var = inf
             raise ValueError(f"var must be large enough that its inverse, the precision, is finite in {mean.dtype} "
                              f"(no subnormal variances), got min {float(np.min(np.asarray(var)))!r}")
         return DiagonalState(mean, 1.0 / var, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key)

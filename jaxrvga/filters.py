@@ -205,12 +205,13 @@ def _update(spec: Spec, state, x, y):
 
 
 def _conform_info(scheme, info, like):
-    """A step's ``info`` in the state's dtypes (a user step may report float32 in a float64 run);
-    ``ValueError`` where it is not a :class:`~jaxrvga.core.SolverInfo` of scalars."""
-    if not isinstance(info, type(like)) or any(jnp.shape(a) != () for a in info):
+    """A step's ``info`` in the state's dtypes (a user step may report float32 in a float64 run; a
+    field it leaves ``None`` is the state's); ``ValueError`` where it is not a
+    :class:`~jaxrvga.core.SolverInfo` of scalars."""
+    if not isinstance(info, type(like)) or any(a is not None and jnp.shape(a) != () for a in info):
         raise ValueError(f"scheme {scheme.name!r}: its step must return info as a jaxrvga.core.SolverInfo of "
                          f"scalars (jaxrvga.core.solver_info(dtype)), got {info!r}")
-    return type(like)(*(jnp.asarray(a, b.dtype) for a, b in zip(info, like)))
+    return type(like)(*(b if a is None else jnp.asarray(a, b.dtype) for a, b in zip(info, like)))
 
 
 def _glm_inputs(state, x, y, model):
