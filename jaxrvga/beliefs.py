@@ -418,8 +418,8 @@ class LowRank(NamedTuple):
         if self.keeps_gram:
             W = jnp.pad(W, ((0, 0), (0, self.buffer))) if self.buffer else W
             gram = lowrank.whitened_gram(W, psi, self.block_rows)
-        if is_concrete(psi) and not np.all(np.isfinite(np.asarray(
-                lowrank.whitened_gram(W, psi, self.block_rows) if gram is None else gram))):
+        checked = lowrank.whitened_gram(W, psi, self.block_rows) if gram is None else gram
+        if is_concrete(checked) and not np.all(np.isfinite(np.asarray(checked))):
             raise ValueError(f"W and psi: the whitened Gram W^T diag(psi)^-1 W overflows in {mean.dtype} "
                              f"(W too large or psi too small, e.g. subnormal); rescale them")
         return LowRankState(mean, W, psi, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key, gram)

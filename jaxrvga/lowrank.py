@@ -120,16 +120,17 @@ def symmetric_eigh(A):
     LAPACK's ``syevd`` (XLA's CPU eigh) gives up (``info != 0``, so NaN) on some finite matrices
     whose entries are so small that their squares underflow in the Householder reduction, which
     happens with XLA's flush-to-zero: a whitened Gram with columns of ``W`` at 0 and rounding
-    noise of 1e-28 beside entries of 1e3 in float32 (tests/test_reliability.py). So ``A`` is scaled to a largest
-    entry of 1 and the entries below ``eps`` of that set to 0: a change of at most
-    ``q eps |A|_max`` in 2-norm, within eigh's own backward error ``O(eps |A|_2)``, after which
-    every nonzero entry is >= eps and its square >= eps^2, far above the underflow threshold.
+    noise of 1e-28 beside entries of 1e3 in float32 (tests/test_reliability.py). So ``A`` is
+    scaled by a power of two (exactly) to a largest entry in [0.5, 1) and the entries below
+    ``eps^2`` of that set to 0 (a change far below eigh's own backward error ``eps |A|``): every
+    product of two remaining entries is then above ``eps^4``, far from underflow.
     """
     A = 0.5 * (A + jnp.swapaxes(A, -1, -2))
-    scale = jnp.max(jnp.abs(A), axis=(-2, -1), keepdims=True)
-    scale = jnp.where((scale > 0) & jnp.isfinite(scale), scale, 1.0)
+    largest = jnp.max(jnp.abs(A), axis=(-2, -1), keepdims=True)
+    usable = (largest > 0) & jnp.isfinite(largest)
+    scale = jnp.ldexp(jnp.ones_like(largest), jnp.frexp(jnp.where(usable, largest, 1.0))[1])
     unit = A / scale
-    unit = jnp.where(jnp.abs(unit) < jnp.finfo(A.dtype).eps, 0.0, unit)
+    unit = jnp.where(jnp.abs(unit) < jnp.finfo(A.dtype).eps ** 2, 0.0, unit)
     lam, V = jnp.linalg.eigh(unit, symmetrize_input=False)
     return lam * scale[..., 0], V
 
