@@ -122,15 +122,17 @@ def symmetric_eigh(A):
     happens with XLA's flush-to-zero: a whitened Gram with columns of ``W`` at 0 and rounding
     noise of 1e-28 beside entries of 1e3 in float32 (tests/test_reliability.py). So ``A`` is
     scaled by a power of two (exactly) to a largest entry in [0.5, 1) and the entries below
-    ``eps^2`` of that set to 0 (a change far below eigh's own backward error ``eps |A|``): every
-    product of two remaining entries is then above ``eps^4``, far from underflow.
+    ``tiny^(1/4)`` of that set to 0 (3e-10 in float32, 1e-77 in float64: far below eigh's own
+    backward error ``eps |A|``): a product of two remaining entries, and its square, is then
+    above the underflow threshold ``tiny``, and a matrix without such entries is decomposed as
+    by ``eigh``, bit for bit.
     """
     A = 0.5 * (A + jnp.swapaxes(A, -1, -2))
     largest = jnp.max(jnp.abs(A), axis=(-2, -1), keepdims=True)
     usable = (largest > 0) & jnp.isfinite(largest)
     scale = jnp.ldexp(jnp.ones_like(largest), jnp.frexp(jnp.where(usable, largest, 1.0))[1])
     unit = A / scale
-    unit = jnp.where(jnp.abs(unit) < jnp.finfo(A.dtype).eps ** 2, 0.0, unit)
+    unit = jnp.where(jnp.abs(unit) < jnp.finfo(A.dtype).tiny ** 0.25, 0.0, unit)
     lam, V = jnp.linalg.eigh(unit, symmetrize_input=False)
     return lam * scale[..., 0], V
 
