@@ -185,14 +185,7 @@ class _OfSpec(Bound):
 def _update(spec: Spec, state, x, y):
     """One R-VGA step of ``spec`` (module docstring): the prediction, then the observation."""
     _check_state(spec, state)
-    if spec.model.is_glm:
-        x, y = _glm_inputs(state, x, y, spec.model)
-    else:
-        if jnp.iscomplexobj(jnp.asarray(y)):
-            raise ValueError("y must be real")
-        spec.model.family.check_y("y", y)
-        _check_y_shape(spec.model, "y", y, jax.eval_shape(spec.model.predict, state.mean, x).shape)
-        y = jnp.asarray(y, state.mean.dtype)
+    x, y = check_observation(state, x, y, spec.model)
     scheme = spec.scheme
     if scheme.needs_key and state.key is None:
         raise ValueError(f"key: the {scheme.name} scheme needs a PRNG key; call init(..., key=...)")
@@ -212,6 +205,18 @@ def _conform_info(scheme, info, like):
         raise ValueError(f"scheme {scheme.name!r}: its step must return info as a jaxrvga.core.SolverInfo of "
                          f"scalars (jaxrvga.core.solver_info(dtype)), got {info!r}")
     return type(like)(*(b if a is None else jnp.asarray(a, b.dtype) for a, b in zip(info, like)))
+
+
+def check_observation(state, x, y, model: Model):
+    """One observation ``(x, y)`` of ``model`` checked against the belief ``state`` (shapes, dtypes and,
+    where concrete, the family's values of ``y``): ``(x, y)`` as the update takes them."""
+    if model.is_glm:
+        return _glm_inputs(state, x, y, model)
+    if jnp.iscomplexobj(jnp.asarray(y)):
+        raise ValueError("y must be real")
+    model.family.check_y("y", y)
+    _check_y_shape(model, "y", y, jax.eval_shape(model.predict, state.mean, x).shape)
+    return x, jnp.asarray(y, state.mean.dtype)
 
 
 def _glm_inputs(state, x, y, model):

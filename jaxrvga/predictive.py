@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 
 from . import beliefs, models, special
-from .validation import check_float_array, positive_int
+from .filters import check_observation
+from .validation import check_float_array, check_key, positive_int
 
 
 class Predictive(NamedTuple):
@@ -135,7 +136,7 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
         if X.ndim not in (1, 2) or X.shape[-1] != d:
             raise ValueError(f"X must have shape ({d},) or (n, {d}) to match the state, got {X.shape}")
     if key is not None:
-        return _monte_carlo(model, belief, st, X, key, positive_int("num_samples", num_samples),
+        return _monte_carlo(model, belief, st, X, check_key(key), positive_int("num_samples", num_samples),
                             observation_noise)
     if model.is_glm:
         return _gaussian_moments(model.family, *belief.marginal(st, X), observation_noise)
@@ -215,13 +216,14 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
     belief, st = beliefs.of_state(state)
+    x, y = check_observation(st, x, y, model)  # the filters' own check of an observation
     if key is not None:
-        return _log_density_monte_carlo(model, belief, st, x, y, key, positive_int("num_samples", num_samples))
-    num_points = positive_int("num_points", num_points)
+        return _log_density_monte_carlo(model, belief, st, x, y, check_key(key),
+                                        positive_int("num_samples", num_samples))
+    num_points = special.check_num_points(num_points)
     family = model.family
     if model.is_glm:
-        X = jnp.atleast_2d(jnp.asarray(x, st.mean.dtype))
-        y = jnp.reshape(jnp.asarray(y, st.mean.dtype), (-1,))
+        X = x
         m = X @ st.mean
         if family.name == "gaussian":
             return _gaussian_log_density(y, m, belief.sandwich(st, X) + jnp.diag(family.variance(m)))

@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .validation import positive_int
+
 #: beta = sqrt(8 / pi): sig(a) ~= Phi(a / beta) ([RVGA] eq. 57).
 PROBIT_BETA = math.sqrt(8.0 / math.pi)
 
@@ -79,13 +81,28 @@ def logistic_predictive(mean, cov, x):
     return p, p * (1.0 - p) * (1.0 - k)
 
 
+#: The most Gauss-Hermite nodes accepted: NumPy's ``hermegauss`` weights overflow to NaN from
+#: 372 nodes; below that the rule is exact to rounding for polynomials of degree ``2 n - 1``.
+MAX_GAUSS_HERMITE = 256
+
+
+def check_num_points(num_points) -> int:
+    """``num_points`` as an int in ``[1, MAX_GAUSS_HERMITE]``; raises ``ValueError`` naming it."""
+    n = positive_int("num_points", num_points)
+    if n > MAX_GAUSS_HERMITE:
+        raise ValueError(f"num_points must be at most {MAX_GAUSS_HERMITE} (the largest Gauss-Hermite rule "
+                         f"supported), got {n}")
+    return n
+
+
 def gauss_hermite(num_points: int = 32):
     """Nodes and weights of probabilists' Gauss-Hermite quadrature.
 
     ``E_{z ~ N(0,1)}[f(z)] ~= sum_i w_i f(z_i)``; the weights sum to one.
     Returned as float64 NumPy arrays; cast them to the working dtype at use.
+    ``num_points`` is at most :data:`MAX_GAUSS_HERMITE`.
     """
-    z, w = np.polynomial.hermite_e.hermegauss(num_points)
+    z, w = np.polynomial.hermite_e.hermegauss(check_num_points(num_points))
     return z, w / w.sum()
 
 

@@ -496,3 +496,51 @@ def test_all_finite_is_true_exactly_when_every_floating_entry_is_finite():
         for bad in (np.nan, np.inf, -np.inf):
             assert not bool(f(a, b.at[1, 2].set(bad), n))
             assert not bool(f(a.at[0].set(bad)))
+
+
+def _log_predictive_cases():
+    """``(name, call, argument)``: a bad input of ``jr.log_predictive`` or ``jr.predictive`` and the argument
+    its ``ValueError`` names."""
+    X = np.ones((4, D))
+    softmax = jr.models.softmax_regression(2, 3)
+    batch = jr.models.minibatch(softmax)
+    return [
+        ("scalar_y_over_minibatch", lambda s, c: jr.log_predictive(s, X, 1.0), "y"),
+        ("label_2", lambda s, c: jr.log_predictive(s, X[0], 2.0), "y"),
+        ("label_half", lambda s, c: jr.log_predictive(s, X, np.array([0.0, 1.0, 0.5, 1.0])), "y"),
+        ("class_3", lambda s, c: jr.log_predictive(c, np.ones(2), 3, softmax), "y"),
+        ("class_minus_1", lambda s, c: jr.log_predictive(c, np.ones(2), -1, softmax), "y"),
+        ("class_3_minibatch", lambda s, c: jr.log_predictive(c, np.ones((2, 2)), np.array([0, 3]), batch), "y"),
+        ("complex_x", lambda s, c: jr.log_predictive(s, X[0] * (1 + 1j), 1.0), "x"),
+        ("num_points_400", lambda s, c: jr.log_predictive(s, X[0], 1.0, num_points=400), "num_points"),
+        ("integer_key", lambda s, c: jr.log_predictive(s, X[0], 1.0, key=0), "key"),
+        ("short_y", lambda s, c: jr.log_predictive(s, X, np.ones(3)), "y"),
+        ("long_x", lambda s, c: jr.log_predictive(s, np.ones(D + 1), 1.0), "x"),
+        ("predictive_integer_key", lambda s, c: jr.predictive(s, X, key=0), "key"),
+        ("predictive_complex_x", lambda s, c: jr.predictive(s, X * (1 + 1j)), "X"),
+    ]
+
+
+LOG_PREDICTIVE_CASES = _log_predictive_cases()
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize("name, call, argument", LOG_PREDICTIVE_CASES, ids=[c[0] for c in LOG_PREDICTIVE_CASES])
+def test_log_predictive_refuses_what_the_filters_refuse(name, call, argument, dtype):
+    """The predictive densities check an observation as the filters' update does: each bad input is a
+    ``ValueError`` naming the argument, not a silent answer or a TypeError."""
+    state = jr.rvga(LOGISTIC).init(jnp.zeros(D, dtype), jnp.eye(D, dtype=dtype))
+    cat = jr.rvga(jr.models.softmax_regression(2, 3)).init(jnp.zeros(6, dtype), jnp.eye(6, dtype=dtype))
+    with pytest.raises(ValueError, match=f"^{argument}\\b"):
+        call(state, cat)
+
+
+def test_log_predictive_takes_every_rule_up_to_its_maximum():
+    """``num_points`` up to :data:`jaxrvga.special.MAX_GAUSS_HERMITE` gives a finite value that agrees with 32 nodes."""
+    state = jr.rvga(LOGISTIC).init(jnp.zeros(D), 2.0 * jnp.eye(D))
+    x = jnp.array([1.0, -0.5, 0.3])
+    ref = jr.log_predictive(state, x, 1.0, num_points=32)
+    top = jr.log_predictive(state, x, 1.0, num_points=jr.special.MAX_GAUSS_HERMITE)
+    assert np.isfinite(top) and abs(top - ref) < 1e-12
+    with pytest.raises(ValueError, match="^num_points must be at most"):
+        jr.special.gauss_hermite(jr.special.MAX_GAUSS_HERMITE + 1)
