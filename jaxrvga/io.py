@@ -99,8 +99,21 @@ def _floating(name, x):
           f"{name} must be a floating array, got {type(x).__name__} {getattr(x, 'dtype', '')}")
 
 
-def _check_key(key):
-    _need(key is None or _is_array(key), f"key must be an array or None, got {type(key).__name__}")
+def _check_key(key, batch):
+    """``key`` None, typed PRNG keys of shape ``batch`` or raw ``uint32`` key data of ``batch`` plus the
+    default implementation's shape (what :func:`jaxrvga.validation.check_key` takes, per state)."""
+    if key is None:
+        return
+    from .validation import _raw_key_shape
+
+    _need(_is_array(key), f"key must be a PRNG key or None, got {type(key).__name__}")
+    dtype, shape = key.dtype, _shape(key)
+    if jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        _need(shape == batch, f"key has shape {shape}, expected {batch}")
+        return
+    want = batch + tuple(_raw_key_shape())
+    _need(dtype == np.uint32 and shape == want,
+          f"key must be a PRNG key or None; raw key data must be uint32 of shape {want}, got {dtype} of shape {shape}")
 
 
 def _completed(obj):
@@ -128,13 +141,20 @@ def _check_solver_info(s):
 
 
 def _check_info_and_step(state, batch):
+    """``step``, ``info`` and ``key`` of a filter state whose mean has batch shape ``batch``: as the
+    beliefs' ``init`` makes them (:func:`jaxrvga.core.solver_info`), so that a filter can go on from it."""
     from .core import SolverInfo
 
     _need(isinstance(state.info, SolverInfo), "info must be a SolverInfo")
-    _need(_is_array(state.step) and np.issubdtype(_dtype_of(state.step), np.integer),
-          "step must be an integer array")
-    _need(_shape(state.step) == batch, f"step has shape {_shape(state.step)}, expected {batch}")
-    _check_key(state.key)
+    real, i32, info = _dtype_of(state.mean), np.dtype(np.int32), state.info
+    fields = {"step": (state.step, i32), "info.converged": (info.converged, np.dtype(np.bool_)),
+              "info.residual": (info.residual, real), "info.iterations": (info.iterations, i32),
+              "info.dropped": (info.dropped, real), "info.em_loops": (info.em_loops, i32)}
+    for f, (x, dtype) in fields.items():
+        _need(_is_array(x) and _dtype_of(x) == dtype,
+              f"{f} must be an array of dtype {dtype}, got {type(x).__name__} {getattr(x, 'dtype', '')}")
+        _need(_shape(x) == batch, f"{f} has shape {_shape(x)}, expected {batch}")
+    _check_key(state.key, batch)
 
 
 def _values(x):
