@@ -159,7 +159,7 @@ def _quadrature_log_density(family, y, m, v, num_points: int):
     """``log E_{eta ~ N(m, v)}[p(y | eta)]`` elementwise, by Gauss-Hermite quadrature in log space."""
     z, w = special.gauss_hermite(num_points)
     z, log_w = jnp.asarray(z, m.dtype), jnp.log(jnp.asarray(w, m.dtype))
-    eta = m[..., None] + jnp.sqrt(v)[..., None] * z
+    eta = m[..., None] + special.sqrt0(v)[..., None] * z
     return jax.scipy.special.logsumexp(family.log_prob(y[..., None], eta) + log_w, axis=-1)
 
 

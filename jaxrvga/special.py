@@ -106,13 +106,20 @@ def gauss_hermite(num_points: int = 32):
     return z, w / w.sum()
 
 
+def sqrt0(v):
+    """``sqrt(max(v, 0))`` with derivative 0 where ``v <= 0`` (a double ``where``: sqrt's infinite slope
+    at 0 would make a gradient through a zero variance NaN)."""
+    pos = v > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, v, 1.0)), 0.0)
+
+
 def gaussian_expectation_1d(f, m, v, num_points: int = 32):
     """``E_{a ~ N(m, v)}[f(a)]`` by Gauss-Hermite quadrature; ``f`` maps arrays elementwise."""
     m = jnp.asarray(m)
     z, w = gauss_hermite(num_points)
     z = jnp.asarray(z, dtype=m.dtype)
     w = jnp.asarray(w, dtype=m.dtype)
-    a = m[..., None] + jnp.sqrt(v)[..., None] * z
+    a = m[..., None] + sqrt0(v)[..., None] * z
     return jnp.sum(w * f(a), axis=-1)
 
 

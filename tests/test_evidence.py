@@ -134,6 +134,38 @@ def test_log_evidence_gradients_match_finite_differences():
         np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize("belief", ["dense", "lowrank", "diagonal"])
+def test_logistic_evidence_gradient_with_an_all_zero_input(belief, dtype):
+    """A zero row has predictive variance 0: the quadrature's square root there must not make the
+    gradient NaN. In the prior's scale, against central finite differences (float64), finite (float32)."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(8, D))
+    X[3] = 0.0
+    y = (rng.uniform(size=8) < 0.5).astype(float)
+    xs, ys = jnp.asarray(X, dtype), jnp.asarray(y, dtype)
+    model = jr.models.logistic()
+    W0 = jnp.asarray(0.3 * rng.normal(size=(D, 2)), dtype)  # generic factors (log_evidence docstring)
+
+    def evidence(s):
+        if belief == "dense":
+            flt = jr.rvga(model)
+            return jr.log_evidence(flt, flt.init(jnp.zeros(D, dtype), s * jnp.eye(D, dtype=dtype)), xs, ys)
+        if belief == "lowrank":
+            flt = jr.lrvga(model, 2)
+            return jr.log_evidence(flt, flt.init(jnp.zeros(D, dtype), W0, jnp.ones(D, dtype) / s), xs, ys)
+        flt = jr.diag_rvga(model)
+        return jr.log_evidence(flt, flt.init(jnp.zeros(D, dtype), s * jnp.ones(D, dtype)), xs, ys)
+
+    s = jnp.asarray(1.5, dtype)
+    g, evidence = jax.jit(jax.grad(evidence))(s), jax.jit(evidence)
+    assert np.isfinite(float(evidence(s))) and np.isfinite(float(g))
+    if dtype == jnp.float64:
+        h = 1e-5
+        fd = (evidence(s + h) - evidence(s - h)) / (2 * h)
+        np.testing.assert_allclose(g, fd, rtol=1e-6)
+
+
 def test_empirical_bayes_with_optax_equals_bayesian_ridge():
     """Maximising the Kalman filter's log evidence over the prior and noise precisions (optax L-BFGS)
     gives sklearn's BayesianRidge (evidence maximisation, no hyper-priors) on standardised diabetes."""
