@@ -104,7 +104,8 @@ def _guarded(belief, prior, new, ok, info, certified: bool = False):
     projection leaves the mean as it is, so the mean is not checked again. The step counter
     advances either way. Every kept belief has positive variances (``belief.positive``, O(d)); a
     step of the library's schemes (``certified``) certifies the arrays its ``add`` wrote (a dense
-    covariance is not read again), any other step has every array checked.
+    covariance is not read again), any other step has every array checked. A step whose
+    residual is not finite (it overflowed) is flagged and reports the prior's residual.
     """
     ok = ok & all_finite(*_changed(belief.checked_fields(new), belief.checked_fields(prior))) & belief.positive(new)
     if not certified:  # a step of the user's: every array read, not only those the library's steps leave unchecked
@@ -112,7 +113,10 @@ def _guarded(belief, prior, new, ok, info, certified: bool = False):
     out, (dropped, loops, projected) = belief.settle(prior, new, ok)
     out = out._replace(mean=jnp.where(projected, out.mean, prior.mean))  # a failed projection kept the prior's factors
     ok = ok & projected & all_finite(*belief.checked_fields(out)[1:])
-    info = info._replace(converged=info.converged & ok, dropped=dropped, em_loops=loops)
+    finite = jnp.isfinite(info.residual)  # a diagnostic of a step that overflowed: the prior's instead
+    residual = jnp.where(finite, info.residual, prior.info.residual.astype(info.residual.dtype))
+    info = info._replace(converged=info.converged & ok & finite, residual=residual, dropped=dropped,
+                         em_loops=loops)
     return out._replace(step=prior.step + 1, info=info)
 
 

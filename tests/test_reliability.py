@@ -926,3 +926,34 @@ def test_no_state_a_step_returns_holds_a_non_finite_belief(name, dtype):
     _, (ok, converged) = jr.run(flt, init, X, y, finite)
     assert np.asarray(ok).all(), f"non-finite belief after steps {np.flatnonzero(~np.asarray(ok).all(1))}"
     assert not np.asarray(converged)[6:8].any()  # the NaN and inf rows are flagged
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["dense-implicit", "dense-ekf", "dense-explicit", "lowrank-implicit", "lowrank-ekf",
+                                  "lowrank-sampled", "diag-implicit", "diag-ekf", "diag-explicit"])
+def test_a_run_of_only_skipped_steps_reports_finite_residuals(name, dtype):
+    """Rows that overflow, NaN and inf: every step is flagged and leaves the belief as init's (a
+    zero-information projection of ``sampled`` may refactor ``W``), and every step's
+    ``info.residual`` is finite, for every belief."""
+    d = 4
+    belief, scheme = name.split("-")
+    flt = {"dense": lambda: jr.rvga(LOGISTIC, scheme), "lowrank": lambda: lowrank_filter(scheme, 2),
+           "diag": lambda: jr.diag_rvga(LOGISTIC, scheme)}[belief]()
+    mean = jnp.zeros(d, dtype)
+    if belief == "dense":
+        init = flt.init(mean, jnp.eye(d, dtype=dtype))
+    elif belief == "diag":
+        init = flt.init(mean, jnp.ones(d, dtype))
+    else:
+        init = flt.init(mean, *lowrank.init_factors(jax.random.PRNGKey(0), d, 2, 1.0, dtype=dtype),
+                        jax.random.PRNGKey(1))
+    X = np.full((6, d), np.finfo(dtype).max / 4, dtype)
+    X[1::2] *= -1
+    X[4, 0], X[5, 1] = np.nan, np.inf
+    y = np.array([1, 0, 1, 0, 1, 0], dtype)
+    out, info = jr.run(flt, init, X, y, jr.trace_info)
+    assert not np.asarray(info.converged).any()
+    assert np.isfinite(np.asarray(info.residual)).all(), np.asarray(info.residual)
+    kept = _belief_leaves(out) if scheme != "sampled" else [out.mean]
+    for a, b in zip(kept, _belief_leaves(init)):
+        np.testing.assert_array_equal(a, b)
