@@ -37,6 +37,8 @@ def test_lenet_has_the_lenet5_shape():
     assert theta0.size == 156 + 2416 + 48120 + 10164 + 850
     logits = h(theta0, np.ones((28, 28), np.float32))
     assert logits.shape == (10,) and bool(np.all(np.isfinite(logits)))
+    grad = jax.grad(lambda t: h(t, np.ones((28, 28), np.float32))[0])(theta0)  # Adam and the filters need it
+    assert grad.shape == theta0.shape and bool(np.all(np.isfinite(grad)))
 
 
 def test_row_blocks_by_default_on_the_cpu_only(monkeypatch):
