@@ -418,10 +418,12 @@ class LowRank(NamedTuple):
         if self.keeps_gram:
             W = jnp.pad(W, ((0, 0), (0, self.buffer))) if self.buffer else W
             gram = lowrank.whitened_gram(W, psi, self.block_rows)
-        checked = lowrank.whitened_gram(W, psi, self.block_rows) if gram is None else gram
-        if is_concrete(checked) and not np.all(np.isfinite(np.asarray(checked))):
+        if is_concrete(psi) and np.min(np.asarray(psi)) < 1.0 / np.finfo(np.asarray(psi).dtype).max:
+            raise ValueError(f"psi must be large enough that 1 / psi is finite in {mean.dtype} (no subnormal "
+                             f"precisions), got min {float(np.min(np.asarray(psi)))!r}")
+        if gram is not None and is_concrete(gram) and not np.all(np.isfinite(np.asarray(gram))):
             raise ValueError(f"W and psi: the whitened Gram W^T diag(psi)^-1 W overflows in {mean.dtype} "
-                             f"(W too large or psi too small, e.g. subnormal); rescale them")
+                             f"(W too large or psi too small); rescale them")
         return LowRankState(mean, W, psi, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key, gram)
 
     def predict(self, state, dynamics: Dynamics):

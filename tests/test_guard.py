@@ -136,8 +136,9 @@ def test_init_refuses_values_whose_precision_or_gram_overflows(dtype, tiny, huge
     with pytest.raises(ValueError, match="^var must be large enough that its inverse"):
         jr.diag_rvga(LINEAR).init(jnp.zeros(d, dtype), jnp.full(d, tiny, dtype))
     low = jr.lrvga(LINEAR, rank=1)
-    for W, psi in ((jnp.full((d, 1), huge, dtype), jnp.ones(d, dtype)),
-                   (jnp.ones((d, 1), dtype), jnp.full(d, tiny, dtype))):
-        with pytest.raises(ValueError, match="^W and psi: the whitened Gram"):
-            low.init(jnp.zeros(d, dtype), W, psi)
+    with pytest.raises(ValueError, match="^W and psi: the whitened Gram"):
+        low.init(jnp.zeros(d, dtype), jnp.full((d, 1), huge, dtype), jnp.ones(d, dtype))
+    for flt in (low, jr.lrvga(LINEAR, rank=1, published=True)):
+        with pytest.raises(ValueError, match="^psi must be large enough that 1 / psi is finite"):
+            flt.init(jnp.zeros(d, dtype), jnp.ones((d, 1), dtype), jnp.full(d, tiny, dtype))
     assert np.isfinite(np.asarray(jr.diag_rvga(LINEAR).init(jnp.zeros(d, dtype), 1e-30).psi)).all()
