@@ -44,7 +44,8 @@ from . import lowrank
 from .core import DiagonalState, GaussianState, LowRankState, solver_info
 from .dynamics import Dynamics
 from .factor_analysis import PSI_FLOOR, recursive_em_step, spectral_em_step
-from .validation import all_finite, check_cov, check_finite, check_float_array, check_positive, check_vector, is_concrete
+from .validation import (all_finite, check_cov, check_finite, check_float_array, check_invertible, check_positive,
+                         check_vector, is_concrete)
 
 
 @runtime_checkable
@@ -413,14 +414,11 @@ class LowRank(NamedTuple):
             raise ValueError("W must be finite")
         if psi.shape != (d,):
             raise ValueError(f"psi must have shape (d,) = {(d,)}, got {psi.shape}")
-        check_positive("psi", psi)
+        check_invertible("psi", psi)
         gram = None
         if self.keeps_gram:
             W = jnp.pad(W, ((0, 0), (0, self.buffer))) if self.buffer else W
             gram = lowrank.whitened_gram(W, psi, self.block_rows)
-        if is_concrete(psi) and np.min(np.asarray(psi)) < 1.0 / np.finfo(np.asarray(psi).dtype).max:
-            raise ValueError(f"psi must be large enough that 1 / psi is finite in {mean.dtype} (no subnormal "
-                             f"precisions), got min {float(np.min(np.asarray(psi)))!r}")
         if gram is not None and is_concrete(gram) and not np.all(np.isfinite(np.asarray(gram))):
             raise ValueError(f"W and psi: the whitened Gram W^T diag(psi)^-1 W overflows in {mean.dtype} "
                              f"(W too large or psi too small); rescale them")
@@ -719,10 +717,7 @@ class Diagonal(NamedTuple):
             raise ValueError("var must be real")
         if var.ndim > 1 or (var.ndim == 1 and var.shape != mean.shape):
             raise ValueError(f"var must be a scalar or have shape {mean.shape} to match the mean, got {var.shape}")
-        var = check_positive("var", jnp.broadcast_to(var.astype(mean.dtype), mean.shape))
-        if is_concrete(var) and np.min(np.asarray(var)) < 1.0 / np.finfo(np.asarray(var).dtype).max:  # 1/var = inf
-            raise ValueError(f"var must be large enough that its inverse, the precision, is finite in {mean.dtype} "
-                             f"(no subnormal variances), got min {float(np.min(np.asarray(var)))!r}")
+        var = check_invertible("var", jnp.broadcast_to(var.astype(mean.dtype), mean.shape))
         return DiagonalState(mean, 1.0 / var, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key)
 
     def predict(self, state, dynamics: Dynamics):

@@ -379,9 +379,8 @@ def _em_to_tolerance(W_prev, psi_prev, X, diagS, alpha, beta, floor, max_loops: 
     W, psi, gram_out, loops = _em_until(W, psi, grams, (W_prev, psi_prev, X, diagS), alpha, beta, floor,
                                         max_loops, nb, tol)
     ok = usable & all_finite(gram_out)  # the stored iterate never overwrote W_prev
-    W, psi, gram_out = jax.lax.cond(ok, lambda: (W, psi, gram_out),
-                                    lambda: (W_prev, psi_prev, lowrank.whitened_gram(W_prev, psi_prev, nb=nb)))
-    return W, psi, jnp.where(ok, dropped, 0.0), gram_out, loops, ok
+    (W, psi), sums = _last_pass(ok, lambda *_: ((W, psi), {"out": gram_out}), W_prev, psi_prev, nb, True)
+    return W, psi, jnp.where(ok, dropped, 0.0), sums["out"], loops, ok
 
 
 def _em_until(W, psi, grams, target, alpha, beta, floor, max_loops: int, nb: int, tol):

@@ -79,19 +79,14 @@ class Spec(NamedTuple):
 
 # --------------------------------------------------------------------------- the update
 
-def _belief_fields(state):
-    """Every floating array of a state but its diagnostics: what the prediction step may change."""
-    return tuple(getattr(state, f) for f in ("mean", "cov", "psi", "W", "gram")
-                 if getattr(state, f, None) is not None and not isinstance(getattr(state, f), tuple))
-
-
 def _changed(fields, kept):
     """The arrays of ``fields`` that are not arrays of ``kept`` (those a step passed on are the prior's)."""
     return tuple(a for a in fields if not any(a is b for b in kept))
 
 
-def _every_array(state):
-    """The floating arrays of a state but its diagnostics (a pending low-rank factor's blocks too)."""
+def _belief_fields(state):
+    """Every floating array of a state but its diagnostics (a pending low-rank factor's blocks too):
+    what a step or the prediction may change."""
     leaves = jax.tree_util.tree_leaves(state._replace(info=None, key=None, step=None))
     return tuple(a for a in leaves if jnp.issubdtype(jnp.result_type(a), jnp.inexact))
 
@@ -109,12 +104,12 @@ def _guarded(belief, prior, new, ok, info, certified: bool = False):
     """
     ok = ok & all_finite(*_changed(belief.checked_fields(new), belief.checked_fields(prior))) & belief.positive(new)
     if not certified:  # a step of the user's: every array read, not only those the library's steps leave unchecked
-        ok = ok & all_finite(*_every_array(new))
+        ok = ok & all_finite(*_belief_fields(new))
     out, (dropped, loops, projected) = belief.settle(prior, new, ok)
     out = out._replace(mean=jnp.where(projected, out.mean, prior.mean))  # a failed projection kept the prior's factors
     ok = ok & projected & all_finite(*belief.checked_fields(out)[1:])
     finite = jnp.isfinite(info.residual)  # a diagnostic of a step that overflowed: the prior's instead
-    residual = jnp.where(finite, info.residual, prior.info.residual.astype(info.residual.dtype))
+    residual = jnp.where(finite, info.residual, prior.info.residual)
     info = info._replace(converged=info.converged & ok & finite, residual=residual, dropped=dropped,
                          em_loops=loops)
     return out._replace(step=prior.step + 1, info=info)

@@ -89,6 +89,16 @@ def check_cov(name: str, cov, dim: int, rtol: float = 1e-6, semidefinite: bool =
     return cov
 
 
+def check_invertible(name: str, v):
+    """Every entry of ``v`` > 0 with ``1 / v`` finite in its dtype (a precision from a variance, or
+    the reverse; checked where concrete). Returns ``v``."""
+    check_positive(name, v)
+    if is_concrete(v) and np.min(np.asarray(v)) < 1.0 / np.finfo(np.asarray(v).dtype).max:
+        raise ValueError(f"{name} must be large enough that 1 / {name} is finite in {np.asarray(v).dtype} "
+                         f"(no subnormal values), got min {float(np.min(np.asarray(v)))!r}")
+    return v
+
+
 def check_positive(name: str, v, allow_traced: bool = True):
     """Every entry of ``v`` must be > 0 (checked where concrete)."""
     if is_concrete(v):
