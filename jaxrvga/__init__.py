@@ -6,10 +6,11 @@ observation. L-RVGA (Lambert, Bonnabel & Bach 2023) keeps the precision as
 ``W W^T + diag(psi)`` and maintains it by a recursive EM for factor analysis, in time
 and memory linear in the dimension.
 """
-from . import (batch, beliefs, blocks, data, dual, dynamics, evidence, factor_analysis, filters, implicit, io,
-               klprox, lowrank, metrics, models, online_em, schemes, sharding, special, validation)
+from . import (average, batch, beliefs, blocks, data, dual, dynamics, evidence, factor_analysis, filters, implicit, io,
+               klprox, lowrank, metrics, models, noise, online_em, schemes, sharding, special, validation)
+from .average import AverageState, model_average
 from .batch import LaplaceResult, laplace
-from .core import (DiagonalState, Filter, GaussianState, LowRankState, Prequential, SolverInfo, Step, prequential, run, scan,
+from .core import (DiagonalState, Filter, GaussianState, LowRankState, NoiseStats, Prequential, SolverInfo, Step, prequential, run, scan,
                    step_fn, trace_info, trace_mean)
 from .evidence import log_evidence, trace_log_predictive
 from .filters import build, diag_rvga, ekf, kalman, lrvga, mirror_prox, qkf, rvga
@@ -20,6 +21,6 @@ __version__ = "0.1.0"
 __all__ = ["build", "Filter", "GaussianState", "LowRankState", "DiagonalState", "diag_rvga", "SolverInfo", "Step", "run", "scan", "step_fn",
            "trace_info", "trace_mean", "rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "predictive",
            "Predictive", "laplace", "LaplaceResult", "prequential", "Prequential", "log_predictive",
-           "trace_log_predictive", "log_evidence",
-           "batch", "beliefs", "blocks", "data", "dual", "dynamics", "evidence", "factor_analysis", "filters", "implicit", "io", "klprox",
-           "lowrank", "metrics", "models", "online_em", "schemes", "sharding", "special", "validation"]
+           "trace_log_predictive", "log_evidence", "model_average", "AverageState", "NoiseStats",
+           "average", "batch", "beliefs", "blocks", "data", "dual", "dynamics", "evidence", "factor_analysis", "filters", "implicit", "io", "klprox",
+           "lowrank", "metrics", "models", "noise", "online_em", "schemes", "sharding", "special", "validation"]

@@ -86,11 +86,22 @@ def solver_info(dtype=None, converged=True, residual=0.0, iterations=0, dropped=
                       jnp.asarray(em_loops, dtype=jnp.int32))
 
 
+class NoiseStats(NamedTuple):
+    """The belief ``s2 ~ InvGamma(shape, rate)`` on an unknown observation noise variance
+    (:mod:`jaxrvga.noise`): the ``noise`` field of a state whose model learns it, ``None`` otherwise.
+    Its prior mean is ``rate / (shape - 1)`` (for ``shape > 1``)."""
+
+    shape: jax.Array
+    rate: jax.Array
+
+
 class GaussianState(NamedTuple):
     """State of a full-covariance filter: belief ``N(mean, cov)`` after ``step`` observations.
 
     ``info`` reports the last inner solve (always converged for closed-form updates);
-    ``key`` is the PRNG key of Monte-Carlo filters (``None`` otherwise).
+    ``key`` is the PRNG key of Monte-Carlo filters (``None`` otherwise). ``noise``: the
+    :class:`NoiseStats` of a model whose noise variance is learned, the belief then being
+    ``theta | s2 ~ N(mean, s2 cov)`` (:mod:`jaxrvga.noise`); ``None`` otherwise.
     """
 
     mean: jax.Array
@@ -98,6 +109,7 @@ class GaussianState(NamedTuple):
     step: jax.Array
     info: SolverInfo
     key: Optional[jax.Array] = None
+    noise: Optional[NoiseStats] = None
 
 
 class LowRankState(NamedTuple):
@@ -106,7 +118,8 @@ class LowRankState(NamedTuple):
     ``W`` is (d, p) and ``psi`` (d,); nothing of size d x d is ever stored. ``gram`` is a cache
     of the whitened Gram ``W^T diag(psi)^{-1} W`` (p x p) that the default L-RVGA update keeps
     (it saves that update a pass over ``W``); ``None`` where it is not kept. Set it to ``None``
-    when you change ``W`` or ``psi`` by hand.
+    when you change ``W`` or ``psi`` by hand. ``noise`` as in :class:`GaussianState` (the precision
+    is then that of ``theta`` given ``s2 = 1``).
     """
 
     mean: jax.Array
@@ -116,6 +129,7 @@ class LowRankState(NamedTuple):
     info: SolverInfo
     key: Optional[jax.Array] = None
     gram: Optional[jax.Array] = None
+    noise: Optional[NoiseStats] = None
 
 
 class Prequential(NamedTuple):
@@ -148,7 +162,7 @@ def _trace(flt: Filter, trace_fn, before, after, x, y):
 class DiagonalState(NamedTuple):
     """State of a mean-field filter: ``N(mean, diag(psi)^{-1})``, ``psi`` (d,) the precisions.
 
-    O(d) memory; ``info`` and ``key`` as in :class:`GaussianState`.
+    O(d) memory; ``info``, ``key`` and ``noise`` as in :class:`GaussianState`.
     """
 
     mean: jax.Array
@@ -156,6 +170,7 @@ class DiagonalState(NamedTuple):
     step: jax.Array
     info: SolverInfo
     key: Optional[jax.Array] = None
+    noise: Optional[NoiseStats] = None
 
 
 def _keep(state, x, y):

@@ -19,7 +19,9 @@ applied after the fading-memory inflation ``P <- (1 + eta) P`` of [LRVGA] Remark
 the Kalman prediction with ``F = gamma I`` ([RVGA] Thm 2 with a moving state). ``gamma`` is the
 ``decay`` (1: none), ``m`` the mean it decays towards (``decay_to``, default 0; pass the prior mean
 to decay towards the prior), ``q`` the ``additive_noise`` (a scalar or one variance per parameter)
-and ``eta`` the ``process_noise``. Each belief implements the step exactly: the dense one as
+and ``eta`` the ``process_noise``. ``noise_discount`` ``delta`` in (0, 1] discounts the statistics of
+a learned noise variance, ``(shape, rate) <- delta (shape, rate)`` (:mod:`jaxrvga.noise`): its
+mean stays, its weight decays, so a drifting noise level is tracked. Each belief implements the step exactly: the dense one as
 written, the low-rank one in its precision form (:meth:`jaxrvga.beliefs.LowRank.predict`).
 
 The values may be traced (vmapped, differentiated); the filters check them at each step and skip
@@ -37,12 +39,14 @@ from .validation import is_concrete
 
 class Dynamics(NamedTuple):
     """``theta_t = decay (theta_{t-1} - decay_to) + decay_to + N(0, diag(additive_noise))`` after the
-    inflation ``P <- (1 + process_noise) P`` (module docstring). ``None`` fields are the identity."""
+    inflation ``P <- (1 + process_noise) P``, and a learned noise variance's statistics times
+    ``noise_discount`` (module docstring). ``None`` fields are the identity."""
 
     decay: object = None
     additive_noise: object = None
     process_noise: object = None
     decay_to: object = None
+    noise_discount: object = None
 
     @property
     def is_identity(self) -> bool:
@@ -80,12 +84,14 @@ class Dynamics(NamedTuple):
                 ok = ok & jnp.all(jnp.isfinite(value))
                 if name in ("additive_noise", "process_noise"):
                     ok = ok & jnp.all(value >= 0)
+                if name == "noise_discount":
+                    ok = ok & (value > 0) & (value <= 1)
         return ok
 
     def where_valid(self, ok, dtype):
         """These dynamics where ``ok``, else the identity's values (``gamma = 1``, ``q = eta = 0``, ``m``
         = 0): the double ``where`` that keeps invalid values out of the arithmetic (and its gradient)."""
-        identity = {"decay": 1.0, "additive_noise": 0.0, "process_noise": 0.0, "decay_to": 0.0}
+        identity = {"decay": 1.0, "additive_noise": 0.0, "process_noise": 0.0, "decay_to": 0.0, "noise_discount": 1.0}
         fields = {}
         for name, value in self._asdict().items():
             if value is not None:
@@ -123,7 +129,7 @@ def _literal(value, identity) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == identity
 
 
-def dynamics(decay=None, additive_noise=None, process_noise=None, decay_to=None) -> Dynamics:
+def dynamics(decay=None, additive_noise=None, process_noise=None, decay_to=None, noise_discount=None) -> Dynamics:
     """Validated :class:`Dynamics` (module docstring); concrete values are checked here, traced ones
     at each step by the filter.
 
@@ -133,9 +139,12 @@ def dynamics(decay=None, additive_noise=None, process_noise=None, decay_to=None)
       process_noise: ``eta >= 0``, a scalar: ``P <- (1 + eta) P`` first ([LRVGA] Remark 1).
       decay_to: ``m``, the mean the decay pulls towards: a scalar or a (d,) vector (default 0);
         needs ``decay``.
+      noise_discount: ``delta`` in (0, 1], a scalar: the learned noise variance's statistics are
+        multiplied by it before each observation (1 or ``None``: none; :mod:`jaxrvga.noise`).
     """
     values = {"decay": (decay, (0,), 1.0), "additive_noise": (additive_noise, (0, 1), 0.0),
-              "process_noise": (process_noise, (0,), 0.0), "decay_to": (decay_to, (0, 1), None)}
+              "process_noise": (process_noise, (0,), 0.0), "decay_to": (decay_to, (0, 1), None),
+              "noise_discount": (noise_discount, (0,), 1.0)}
     fields = {}
     for name, (value, shapes, identity) in values.items():
         if value is None or (identity is not None and _literal(value, identity)):
@@ -146,6 +155,8 @@ def dynamics(decay=None, additive_noise=None, process_noise=None, decay_to=None)
             nonnegative = name in ("additive_noise", "process_noise")
             if not np.all(np.isfinite(a)) or (nonnegative and np.any(a < 0)):
                 raise ValueError(f"{name} must be {'>= 0 and ' if nonnegative else ''}finite, got {value!r}")
+            if name == "noise_discount" and not (0 < a <= 1):
+                raise ValueError(f"noise_discount must be in (0, 1], got {value!r}")
         fields[name] = value
     if decay_to is not None and decay is None:
         raise ValueError("decay_to is the mean that decay pulls towards: give decay too")

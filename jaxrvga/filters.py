@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import noise as noise_belief
 from . import schemes
 from ._values import Bound
 from .beliefs import Belief, Dense, Diagonal, LowRank, PublishedLowRank
@@ -91,7 +92,7 @@ def _belief_fields(state):
     return tuple(a for a in leaves if jnp.issubdtype(jnp.result_type(a), jnp.inexact))
 
 
-def _guarded(belief, prior, new, ok, info, certified: bool = False):
+def _guarded(belief, prior, new, ok, info, certified: bool = False, noise=None):
     """Skip and flag: ``new`` finished (projected) only if it is finite and valid, else ``prior`` kept
     (:meth:`~jaxrvga.beliefs.LowRank.settle`). A projection that cannot be computed (a gain not
     finite) keeps the prior's factors and reports it, and the prior's mean is kept with them; one
@@ -100,7 +101,8 @@ def _guarded(belief, prior, new, ok, info, certified: bool = False):
     advances either way. Every kept belief has positive variances (``belief.positive``, O(d)); a
     step of the library's schemes (``certified``) certifies the arrays its ``add`` wrote (a dense
     covariance is not read again), any other step has every array checked. A step whose
-    residual is not finite (it overflowed) is flagged and reports the prior's residual.
+    residual is not finite (it overflowed) is flagged and reports the prior's residual. ``noise``:
+    the step's statistics of a learned noise variance (:mod:`jaxrvga.noise`), kept with the step.
     """
     ok = ok & all_finite(*_changed(belief.checked_fields(new), belief.checked_fields(prior))) & belief.positive(new)
     if not certified:  # a step of the user's: every array read, not only those the library's steps leave unchecked
@@ -108,6 +110,9 @@ def _guarded(belief, prior, new, ok, info, certified: bool = False):
     out, (dropped, loops, projected) = belief.settle(prior, new, ok)
     out = out._replace(mean=jnp.where(projected, out.mean, prior.mean))  # a failed projection kept the prior's factors
     ok = ok & projected & all_finite(*belief.checked_fields(out)[1:])
+    if noise is not None:  # the learned noise variance's statistics move with the step they belong to
+        ok = ok & all_finite(*noise) & (noise.rate > 0)
+        out = out._replace(noise=noise_belief.NoiseStats(*(jnp.where(ok, a, b) for a, b in zip(noise, prior.noise))))
     finite = jnp.isfinite(info.residual)  # a diagnostic of a step that overflowed: the prior's instead
     residual = jnp.where(finite, info.residual, prior.info.residual)
     info = info._replace(converged=info.converged & ok & finite, residual=residual, dropped=dropped,
@@ -146,7 +151,10 @@ def _predict(spec, state):
     dyn.check_dimension(state.mean.shape[0])
     dtype = state.mean.dtype
     valid = dyn.valid(dtype)
-    prior = spec.belief.predict(kept, dyn.where_valid(valid, dtype))
+    dyn = dyn.where_valid(valid, dtype)
+    prior = spec.belief.predict(kept, dyn)
+    if dyn.noise_discount is not None and prior.noise is not None:
+        prior = prior._replace(noise=noise_belief.discount(prior.noise, dyn.noise_discount))
     ok = valid & all_finite(*_changed(_belief_fields(prior), _belief_fields(kept))) & spec.belief.positive(prior)
     pick = lambda a, b: a if a is b else jnp.where(ok, a, b)  # noqa: E731
     return jax.tree_util.tree_map(pick, prior, kept), ok
@@ -156,6 +164,12 @@ def _check_state(spec, state):
     want = spec.belief.state_type
     if not isinstance(state, want):
         raise ValueError(f"state must be a {want.__name__} (from this filter's init), got {type(state).__name__}")
+    learned = spec.model.family.learned_noise
+    if learned != (getattr(state, "noise", None) is not None):
+        raise ValueError("state.noise: the model learns its noise variance but the state has no statistics of it "
+                         "(init it with this filter)" if learned else
+                         "state.noise: the state has statistics of a learned noise variance but the model's "
+                         "variance is known (build the filter with noise_var=None)")
 
 
 def _without_new_cache(out, state):
@@ -192,7 +206,10 @@ def _update(spec: Spec, state, x, y):
     prior, predicted = _predict(spec, state)
     new, ok, info = scheme.step(scheme.cfg, spec.model, spec.belief, prior, x, y)
     info = _conform_info(scheme, info, prior.info)
-    out = _guarded(spec.belief, prior, new, ok & finite & predicted, info, scheme.certified)
+    noise = None
+    if prior.noise is not None:  # the conjugate step of a learned noise variance, on the predicted belief
+        noise = noise_belief.absorb(prior.noise, *noise_belief.residual(spec.model, spec.belief, prior, x, y))
+    out = _guarded(spec.belief, prior, new, ok & finite & predicted, info, scheme.certified, noise)
     return _without_new_cache(out, state)
 
 
@@ -311,14 +328,23 @@ def build(belief: Belief, scheme: schemes.Scheme, model: Model, dynamics: Dynami
                   model, spec)
 
 
-def _init(spec: Spec, *args, **keywords):
+def _init(spec: Spec, *args, noise=None, **keywords):
     """The belief's initial state (its ``init``'s arguments), with the PRNG key ``key`` where the
-    scheme samples (checked; dropped where it does not)."""
+    scheme samples (checked; dropped where it does not) and, for a model that learns its noise
+    variance, ``noise=(shape, rate)`` of its inverse-gamma prior (default
+    :data:`~jaxrvga.noise.DEFAULT_NOISE`; refused for a model of known variance)."""
     given = inspect.signature(spec.belief.init).bind(*args, **keywords).arguments
     needs = spec.scheme.needs_key
     key = check_key(given.get("key"), needs, f"scheme={spec.scheme.name!r}")
     given["key"] = key if needs else None
-    return spec.belief.init(**given)
+    state = spec.belief.init(**given)
+    if not spec.model.family.learned_noise:
+        if noise is not None:
+            raise ValueError("noise: the model's noise variance is known; noise=(shape, rate) is the prior of a "
+                             "learned one (build the model with noise_var=None)")
+        return state
+    noise = noise_belief.DEFAULT_NOISE if noise is None else noise
+    return state._replace(noise=noise_belief.check_noise(noise, state.mean.dtype))
 
 
 def _default_scheme(model: Model) -> str:
@@ -558,7 +584,8 @@ def with_block_rows(flt: Filter, block_rows: Optional[int]) -> Filter:
 def kalman(noise_var=1.0, process_noise=None, *, decay=None, additive_noise=None, decay_to=None) -> Filter:
     """The Kalman filter: ``rvga(linear_gaussian(noise_var))`` ([RVGA] Thm 2), for a static parameter
     or, with ``decay`` and ``additive_noise``, the transition ``F = decay I``, ``Q = additive_noise``
-    (:mod:`jaxrvga.dynamics`).
+    (:mod:`jaxrvga.dynamics`). ``noise_var=None``: unknown and learned, the exact
+    normal-inverse-gamma filter (:mod:`jaxrvga.noise`; ``init(mean, cov, noise=(shape, rate))``).
 
     ``x`` is a row (d,) with scalar ``y`` or a matrix ``H`` (m, d) with ``y`` (m,).
     """

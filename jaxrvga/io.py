@@ -155,6 +155,22 @@ def _check_info_and_step(state, batch):
               f"{f} must be an array of dtype {dtype}, got {type(x).__name__} {getattr(x, 'dtype', '')}")
         _need(_shape(x) == batch, f"{f} has shape {_shape(x)}, expected {batch}")
     _check_key(state.key, batch)
+    _check_noise(getattr(state, "noise", None), real, batch)
+
+
+def _check_noise(noise, dtype, batch):
+    """A learned noise variance's ``NoiseStats``: ``shape`` and ``rate`` arrays of the state's dtype
+    and batch shape, positive and finite (:mod:`jaxrvga.noise`); ``None`` for a known variance."""
+    from .core import NoiseStats
+
+    if noise is None:
+        return
+    _need(isinstance(noise, NoiseStats), f"noise must be a NoiseStats, got {type(noise).__name__}")
+    for f in ("shape", "rate"):
+        x = getattr(noise, f)
+        _need(_is_array(x) and _dtype_of(x) == dtype and _shape(x) == batch,
+              f"noise.{f} must be an array of dtype {dtype} and shape {batch}")
+        _positive(f"noise.{f}", x)
 
 
 def _values(x):
@@ -279,6 +295,22 @@ def _check_diagonal(st):
     _positive("psi", st.psi)
 
 
+def _check_average(st):
+    """``AverageState``: ``log_weight`` (K,) floating, not NaN and not +inf (-inf: a member of weight
+    0), one per member of the stacked ``members`` (each checked by its own class), ``step`` and
+    ``info`` scalars."""
+    _floating("log_weight", st.log_weight)
+    K = _shape(st.log_weight)
+    lw = _values(st.log_weight)
+    _need(len(K) == 1 and not np.any(np.isnan(lw)) and not np.any(lw == np.inf),
+          f"log_weight must be a vector without NaN or +inf, got shape {K}")
+    sizes = {_shape(a)[:1] for a in jax.tree_util.tree_leaves(st.members)}
+    _need(sizes == {K}, f"members must be stacked along a leading axis of {K[0]} (one per weight)")
+    _check_solver_info(st.info)
+    _need(_is_array(st.step) and _shape(st.step) == () and _dtype_of(st.step) == np.dtype(np.int32),
+          "step must be an int32 scalar")
+
+
 def _check_fa_state(st):
     _floating("W", st.W)
     _floating("psi", st.psi)
@@ -302,10 +334,11 @@ def _registry() -> dict:
     """The registry, with the library's own states added on first use (imports are local: the
     state modules import this one's package)."""
     if not _REGISTRY:
-        from . import batch, core, dual, factor_analysis, klprox, online_em
+        from . import average, batch, core, dual, factor_analysis, klprox, online_em
 
         gmm = _check_vectors("weights", "means", "variances")
-        entries = [(core.SolverInfo, _check_solver_info), (core.GaussianState, _check_gaussian),
+        entries = [(core.SolverInfo, _check_solver_info), (core.NoiseStats, None), (core.GaussianState, _check_gaussian),
+                   (average.AverageState, _check_average),
                    (core.LowRankState, _check_lowrank), (core.DiagonalState, _check_diagonal),
                    (factor_analysis.FAState, _check_fa_state),
                    (online_em.GMMParams, gmm), (online_em.GMMStats, _check_vectors("s0", "s1", "s2")),

@@ -33,6 +33,7 @@ class _FamilyFields(NamedTuple):
     check_y: Callable
     fisher_root: Optional[Callable] = None
     fixed_variance: bool = False
+    learned_noise: bool = False
 
 
 class Family(_FamilyFields):
@@ -55,6 +56,9 @@ class Family(_FamilyFields):
     * ``fixed_variance``: ``Var(y | eta)`` does not depend on ``eta`` (a Gaussian of known
       variance). The ``moment_ekf`` scheme's jitter, which guards outputs whose variance collapses
       as they saturate, then does not apply: the scheme is the EKF on such a family.
+    * ``learned_noise``: a Gaussian whose variance ``s2`` is unknown and learned by the filter
+      (:mod:`jaxrvga.noise`, :func:`gaussian` with ``None``): the callables are those of ``s2 = 1``,
+      the unit in which the state's covariance is kept.
     * ``check_y(name, y) -> y`` raises ``ValueError`` naming ``name`` on impossible values. It sees
       concrete or traced ``y`` and checks values only where they are concrete.
 
@@ -66,10 +70,12 @@ class Family(_FamilyFields):
 
     __slots__ = ()
 
-    def __new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root=None, fixed_variance=False):
+    def __new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root=None, fixed_variance=False,
+                learned_noise=False):
         if fisher_root is None:
             fisher_root = _DiagonalRoot(fisher)
-        return super().__new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root, bool(fixed_variance))
+        return super().__new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root, bool(fixed_variance),
+                               bool(learned_noise))
 
     @property
     def root_diagonal(self) -> Optional[Callable]:
@@ -121,9 +127,15 @@ def _any_y(name, y):
 
 
 def gaussian(noise_var=1.0) -> Family:
-    """Gaussian output ``y ~ N(eta, noise_var)`` (identity link)."""
-    check_positive("noise_var", noise_var)
-    nv = noise_var
+    """Gaussian output ``y ~ N(eta, noise_var)`` (identity link).
+
+    ``noise_var=None``: the variance ``s2`` is unknown and learned as the data arrive, with the
+    conjugate normal-inverse-gamma belief of :mod:`jaxrvga.noise` (the filter's ``init`` takes
+    ``noise=(shape, rate)``); the family's callables are then those of ``s2 = 1``.
+    """
+    learned = noise_var is None
+    nv = 1.0 if learned else noise_var
+    check_positive("noise_var", nv)
     return Family(
         name="gaussian",
         log_prob=Bound(_gaussian_log_prob, nv),
@@ -132,6 +144,7 @@ def gaussian(noise_var=1.0) -> Family:
         fisher=Bound(_gaussian_fisher, nv),
         check_y=_any_y,
         fixed_variance=True,
+        learned_noise=learned,
     )
 
 
@@ -264,7 +277,7 @@ class Model(NamedTuple):
     family: Family
     predict: Callable  # (theta, x) -> eta, scalar for GLMs, scalar or vector otherwise
     moments: Optional[Callable]  # (m, v, y) -> (E[l'], E[l''])  (GLMs only)
-    noise_var: Optional[object] = None  # linear-Gaussian only
+    noise_var: Optional[object] = None  # linear-Gaussian only (1, the unit of s2, where it is learned)
     expected_log_lik: Optional[Callable] = None  # (m, v, y) -> E_{eta ~ N(m, v)}[log p(y | eta)]  (GLMs)
     per_input: Optional[Callable] = None  # (theta, x_i) -> eta_i, the predictor of one input (minibatch)
 
@@ -324,10 +337,13 @@ def _linear_gaussian_expected(noise_var, m, v, y):
 def linear_gaussian(noise_var=1.0) -> Model:
     """``y = x^T theta + eps``, ``eps ~ N(0, noise_var)``; R-VGA is then the Kalman filter ([RVGA] Thm 2).
 
-    ``noise_var`` may be a traced array, so it can be vmapped over.
+    ``noise_var`` may be a traced array, so it can be vmapped over. ``None``: unknown and learned
+    (:func:`gaussian`; the filter is then the exact normal-inverse-gamma one of :mod:`jaxrvga.noise`).
     """
-    return Model("linear_gaussian", gaussian(noise_var), _linear_predict, Bound(_linear_gaussian_moments, noise_var),
-                 noise_var, Bound(_linear_gaussian_expected, noise_var))
+    family = gaussian(noise_var)
+    nv = 1.0 if noise_var is None else noise_var
+    return Model("linear_gaussian", family, _linear_predict, Bound(_linear_gaussian_moments, nv),
+                 nv, Bound(_linear_gaussian_expected, nv))
 
 
 def _logistic_moments(m, v, y):

@@ -13,6 +13,11 @@ Poisson, Gaussian, categorical by the pairwise inverse probit of :func:`jaxrvga.
 and by Gauss-Hermite quadrature for other families. Given a PRNG ``key`` every expectation is
 instead a Monte Carlo average over exact samples of ``q`` (low-rank beliefs sample by
 Proposition 1, corrected, :func:`jaxrvga.lowrank.sample`), exact as ``num_samples`` grows.
+
+A state whose model learns its noise variance (``noise`` statistics, :mod:`jaxrvga.noise`) is the
+belief ``theta | s2 ~ N(mean, s2 P)``, ``s2 ~ InvGamma(a, b)``: its variances are those of ``P``
+times ``E[s2] = b / (a - 1)`` and its log predictive is the Student-t of
+:func:`jaxrvga.noise.log_student_t` (exact for a linear predictor); Monte Carlo draws ``s2`` too.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from . import beliefs, models, special
+from . import average, beliefs, models, noise, special
 from .filters import check_observation
 from .validation import check_float_array, check_key, positive_int
 
@@ -86,8 +91,18 @@ def _linearised(model, belief, st, X, full=None):
     return jax.vmap(one)(X)
 
 
-def _monte_carlo(model, belief, st, X, key, num, noise: bool):
-    thetas = belief.sample(st, key, num)
+def _draws(belief, st, stats, key, num):
+    """``(thetas (num, d), s2 (num,) or None)``: exact draws of the belief; where it has the
+    statistics ``stats`` of a learned noise variance, ``s2 ~ InvGamma`` and ``theta | s2 ~ N(mean, s2 P)``."""
+    if stats is None:
+        return belief.sample(st, key, num), None
+    k_theta, k_s2 = jax.random.split(key)
+    s2 = noise.sample_variance(stats, k_s2, num)
+    return st.mean + jnp.sqrt(s2)[:, None] * (belief.sample(st, k_theta, num) - st.mean), s2
+
+
+def _monte_carlo(model, belief, st, stats, X, key, num, noise: bool):
+    thetas, s2 = _draws(belief, st, stats, key, num)
     if model.is_glm:
         eta = thetas @ X.T
     else:
@@ -96,8 +111,24 @@ def _monte_carlo(model, belief, st, X, key, num, noise: bool):
     mean = jnp.mean(f, axis=0)
     var = jnp.mean((f - mean) ** 2, axis=0)
     if noise:
-        var = var + jnp.mean(_component_variance(model.family, eta), axis=0)
+        v = _component_variance(model.family, eta)
+        var = var + jnp.mean(v if s2 is None else s2.reshape((-1,) + (1,) * (v.ndim - 1)) * v, axis=0)
     return Predictive(mean, var)
+
+
+def _noise_stats(state, model):
+    """The state's statistics of a learned noise variance, checked against ``model``: ``None`` for a
+    model of known variance; ``ValueError`` where the two disagree."""
+    stats = getattr(state, "noise", None)
+    if model.family.learned_noise != (stats is not None):
+        raise ValueError("state.noise: a model that learns its noise variance (noise_var=None) needs a state with "
+                         "its statistics (from that model's filter), and only it")
+    return None if stats is None else noise.NoiseStats(*stats)
+
+
+def _scaled(out: Predictive, stats) -> Predictive:
+    """The moments of a belief in units of ``s2`` scaled by ``E[s2]`` (module docstring)."""
+    return out if stats is None else Predictive(out.mean, noise.expected_variance(stats) * out.var)
 
 
 def predictive(state, X, model: models.Model | None = None, *, key=None, num_samples: int = 4096,
@@ -106,7 +137,8 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
 
     Args:
       state: a dense state or :class:`jaxrvga.LaplaceResult` (``mean``, ``cov``) or a low-rank state
-        (``mean``, ``W``, ``psi``).
+        (``mean``, ``W``, ``psi``), or a :func:`~jaxrvga.model_average` state (the mixture of its
+        members' predictives: :func:`jaxrvga.average.mixture_moments`).
       X: for a GLM (logistic, linear-Gaussian, Poisson, ``glm``) one input (d,) or a batch (n, d);
         for a nonlinear model a batch: a pytree whose leaves share a leading axis n.
       model: the observation model; ``None`` is the logistic model. A
@@ -127,21 +159,26 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
     model = models.logistic() if model is None else model
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
+    if isinstance(state, average.AverageState):  # the mixture of the members' predictives
+        each = jax.vmap(lambda m: predictive(m, X, model, key=key, num_samples=num_samples,
+                                             observation_noise=observation_noise))(state.members)
+        return Predictive(*average.mixture_moments(average.weights(state), each.mean, each.var))
     if model.per_input is not None:  # X is a batch of inputs already
         model = model._replace(predict=model.per_input, per_input=None)
     belief, st = beliefs.of_state(state)  # the predictions ask the belief
+    stats = _noise_stats(state, model)
     d = st.mean.shape[0]
     if model.is_glm:
         X = check_float_array("X", X)
         if X.ndim not in (1, 2) or X.shape[-1] != d:
             raise ValueError(f"X must have shape ({d},) or (n, {d}) to match the state, got {X.shape}")
     if key is not None:
-        return _monte_carlo(model, belief, st, X, check_key(key), positive_int("num_samples", num_samples),
+        return _monte_carlo(model, belief, st, stats, X, check_key(key), positive_int("num_samples", num_samples),
                             observation_noise)
     if model.is_glm:
-        return _gaussian_moments(model.family, *belief.marginal(st, X), observation_noise)
+        return _scaled(_gaussian_moments(model.family, *belief.marginal(st, X), observation_noise), stats)
     m, v = _linearised(model, belief, st, X)
-    out = _gaussian_moments(model.family, m, v, observation_noise)
+    out = _scaled(_gaussian_moments(model.family, m, v, observation_noise), stats)
     x0 = jax.tree_util.tree_map(lambda a: a[0], X)
     if jax.eval_shape(model.predict, st.mean, x0).shape == ():  # scalar predictor: (n,)
         return Predictive(out.mean[:, 0], out.var[:, 0])
@@ -177,10 +214,14 @@ def _log_density_given_eta(family, y, m, V, num_points: int):
     return jnp.sum(_quadrature_log_density(family, jnp.reshape(y, m.shape), m, v, num_points))
 
 
-def _log_density_monte_carlo(model, belief, st, x, y, key, num):
-    """``log mean_s p(y | theta_s, x)`` over ``num`` exact samples of the belief."""
-    thetas = belief.sample(st, key, num)
-    log_lik = jax.vmap(lambda theta: model.log_lik(theta, x, y))(thetas)
+def _log_density_monte_carlo(model, belief, st, stats, x, y, key, num):
+    """``log mean_s p(y | theta_s, x)`` over ``num`` exact samples of the belief (and of ``s2``, the
+    Gaussian's variance, where it is learned)."""
+    thetas, s2 = _draws(belief, st, stats, key, num)
+    if s2 is None:
+        log_lik = jax.vmap(lambda theta: model.log_lik(theta, x, y))(thetas)
+    else:
+        log_lik = jax.vmap(lambda theta, v: jnp.sum(models.gaussian(v).log_prob(y, model.predict(theta, x))))(thetas, s2)
     return jax.scipy.special.logsumexp(log_lik) - jnp.log(jnp.asarray(num, log_lik.dtype))
 
 
@@ -193,13 +234,15 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
     set is the log evidence (:func:`jaxrvga.log_evidence`).
 
     Args:
-      state: a dense or low-rank state (as :func:`predictive`).
+      state: a dense or low-rank state, or a model average's (the log of the weighted mixture of its
+        members' predictive densities), as :func:`predictive`.
       x, y: one observation as the filters take it: a GLM row (d,) with a scalar ``y`` or a
         minibatch (m, d) with ``y`` (m,); a nonlinear model's input with ``y`` of its output's
         shape; a :func:`~jaxrvga.models.minibatch` model's batch.
       model: the observation model (``None``: logistic).
       key: ``None`` for the deterministic forms: the linear-Gaussian model is exact (the joint
-        ``N(y | X mu, X P X^T + s2 I)`` of a minibatch); other GLMs integrate ``p(y | eta)`` over
+        ``N(y | X mu, X P X^T + s2 I)`` of a minibatch; with a learned noise variance the
+        Student-t of :func:`jaxrvga.noise.log_student_t`, a nonlinear predictor's linearised); other GLMs integrate ``p(y | eta)`` over
         ``eta = x^T theta ~ N(x^T mu, x^T P x)`` by Gauss-Hermite quadrature with ``num_points``
         nodes (exact as it grows, for one observation; a minibatch's rows are taken as
         independent given the belief); a nonlinear predictor is linearised at the mean
@@ -215,11 +258,18 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
     model = models.logistic() if model is None else model
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
+    if isinstance(state, average.AverageState):  # log sum_k w_k p_k(y | x)
+        each = jax.vmap(lambda m: log_predictive(m, x, y, model, key=key, num_samples=num_samples,
+                                                 num_points=num_points))(state.members)
+        return average.mixture_log_density(state.log_weight, each)
     belief, st = beliefs.of_state(state)
+    stats = _noise_stats(state, model)
     x, y = check_observation(st, x, y, model)  # the filters' own check of an observation
     if key is not None:
-        return _log_density_monte_carlo(model, belief, st, x, y, check_key(key),
+        return _log_density_monte_carlo(model, belief, st, stats, x, y, check_key(key),
                                         positive_int("num_samples", num_samples))
+    if stats is not None:  # the Student-t of a learned noise variance, jointly over a minibatch
+        return noise.log_student_t(stats, *noise.residual(model, belief, st, x, y))
     num_points = special.check_num_points(num_points)
     family = model.family
     if model.is_glm:

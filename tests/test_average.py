@@ -1,0 +1,114 @@
+"""jr.model_average: members weighted by their evidence, against the members run alone."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.scipy.special import logsumexp
+
+import jaxrvga as jr
+
+D = 3
+PRIORS = jnp.array([0.1, 1.0, 10.0])
+
+
+def _data(n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, D))
+    return X, X @ np.array([1.0, -2.0, 0.5]) + 0.5 * rng.normal(size=n)
+
+
+def _members(flt, priors=PRIORS):
+    return jax.vmap(lambda v: flt.init(jnp.zeros(D), v * jnp.eye(D)))(priors)
+
+
+def _alone(flt, priors, xs, ys):
+    """Each member run alone: its final state and its log evidence."""
+    ev = [jr.log_evidence(flt, flt.init(jnp.zeros(D), v * jnp.eye(D)), xs, ys) for v in priors]
+    finals = [jr.run(flt, flt.init(jnp.zeros(D), v * jnp.eye(D)), xs, ys)[0] for v in priors]
+    return finals, jnp.array(ev)
+
+
+@pytest.mark.parametrize("flt", [jr.kalman(0.25), jr.kalman(None)], ids=["known-noise", "learned-noise"])
+def test_weights_are_the_members_evidence(flt):
+    """After a run, ``log_weight`` is each member's log evidence run alone; the members are the
+    members run alone; the average's log predictive is ``logsumexp(ev + lp) - logsumexp(ev)``; its
+    own log evidence is ``logsumexp(ev) - log K``."""
+    X, y = _data()
+    avg = jr.model_average(flt)
+    s0 = avg.init(_members(flt))
+    out, _ = jr.run(avg, s0, X[:-1], y[:-1])
+    finals, ev = _alone(flt, PRIORS, X[:-1], y[:-1])
+    np.testing.assert_allclose(out.log_weight, ev, rtol=1e-10)
+    for k, final in enumerate(finals):
+        np.testing.assert_allclose(out.members.mean[k], final.mean, atol=1e-10)
+    lp = jnp.array([jr.log_predictive(f, X[-1], y[-1], flt.model) for f in finals])
+    np.testing.assert_allclose(jr.log_predictive(out, X[-1], y[-1], flt.model), logsumexp(ev + lp) - logsumexp(ev),
+                               rtol=1e-10)
+    np.testing.assert_allclose(jr.log_evidence(avg, s0, X[:-1], y[:-1]), logsumexp(ev) - np.log(3), rtol=1e-10)
+    assert bool(out.info.converged) and int(out.step) == len(y) - 1
+
+
+def test_predictive_is_the_weighted_mixture():
+    """``jr.predictive`` of the average: ``sum w_k m_k`` and the total variance ``sum w_k (v_k + (m_k - m)^2)``."""
+    flt = jr.kalman(0.25)
+    X, y = _data()
+    out, _ = jr.run(jr.model_average(flt), jr.model_average(flt).init(_members(flt)), X, y)
+    w = jr.average.weights(out)
+    np.testing.assert_allclose(jnp.sum(w), 1.0, rtol=1e-12)
+    each = [jr.predictive(jax.tree_util.tree_map(lambda a: a[k], out.members), X[:4], flt.model,
+                          observation_noise=True) for k in range(3)]
+    m = sum(w[k] * each[k].mean for k in range(3))
+    v = sum(w[k] * (each[k].var + (each[k].mean - m) ** 2) for k in range(3))
+    got = jr.predictive(out, X[:4], flt.model, observation_noise=True)
+    np.testing.assert_allclose(got.mean, m, rtol=1e-12)
+    np.testing.assert_allclose(got.var, v, rtol=1e-12)
+
+
+def test_log_prior_weights():
+    """``log_prior`` shifts every weight: ``log_weight = log_prior + log evidence``."""
+    flt = jr.kalman(0.25)
+    X, y = _data(n=5)
+    avg = jr.model_average(flt)
+    prior = jnp.log(jnp.array([0.5, 0.3, 0.2]))
+    a, _ = jr.run(avg, avg.init(_members(flt), prior), X, y)
+    b, _ = jr.run(avg, avg.init(_members(flt)), X, y)
+    np.testing.assert_allclose(a.log_weight - b.log_weight, prior, rtol=1e-10)
+
+
+def test_low_rank_network_members_and_io(tmp_path):
+    """A nonlinear model on low-rank members (float32) runs, stays finite, round-trips through jr.io."""
+    def h(theta, x):
+        return jnp.tanh(x @ theta[:D]) * theta[D]
+
+    model = jr.models.nonlinear(h, jr.models.gaussian(0.3))
+    flt = jr.lrvga(model, rank=2)
+    f32 = jnp.float32
+    members = jax.vmap(lambda v: flt.init(jnp.full(D + 1, 0.5, f32), jnp.zeros((D + 1, 2), f32),
+                                          jnp.full(D + 1, 1.0, f32) / v))(PRIORS.astype(f32))
+    X, y = _data(n=20)
+    avg = jr.model_average(flt)
+    out, _ = jr.run(avg, avg.init(members), jnp.asarray(X, f32), jnp.asarray(y, f32))
+    assert out.log_weight.dtype == f32 and bool(jnp.all(jnp.isfinite(out.log_weight)))
+    jr.io.save(tmp_path / "avg.npz", out)
+    back = jr.io.load(tmp_path / "avg.npz")
+    np.testing.assert_array_equal(back.log_weight, out.log_weight)
+    np.testing.assert_array_equal(back.members.W, out.members.W)
+
+
+def test_non_finite_data_keep_the_weights():
+    flt = jr.kalman(0.25)
+    avg = jr.model_average(flt)
+    s0 = avg.init(_members(flt))
+    out = avg.update(s0, jnp.ones(D), jnp.nan)
+    np.testing.assert_array_equal(out.log_weight, s0.log_weight)
+    assert not bool(out.info.converged)
+
+
+def test_bad_arguments():
+    flt = jr.kalman(0.25)
+    with pytest.raises(ValueError, match="members"):
+        jr.model_average(flt).init(flt.init(jnp.zeros(D), jnp.eye(D)))
+    with pytest.raises(ValueError, match="log_prior"):
+        jr.model_average(flt).init(_members(flt), jnp.zeros(2))
+    with pytest.raises(ValueError, match="observation model"):
+        jr.model_average(flt._replace(model=None))
