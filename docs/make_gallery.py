@@ -41,6 +41,7 @@ SIZES = {
     "drifting_stream": dict(T=2000),
     "empirical_bayes": dict(),
     "ekf_calibration": dict(num_train=600, num_test=597, hidden=16, num_samples=256),
+    "tuning_free": dict(),
 }
 
 
@@ -241,6 +242,24 @@ def fig_ekf_calibration(out):
     a.set(ylabel="MC logit variance / c J P J^T", title="dispersion through the network")
     b.set(ylabel="ECE", title="ECE of the Monte-Carlo predictive")
     a.legend(fontsize=8)
+    return fig
+
+
+def fig_tuning_free(out):
+    from examples.tuning_free import PRIOR_VARIANCES
+
+    t = out["tuning_free"]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8.0, 3.3))
+    steps = np.arange(1, len(t["noise_var_trace"]) + 1)
+    for k, v in enumerate(PRIOR_VARIANCES):
+        if t["weight_trace"][:, k].max() > 0.05:
+            a.plot(steps, t["weight_trace"][:, k], label=f"prior variance {v:.2g}")
+    a.set(xlabel="observations", ylabel="weight (posterior probability)", title="members weighted by their evidence")
+    a.legend(fontsize=7)
+    b.plot(steps, t["noise_var_trace"], label="E[s2], learned (heaviest member)")
+    b.axhline(out["empirical_bayes"]["noise_var"], color="k", ls=":", label="fitted by empirical Bayes")
+    b.set(xlabel="observations", ylabel="noise variance", yscale="log", title="the noise variance learned")
+    b.legend(fontsize=7)
     return fig
 
 

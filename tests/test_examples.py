@@ -125,3 +125,16 @@ def test_ekf_calibration():
     assert ekf[1.0]["var_ratio"] > 1.2 and ekf[1.0]["var_ratio"] > ekf[0.1]["var_ratio"] + 0.2
     assert ekf[1.0]["var_ratio"] > out["sampled"][1.0]["var_ratio"] + 0.2
     assert ekf[1.0]["ece_network"] > ekf[1.0]["ece_linear"]
+
+
+def test_tuning_free():
+    """One pass with the noise learned and the prior averaged scores the held-out points as well as
+    the variances empirical Bayes fitted on the whole training set (within 0.01 nats per point), and
+    better than the default variances; the learned noise variance is the fitted one within 10 %."""
+    from examples import tuning_free
+    out = tuning_free.main(verbose=False)
+    t, eb = out["tuning_free"], out["empirical_bayes"]
+    assert t["test_log_predictive"] > eb["test_log_predictive"] - 0.01
+    assert t["test_log_predictive"] > out["default"]["test_log_predictive"] + 0.05
+    assert abs(t["noise_var"] / eb["noise_var"] - 1.0) < 0.1
+    np.testing.assert_allclose(np.sum(t["weights"]), 1.0, rtol=1e-5)

@@ -1,0 +1,92 @@
+"""Nothing to tune: the noise variance learned, the prior variance averaged by its evidence.
+
+``python -m examples.tuning_free``. Bayesian linear regression on sklearn's diabetes data (the
+split of ``examples.empirical_bayes``) in one pass, with no hyper-parameter set by hand or fitted:
+
+* the noise variance is unknown and learned as the data arrive (``jr.kalman(None)``: the
+  normal-inverse-gamma filter, its predictive a Student-t), from the weak default prior
+  ``noise=(1, 1)``;
+* the prior variance is averaged over a fixed grid ``10^-3 .. 10^2`` by ``jr.model_average``:
+  each member's weight is its evidence, accumulated one observation at a time.
+
+The held-out log predictive per point and the RMSE are compared with the filter whose two
+variances empirical Bayes fitted beforehand by L-BFGS on the whole training set
+(``examples.empirical_bayes``), and with the default ``s0 = s2 = 1``.
+"""
+from __future__ import annotations
+
+import argparse
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxrvga as jr
+from examples import empirical_bayes
+
+#: The grid of prior variances the average runs over (a documented default, not a fitted value).
+PRIOR_VARIANCES = 10.0 ** np.arange(-3.0, 2.5, 0.5)
+
+
+def averaged_filter(dim: int):
+    """The model average of learned-noise Kalman filters, one per prior variance of the grid, and its
+    initial state."""
+    flt = jr.kalman(None)
+    avg = jr.model_average(flt)
+    members = jax.vmap(lambda v: flt.init(jnp.zeros(dim), v * jnp.eye(dim)))(jnp.asarray(PRIOR_VARIANCES, jnp.float32))
+    return avg, avg.init(members)
+
+
+def run(X, y):
+    """One pass: the final state and, per step, the members' weights and the noise variance's
+    posterior mean ``E[s2]`` of the heaviest member."""
+    avg, state = averaged_filter(X.shape[1])
+
+    def trace(st, x, t):
+        w = jr.average.weights(st)
+        return w, jr.noise.expected_variance(jax.tree_util.tree_map(lambda a: a[jnp.argmax(w)], st.members.noise))
+
+    return jr.run(avg, state, X, y, trace)
+
+
+def scores(state, model, X_test, y_test):
+    """Held-out mean log predictive and RMSE of the predictive mean."""
+    log_pred = jax.vmap(lambda x, t: jr.log_predictive(state, x, t, model))(X_test, y_test)
+    mean = jr.predictive(state, X_test, model).mean
+    return float(jnp.mean(log_pred)), float(jnp.sqrt(jnp.mean((mean - y_test) ** 2)))
+
+
+def main(num_test: int = 100, verbose: bool = True) -> dict:
+    """Run the averaged learned-noise filter, score it, and score the empirical-Bayes filters."""
+    X, y, X_test, y_test = empirical_bayes.data(num_test)
+    state, (w, s2) = run(X, y)
+    log_pred, rmse = scores(state, jr.models.linear_gaussian(None), X_test, y_test)
+    fitted = empirical_bayes.fit(X, y)
+    out = {"tuning_free": {"test_log_predictive": log_pred, "test_rmse": rmse,
+                           "weights": np.asarray(w[-1]), "noise_var": float(s2[-1]),
+                           "weight_trace": np.asarray(w), "noise_var_trace": np.asarray(s2)}}
+    for name, params in (("default", jnp.zeros(2)), ("empirical_bayes", fitted)):
+        lp, r = empirical_bayes.held_out(params, X, y, X_test, y_test)
+        out[name] = {"test_log_predictive": lp, "test_rmse": r, "prior_var": float(jnp.exp(params[0])),
+                     "noise_var": float(jnp.exp(params[1]))}
+    if verbose:
+        print(f"diabetes, {len(y)} training points (one pass), {len(y_test)} held out")
+        print("                            held-out log p  RMSE    prior var  noise var")
+        t = out["tuning_free"]
+        best = PRIOR_VARIANCES[int(np.argmax(t["weights"]))]
+        print(f"  averaged, noise learned    {t['test_log_predictive']:14.4f}  {t['test_rmse']:.4f}  "
+              f"{best:9.4f}* {t['noise_var']:9.4f}")
+        for name in ("empirical_bayes", "default"):
+            r = out[name]
+            print(f"  {name:<26} {r['test_log_predictive']:14.4f}  {r['test_rmse']:.4f}  {r['prior_var']:9.4f}  "
+                  f"{r['noise_var']:9.4f}")
+        print("  * the heaviest member's prior variance (weight "
+              f"{float(np.max(t['weights'])):.2f}) and its E[s2]")
+    return out
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--num-test", type=int, default=100)
+    a = parser.parse_args()
+    main(a.num_test)
