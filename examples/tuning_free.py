@@ -7,7 +7,9 @@ split of ``examples.empirical_bayes``) in one pass, with no hyper-parameter set 
   normal-inverse-gamma filter, its predictive a Student-t), from the weak default prior
   ``noise=(1, 1)``;
 * the prior variance is averaged over a fixed grid ``10^-3 .. 10^2`` by ``jr.model_average``:
-  each member's weight is its evidence, accumulated one observation at a time.
+  each member's weight is its evidence, accumulated one observation at a time (each member is
+  read through the default forecasters of ``jr.average.PREDICTIVE_SCALES``, from the plug-in to its
+  own predictive, weighted by their prequential scores in the same way).
 
 The held-out log predictive per point and the RMSE are compared with the filter whose two
 variances empirical Bayes fitted beforehand by L-BFGS on the whole training set
@@ -38,13 +40,16 @@ def averaged_filter(dim: int):
 
 
 def run(X, y):
-    """One pass: the final state and, per step, the members' weights and the noise variance's
-    posterior mean ``E[s2]`` of the heaviest member."""
+    """One pass: the final state and, per step, the members' weights (summed over their forecasters),
+    the forecasters' weights (summed over the members) and the noise variance's posterior mean
+    ``E[s2]`` of the heaviest member."""
     avg, state = averaged_filter(X.shape[1])
 
     def trace(st, x, t):
         w = jr.average.weights(st)
-        return w, jr.noise.expected_variance(jax.tree_util.tree_map(lambda a: a[jnp.argmax(w)], st.members.noise))
+        heaviest = jnp.argmax(w.sum(1))
+        s2 = jr.noise.expected_variance(jax.tree_util.tree_map(lambda a: a[heaviest], st.members.noise))
+        return w.sum(1), w.sum(0), s2
 
     return jr.run(avg, state, X, y, trace)
 
@@ -59,12 +64,13 @@ def scores(state, model, X_test, y_test):
 def main(num_test: int = 100, verbose: bool = True) -> dict:
     """Run the averaged learned-noise filter, score it, and score the empirical-Bayes filters."""
     X, y, X_test, y_test = empirical_bayes.data(num_test)
-    state, (w, s2) = run(X, y)
+    state, (w, w_scales, s2) = run(X, y)
     log_pred, rmse = scores(state, jr.models.linear_gaussian(None), X_test, y_test)
     fitted = empirical_bayes.fit(X, y)
     out = {"tuning_free": {"test_log_predictive": log_pred, "test_rmse": rmse,
-                           "weights": np.asarray(w[-1]), "noise_var": float(s2[-1]),
-                           "weight_trace": np.asarray(w), "noise_var_trace": np.asarray(s2)}}
+                           "weights": np.asarray(w[-1]), "scale_weights": np.asarray(w_scales[-1]),
+                           "noise_var": float(s2[-1]), "weight_trace": np.asarray(w),
+                           "noise_var_trace": np.asarray(s2)}}
     for name, params in (("default", jnp.zeros(2)), ("empirical_bayes", fitted)):
         lp, r = empirical_bayes.held_out(params, X, y, X_test, y_test)
         out[name] = {"test_log_predictive": lp, "test_rmse": r, "prior_var": float(jnp.exp(params[0])),
@@ -82,6 +88,8 @@ def main(num_test: int = 100, verbose: bool = True) -> dict:
                   f"{r['noise_var']:9.4f}")
         print("  * the heaviest member's prior variance (weight "
               f"{float(np.max(t['weights'])):.2f}) and its E[s2]")
+        print("  weights of the forecasters of covariance scale "
+              + ", ".join(f"{c:.3g}: {w:.2f}" for c, w in zip(jr.average.PREDICTIVE_SCALES, t["scale_weights"])))
     return out
 
 

@@ -8,9 +8,9 @@ and memory linear in the dimension.
 """
 from . import (average, batch, beliefs, blocks, data, dual, dynamics, evidence, factor_analysis, filters, implicit, io,
                klprox, lowrank, metrics, models, noise, online_em, schemes, sharding, special, validation)
-from .average import AverageState, model_average
+from .average import model_average
 from .batch import LaplaceResult, laplace
-from .core import (DiagonalState, Filter, GaussianState, LowRankState, NoiseStats, Prequential, SolverInfo, Step, prequential, run, scan,
+from .core import (DiagonalState, Filter, GaussianState, LowRankState, Prequential, SolverInfo, Step, prequential, run, scan,
                    step_fn, trace_info, trace_mean)
 from .evidence import log_evidence, trace_log_predictive
 from .filters import build, diag_rvga, ekf, kalman, lrvga, mirror_prox, qkf, rvga
@@ -21,6 +21,6 @@ __version__ = "0.1.0"
 __all__ = ["build", "Filter", "GaussianState", "LowRankState", "DiagonalState", "diag_rvga", "SolverInfo", "Step", "run", "scan", "step_fn",
            "trace_info", "trace_mean", "rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "predictive",
            "Predictive", "laplace", "LaplaceResult", "prequential", "Prequential", "log_predictive",
-           "trace_log_predictive", "log_evidence", "model_average", "AverageState", "NoiseStats",
+           "trace_log_predictive", "log_evidence", "model_average",
            "average", "batch", "beliefs", "blocks", "data", "dual", "dynamics", "evidence", "factor_analysis", "filters", "implicit", "io", "klprox",
            "lowrank", "metrics", "models", "noise", "online_em", "schemes", "sharding", "special", "validation"]

@@ -1,19 +1,31 @@
-r"""Hyper-parameters averaged by their evidence: a filter over a stacked set of members.
+r"""Hyper-parameters and predictives averaged by their evidence: a filter over a stacked set of members.
 
 :func:`model_average` turns a filter into one whose state holds ``K`` members, a state of that
 filter stacked along a leading axis (e.g. a grid of prior variances made with
-``jax.vmap(flt.init)``), one per hypothesis ``k``. Each observation updates every member and adds
-its one-step-ahead log predictive to the member's log weight,
+``jax.vmap(flt.init)``), one per hypothesis ``k``, each read through ``S`` forecasters: the
+predictive of the member's belief with its covariance times a scale ``c_s`` (``N(mean, c_s P)``;
+``c = 1`` the belief's own predictive, ``c = 0`` the plug-in ``p(y | theta = mean)``,
+:func:`jaxrvga.predictive`'s ``scale``). Each observation updates every member and adds each
+forecaster's one-step-ahead log predictive to its log weight,
 
 .. math::
 
-    \ell_k \leftarrow \ell_k + \log p_k(y_t \mid x_t, y_{1:t-1}),
+    \ell_{ks} \leftarrow \ell_{ks} + \log p_{ks}(y_t \mid x_t, y_{1:t-1}),
 
-so that after ``t`` observations ``\ell_k = \log \pi_k + \log p_k(y_{1:t})``, the log prior weight
-plus the member's log evidence (:func:`jaxrvga.log_evidence`), and ``w = softmax(\ell)`` is the
-posterior probability of each hypothesis. The predictive is the mixture
-``p(y | x) = sum_k w_k p_k(y | x)`` (:func:`jaxrvga.predictive`, :func:`jaxrvga.log_predictive`):
-Bayesian model averaging, with nothing chosen on a validation split.
+so that after ``t`` observations ``\ell_{ks} = \log \pi_{ks} + \log p_{ks}(y_{1:t})``, the log prior
+weight plus the forecaster's prequential log score: for ``c = 1`` the member's log evidence
+(:func:`jaxrvga.log_evidence`). ``w = softmax(\ell)`` is the posterior probability of each
+forecaster, and the predictive is the mixture ``p(y | x) = sum_ks w_ks p_ks(y | x)``
+(:func:`jaxrvga.predictive`, :func:`jaxrvga.log_predictive`): Bayesian model averaging over
+hypotheses and forecasters (Dawid's prequential principle), with nothing chosen on a validation
+split. Its cumulative log loss on the stream is at most that of the best single forecaster in
+hindsight plus ``log(K S)`` (uniform prior weights): the mixture cannot be much worse than its best
+member, and is better where the members complement each other.
+
+Why the scales: a limited-memory belief of a network keeps its prior variance in every direction
+the rank ``p`` could not keep, so its linearised predictive ``J P J^T`` is far too wide there
+(experiments/REPORT.md, "Uncertainty with nothing to tune"); which fraction of it to trust is
+decided by the stream itself, through the forecasters' prequential scores.
 """
 from __future__ import annotations
 
@@ -21,19 +33,27 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._values import Bound
 from .core import Filter, SolverInfo, solver_info
 
 
+#: The default covariance scales of the forecasters of each member: the plug-in (0), the belief's
+#: own predictive (1) and four between, a factor 4 apart.
+PREDICTIVE_SCALES = (0.0, 1.0 / 256, 1.0 / 64, 1.0 / 16, 1.0 / 4, 1.0)
+
+
 class AverageState(NamedTuple):
     """State of a :func:`model_average` filter: ``members``, a state of the member filter stacked
-    along a leading axis K; ``log_weight`` (K,), the log prior weight plus the log evidence of each
-    member so far; ``step`` and ``info`` (``converged``: every member's step converged and a weight
-    was updated)."""
+    along a leading axis K; ``log_weight`` (K, S), the log prior weight plus the prequential log
+    score of each forecaster (member ``k`` read with covariance scale ``scales[s]``) so far;
+    ``scales`` (S,); ``step`` and ``info`` (``converged``: every member's step converged and a
+    weight was updated)."""
 
     members: Any
     log_weight: jax.Array
+    scales: jax.Array
     step: jax.Array
     info: SolverInfo
 
@@ -46,15 +66,19 @@ def _num_members(members) -> int:
     return sizes.pop()
 
 
-def _init(flt: Filter, members, log_prior=None) -> AverageState:
-    """``AverageState`` of the stacked ``members`` with log prior weights ``log_prior`` (K,) (default 0:
-    uniform)."""
-    K = _num_members(members)
+def _init(flt: Filter, scales, members, log_prior=None) -> AverageState:
+    """``AverageState`` of the stacked ``members`` with log prior weights ``log_prior`` (K,) of the
+    members or (K, S) of the forecasters (default 0: uniform), the members' split evenly over their
+    forecasters."""
+    K, S = _num_members(members), len(scales)
     dtype = jnp.result_type(members.mean) if hasattr(members, "mean") else jnp.result_type(float)
     log_prior = jnp.zeros(K, dtype) if log_prior is None else jnp.asarray(log_prior, dtype)
-    if log_prior.shape != (K,):
-        raise ValueError(f"log_prior must have shape ({K},), one per member, got {log_prior.shape}")
-    return AverageState(members, log_prior, jnp.zeros((), jnp.int32), solver_info(dtype))
+    if log_prior.shape not in ((K,), (K, S)):
+        raise ValueError(f"log_prior must have shape ({K},), one per member, or ({K}, {S}), one per forecaster, "
+                         f"got {log_prior.shape}")
+    if log_prior.ndim == 1:
+        log_prior = jnp.broadcast_to(log_prior[:, None], (K, S)) - jnp.log(jnp.asarray(S, dtype))
+    return AverageState(members, log_prior, jnp.asarray(scales, dtype), jnp.zeros((), jnp.int32), solver_info(dtype))
 
 
 def _member_prior(flt: Filter, member):
@@ -63,13 +87,15 @@ def _member_prior(flt: Filter, member):
 
 
 def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageState:
-    """Every member updated, each log weight plus the member's one-step-ahead log predictive. A
-    member whose log predictive is not finite gets weight 0 (``-inf``); where no weight is finite
-    (non-finite data), the weights stay and the step is flagged."""
+    """Every member updated, each log weight plus its forecaster's one-step-ahead log predictive
+    (the member's Jacobian computed once for all its scales). A forecaster whose log predictive is
+    not finite gets weight 0 (``-inf``); where no weight is finite (non-finite data), the weights
+    stay and the step is flagged."""
     from .predictive import log_predictive
 
     def one(member):
-        lp = log_predictive(_member_prior(flt, member), x, y, flt.model, num_points=num_points)
+        prior = _member_prior(flt, member)
+        lp = jax.vmap(lambda c: log_predictive(prior, x, y, flt.model, num_points=num_points, scale=c))(state.scales)
         return flt.update(member, x, y), jnp.where(jnp.isnan(lp), -jnp.inf, lp)
 
     members, lp = jax.vmap(one)(state.members)
@@ -78,7 +104,7 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
     log_weight = jnp.where(ok, log_weight, state.log_weight)
     converged = ok & jnp.all(members.info.converged) if hasattr(members, "info") else ok
     info = state.info._replace(converged=converged)
-    return AverageState(members, log_weight, state.step + 1, info)
+    return state._replace(members=members, log_weight=log_weight, step=state.step + 1, info=info)
 
 
 def _predict(flt: Filter, state: AverageState) -> AverageState:
@@ -91,18 +117,22 @@ def _check(flt: Filter, state: AverageState, xs, ys):
     flt.check(jax.tree_util.tree_map(lambda a: a[0], state.members), xs, ys)
 
 
-def model_average(flt: Filter, *, num_points: int = 32) -> Filter:
-    """The Bayesian model average of the members of ``flt`` (module docstring).
+def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32) -> Filter:
+    """The Bayesian model average of the members of ``flt``, each read through the forecasters of
+    ``scales`` (module docstring; ``scales=(1.0,)``: the members' own predictives alone).
 
     ``init(members, log_prior=None)``: ``members`` a state of ``flt`` stacked along a leading axis
-    K (``jax.vmap(flt.init)(...)``), ``log_prior`` (K,) the log prior weights (default uniform).
-    ``update`` updates every member and adds its one-step-ahead log predictive
+    K (``jax.vmap(flt.init)(...)``; one filter: ``jax.tree_util.tree_map(lambda a: a[None], state)``),
+    ``log_prior`` the log prior weights, (K,) per member or (K, S) per forecaster (default uniform).
+    ``update`` updates every member and adds each forecaster's one-step-ahead log predictive
     (:func:`jaxrvga.log_predictive` of ``flt.model`` on the member's predicted belief, with
     ``num_points`` Gauss-Hermite nodes where it integrates numerically) to its log weight; after a
-    run ``state.log_weight - log_prior`` is each member's :func:`jaxrvga.log_evidence`.
-    :func:`jaxrvga.predictive` and :func:`jaxrvga.log_predictive` of the state are the weighted
-    mixture; :func:`weights` gives ``softmax(log_weight)``. It is a filter as any other:
-    :func:`jaxrvga.run`, traces, :mod:`jaxrvga.io`, ``jax.vmap``.
+    run, the column of scale 1 of ``state.log_weight - log_prior`` is each member's
+    :func:`jaxrvga.log_evidence`. :func:`jaxrvga.predictive` and :func:`jaxrvga.log_predictive` of
+    the state are the weighted mixture; :func:`weights` gives ``softmax(log_weight)``. It is a
+    filter as any other: :func:`jaxrvga.run`, traces, :mod:`jaxrvga.io`, ``jax.vmap``. Its cost
+    per observation: the members' updates plus one log predictive per member (a Jacobian and a
+    ``J P J^T``; the scales share them).
     """
     from .special import check_num_points
 
@@ -111,28 +141,51 @@ def model_average(flt: Filter, *, num_points: int = 32) -> Filter:
     if flt.model is None:
         raise ValueError("model_average needs a filter with an observation model (flt.model) to score its members")
     num_points = check_num_points(num_points)
+    scales = _check_scales(scales)
     check = None if flt.check is None else Bound(_check, flt)
     predict = None if flt.predict is None else Bound(_predict, flt)
-    return Filter(Bound(_init, flt), Bound(_update, flt, num_points), check, predict, flt.model)
+    return Filter(Bound(_init, flt, scales), Bound(_update, flt, num_points), check, predict, flt.model)
+
+
+def _check_scales(scales) -> tuple:
+    """A non-empty tuple of distinct finite floats ``>= 0``."""
+    try:
+        out = tuple(float(c) for c in scales)
+    except (TypeError, ValueError):
+        raise ValueError(f"scales must be a sequence of numbers >= 0, got {scales!r}") from None
+    if not out or len(set(out)) != len(out) or not all(np.isfinite(c) and c >= 0 for c in out):
+        raise ValueError(f"scales must be distinct finite numbers >= 0 (at least one), got {scales!r}")
+    return out
 
 
 def weights(state: AverageState) -> jax.Array:
-    """The posterior probabilities of the members, ``softmax(state.log_weight)`` (K,)."""
-    return jax.nn.softmax(state.log_weight)
+    """The posterior probabilities of the forecasters, ``softmax(state.log_weight)`` over all of them
+    (K, S); ``.sum(1)`` gives the members'."""
+    return jax.nn.softmax(state.log_weight.ravel()).reshape(state.log_weight.shape)
+
+
+def each_forecaster(state: AverageState, fn):
+    """``fn(member, scale)`` for every member and scale: outputs stacked along a leading axis of K S."""
+    out = jax.vmap(lambda m: jax.vmap(lambda c: fn(m, c))(state.scales))(state.members)
+    return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), out)
 
 
 def mixture_moments(w, mean, var):
     """Mean and variance of the mixture ``sum_k w_k`` of components with moments ``mean``, ``var``
-    (K, ...): ``sum_k w_k mean_k`` and ``sum_k w_k (var_k + (mean_k - mean)^2)`` (total variance)."""
+    (K, ...), ``w`` of any shape of K entries: ``sum_k w_k mean_k`` and ``sum_k w_k (var_k + (mean_k -
+    mean)^2)`` (total variance)."""
+    w = jnp.ravel(w)
     w = w.reshape(w.shape + (1,) * (jnp.ndim(mean) - 1))
     m = jnp.sum(w * mean, axis=0)
     return m, jnp.sum(w * (var + (mean - m) ** 2), axis=0)
 
 
 def mixture_log_density(log_weight, log_density):
-    """``log sum_k w_k p_k = logsumexp(l_k + log p_k) - logsumexp(l_k)``."""
+    """``log sum_k w_k p_k = logsumexp(l_k + log p_k) - logsumexp(l_k)`` (``l`` of any shape of K entries)."""
     lse = jax.scipy.special.logsumexp
+    log_weight = jnp.ravel(log_weight)
     return lse(log_weight + log_density) - lse(log_weight)
 
 
-__all__ = ["AverageState", "model_average", "weights", "mixture_moments", "mixture_log_density"]
+__all__ = ["AverageState", "PREDICTIVE_SCALES", "model_average", "weights", "each_forecaster", "mixture_moments",
+           "mixture_log_density"]

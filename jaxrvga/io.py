@@ -296,16 +296,19 @@ def _check_diagonal(st):
 
 
 def _check_average(st):
-    """``AverageState``: ``log_weight`` (K,) floating, not NaN and not +inf (-inf: a member of weight
-    0), one per member of the stacked ``members`` (each checked by its own class), ``step`` and
-    ``info`` scalars."""
+    """``AverageState``: ``log_weight`` (K, S) floating, not NaN and not +inf (-inf: a forecaster of
+    weight 0), ``scales`` (S,) finite and >= 0, K the leading axis of the stacked ``members`` (each
+    checked by its own class), ``step`` and ``info`` scalars."""
     _floating("log_weight", st.log_weight)
-    K = _shape(st.log_weight)
-    lw = _values(st.log_weight)
-    _need(len(K) == 1 and not np.any(np.isnan(lw)) and not np.any(lw == np.inf),
-          f"log_weight must be a vector without NaN or +inf, got shape {K}")
+    _floating("scales", st.scales)
+    KS = _shape(st.log_weight)
+    lw, sc = _values(st.log_weight), _values(st.scales)
+    _need(len(KS) == 2 and not np.any(np.isnan(lw)) and not np.any(lw == np.inf),
+          f"log_weight must be a (K, S) array without NaN or +inf, got shape {KS}")
+    _need(_shape(st.scales) == KS[1:] and np.all(np.isfinite(sc)) and np.all(sc >= 0),
+          f"scales must be {KS[1:]} finite values >= 0, one per column of log_weight")
     sizes = {_shape(a)[:1] for a in jax.tree_util.tree_leaves(st.members)}
-    _need(sizes == {K}, f"members must be stacked along a leading axis of {K[0]} (one per weight)")
+    _need(sizes == {KS[:1]}, f"members must be stacked along a leading axis of {KS[0]} (one per row of log_weight)")
     _check_solver_info(st.info)
     _need(_is_array(st.step) and _shape(st.step) == () and _dtype_of(st.step) == np.dtype(np.int32),
           "step must be an int32 scalar")

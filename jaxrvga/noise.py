@@ -57,8 +57,8 @@ def check_noise(noise, dtype) -> NoiseStats:
     return NoiseStats(*out)
 
 
-def residual(model, belief, state, x, y):
-    """``(r, S)``: the residual ``y - h(mu, x)`` (k,) and ``S = I + J P J^T`` (k, k) of one checked
+def residual(model, belief, state, x, y, scale=1.0):
+    """``(r, S)``: the residual ``y - h(mu, x)`` (k,) and ``S = I + scale J P J^T`` (k, k) of one checked
     observation (:func:`jaxrvga.filters.check_observation`; a GLM's ``x`` is (m, d))."""
     if model.is_glm:
         J, eta = x, x @ state.mean
@@ -68,7 +68,7 @@ def residual(model, belief, state, x, y):
 
         eta = eta_fn(state.mean)
         J = (jax.jacrev if eta.shape[0] <= state.mean.shape[0] else jax.jacfwd)(eta_fn)(state.mean)
-    S = belief.sandwich(state, J)
+    S = scale * belief.sandwich(state, J)
     return jnp.ravel(y) - eta, S + jnp.eye(S.shape[0], dtype=S.dtype)
 
 

@@ -25,10 +25,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import average, beliefs, models, noise, special
 from .filters import check_observation
-from .validation import check_float_array, check_key, positive_int
+from .validation import check_float_array, check_key, is_concrete, positive_int
 
 
 class Predictive(NamedTuple):
@@ -74,9 +75,9 @@ def _gaussian_moments(family, m, v, noise: bool):
     return Predictive(e1, var)
 
 
-def _linearised(model, belief, st, X, full=None):
-    """``(m, v)`` of ``eta = h(theta, x) ~ N(h(mean, x), J P J^T)`` for each leading-axis entry of ``X``;
-    ``v`` the diagonal, or the whole ``J P J^T`` where ``full`` (default: for a categorical family)."""
+def _linearised(model, belief, st, X, full=None, scale=1.0):
+    """``(m, v)`` of ``eta = h(theta, x) ~ N(h(mean, x), scale J P J^T)`` for each leading-axis entry of
+    ``X``; ``v`` the diagonal, or the whole matrix where ``full`` (default: for a categorical family)."""
     full = model.family.name == "categorical" if full is None else full
     d = st.mean.shape[0]
 
@@ -86,23 +87,27 @@ def _linearised(model, belief, st, X, full=None):
 
         m = eta_fn(st.mean)
         J = (jax.jacrev if m.shape[0] <= d else jax.jacfwd)(eta_fn)(st.mean)
-        return m, (belief.sandwich(st, J) if full else belief.marginal(st, J)[1])
+        return m, scale * (belief.sandwich(st, J) if full else belief.marginal(st, J)[1])
 
     return jax.vmap(one)(X)
 
 
-def _draws(belief, st, stats, key, num):
-    """``(thetas (num, d), s2 (num,) or None)``: exact draws of the belief; where it has the
-    statistics ``stats`` of a learned noise variance, ``s2 ~ InvGamma`` and ``theta | s2 ~ N(mean, s2 P)``."""
+def _draws(belief, st, stats, key, num, scale=1.0):
+    """``(thetas (num, d), s2 (num,) or None)``: exact draws of ``N(mean, scale P)``; where the belief has
+    the statistics ``stats`` of a learned noise variance, ``s2 ~ InvGamma`` and ``theta | s2 ~ N(mean,
+    s2 scale P)``."""
     if stats is None:
-        return belief.sample(st, key, num), None
-    k_theta, k_s2 = jax.random.split(key)
-    s2 = noise.sample_variance(stats, k_s2, num)
-    return st.mean + jnp.sqrt(s2)[:, None] * (belief.sample(st, k_theta, num) - st.mean), s2
+        k_theta, s2 = key, None
+        spread = jnp.sqrt(jnp.full((num, 1), scale, st.mean.dtype))
+    else:
+        k_theta, k_s2 = jax.random.split(key)
+        s2 = noise.sample_variance(stats, k_s2, num)
+        spread = jnp.sqrt(scale * s2)[:, None]
+    return st.mean + spread * (belief.sample(st, k_theta, num) - st.mean), s2
 
 
-def _monte_carlo(model, belief, st, stats, X, key, num, noise: bool):
-    thetas, s2 = _draws(belief, st, stats, key, num)
+def _monte_carlo(model, belief, st, stats, X, key, num, noise: bool, scale):
+    thetas, s2 = _draws(belief, st, stats, key, num, scale)
     if model.is_glm:
         eta = thetas @ X.T
     else:
@@ -132,7 +137,7 @@ def _scaled(out: Predictive, stats) -> Predictive:
 
 
 def predictive(state, X, model: models.Model | None = None, *, key=None, num_samples: int = 4096,
-               observation_noise: bool = False) -> Predictive:
+               observation_noise: bool = False, scale=1.0) -> Predictive:
     """Predictive mean and variance of ``y`` at inputs ``X`` under the belief ``state``.
 
     Args:
@@ -149,6 +154,9 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
         A PRNG key selects Monte Carlo over ``num_samples`` exact samples of the belief instead
         (the same samples for every input; ``var`` is the 1/S sample variance).
       observation_noise: add ``E_q[Var(y | theta, x)]`` to ``var`` (see :class:`Predictive`).
+      scale: the predictive of the belief with its covariance times ``scale >= 0`` (``N(mean, scale
+        P)``; 0 is the plug-in ``p(y | theta = mean)``): the forecasters that
+        :func:`jaxrvga.model_average` weighs by their prequential scores.
 
     Returns:
       :class:`Predictive` ``(mean, var)`` of shape (n,) (or () for one GLM input), or
@@ -159,9 +167,10 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
     model = models.logistic() if model is None else model
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
+    scale = _check_scale(scale)
     if isinstance(state, average.AverageState):  # the mixture of the members' predictives
-        each = jax.vmap(lambda m: predictive(m, X, model, key=key, num_samples=num_samples,
-                                             observation_noise=observation_noise))(state.members)
+        each = average.each_forecaster(state, lambda m, c: predictive(
+            m, X, model, key=key, num_samples=num_samples, observation_noise=observation_noise, scale=scale * c))
         return Predictive(*average.mixture_moments(average.weights(state), each.mean, each.var))
     if model.per_input is not None:  # X is a batch of inputs already
         model = model._replace(predict=model.per_input, per_input=None)
@@ -174,10 +183,11 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
             raise ValueError(f"X must have shape ({d},) or (n, {d}) to match the state, got {X.shape}")
     if key is not None:
         return _monte_carlo(model, belief, st, stats, X, check_key(key), positive_int("num_samples", num_samples),
-                            observation_noise)
+                            observation_noise, scale)
     if model.is_glm:
-        return _scaled(_gaussian_moments(model.family, *belief.marginal(st, X), observation_noise), stats)
-    m, v = _linearised(model, belief, st, X)
+        m, v = belief.marginal(st, X)
+        return _scaled(_gaussian_moments(model.family, m, scale * v, observation_noise), stats)
+    m, v = _linearised(model, belief, st, X, scale=scale)
     out = _scaled(_gaussian_moments(model.family, m, v, observation_noise), stats)
     x0 = jax.tree_util.tree_map(lambda a: a[0], X)
     if jax.eval_shape(model.predict, st.mean, x0).shape == ():  # scalar predictor: (n,)
@@ -214,10 +224,10 @@ def _log_density_given_eta(family, y, m, V, num_points: int):
     return jnp.sum(_quadrature_log_density(family, jnp.reshape(y, m.shape), m, v, num_points))
 
 
-def _log_density_monte_carlo(model, belief, st, stats, x, y, key, num):
+def _log_density_monte_carlo(model, belief, st, stats, x, y, key, num, scale):
     """``log mean_s p(y | theta_s, x)`` over ``num`` exact samples of the belief (and of ``s2``, the
     Gaussian's variance, where it is learned)."""
-    thetas, s2 = _draws(belief, st, stats, key, num)
+    thetas, s2 = _draws(belief, st, stats, key, num, scale)
     if s2 is None:
         log_lik = jax.vmap(lambda theta: model.log_lik(theta, x, y))(thetas)
     else:
@@ -226,7 +236,7 @@ def _log_density_monte_carlo(model, belief, st, stats, x, y, key, num):
 
 
 def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, num_samples: int = 1024,
-                   num_points: int = 32):
+                   num_points: int = 32, scale=1.0):
     """``log p(y | x) = log E_q[p(y | theta, x)]``: the log density of an observation under the belief.
 
     Evaluated on a filter's predicted belief before it absorbs ``(x, y)``, this is the
@@ -251,6 +261,7 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
         A PRNG key selects Monte Carlo instead: ``log mean_s p(y | theta_s, x)`` over
         ``num_samples`` exact samples of the belief, exact as ``num_samples`` grows (a biased,
         consistent estimate of the log).
+      scale: the log density under ``N(mean, scale P)`` (as :func:`predictive`; 0: the plug-in).
 
     Returns:
       A scalar, summed over a minibatch's observations.
@@ -258,29 +269,39 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
     model = models.logistic() if model is None else model
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
+    scale = _check_scale(scale)
     if isinstance(state, average.AverageState):  # log sum_k w_k p_k(y | x)
-        each = jax.vmap(lambda m: log_predictive(m, x, y, model, key=key, num_samples=num_samples,
-                                                 num_points=num_points))(state.members)
+        each = average.each_forecaster(state, lambda m, c: log_predictive(
+            m, x, y, model, key=key, num_samples=num_samples, num_points=num_points, scale=scale * c))
         return average.mixture_log_density(state.log_weight, each)
     belief, st = beliefs.of_state(state)
     stats = _noise_stats(state, model)
     x, y = check_observation(st, x, y, model)  # the filters' own check of an observation
     if key is not None:
         return _log_density_monte_carlo(model, belief, st, stats, x, y, check_key(key),
-                                        positive_int("num_samples", num_samples))
+                                        positive_int("num_samples", num_samples), scale)
     if stats is not None:  # the Student-t of a learned noise variance, jointly over a minibatch
-        return noise.log_student_t(stats, *noise.residual(model, belief, st, x, y))
+        return noise.log_student_t(stats, *noise.residual(model, belief, st, x, y, scale))
     num_points = special.check_num_points(num_points)
     family = model.family
     if model.is_glm:
         X = x
         m = X @ st.mean
         if family.name == "gaussian":
-            return _gaussian_log_density(y, m, belief.sandwich(st, X) + jnp.diag(family.variance(m)))
-        return jnp.sum(_quadrature_log_density(family, y, m, belief.marginal(st, X)[1], num_points))
+            return _gaussian_log_density(y, m, scale * belief.sandwich(st, X) + jnp.diag(family.variance(m)))
+        return jnp.sum(_quadrature_log_density(family, y, m, scale * belief.marginal(st, X)[1], num_points))
     if model.per_input is not None:  # a minibatch model: x is a batch already
         model = model._replace(predict=model.per_input, per_input=None)
     else:
         x, y = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], (x, y))
-    m, V = _linearised(model, belief, st, x, full=True)
+    m, V = _linearised(model, belief, st, x, full=True, scale=scale)
     return _log_density_given_eta(family, y, m, V, num_points)
+
+
+def _check_scale(scale):
+    """``scale >= 0`` and finite (checked where concrete; a traced one is taken as given)."""
+    if isinstance(scale, bool) or jnp.shape(scale) != ():
+        raise ValueError(f"scale must be a real scalar >= 0, got {scale!r}")
+    if is_concrete(scale) and not (np.isfinite(float(scale)) and float(scale) >= 0):
+        raise ValueError(f"scale must be finite and >= 0, got {scale!r}")
+    return scale

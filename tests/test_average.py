@@ -34,11 +34,11 @@ def test_weights_are_the_members_evidence(flt):
     members run alone; the average's log predictive is ``logsumexp(ev + lp) - logsumexp(ev)``; its
     own log evidence is ``logsumexp(ev) - log K``."""
     X, y = _data()
-    avg = jr.model_average(flt)
+    avg = jr.model_average(flt, scales=(1.0,))
     s0 = avg.init(_members(flt))
     out, _ = jr.run(avg, s0, X[:-1], y[:-1])
     finals, ev = _alone(flt, PRIORS, X[:-1], y[:-1])
-    np.testing.assert_allclose(out.log_weight, ev, rtol=1e-10)
+    np.testing.assert_allclose(out.log_weight[:, 0], ev, rtol=1e-10)
     for k, final in enumerate(finals):
         np.testing.assert_allclose(out.members.mean[k], final.mean, atol=1e-10)
     lp = jnp.array([jr.log_predictive(f, X[-1], y[-1], flt.model) for f in finals])
@@ -48,12 +48,48 @@ def test_weights_are_the_members_evidence(flt):
     assert bool(out.info.converged) and int(out.step) == len(y) - 1
 
 
+def test_forecasters_of_each_scale():
+    """With the default scales, the column of scale ``c`` is the prequential log score of the predictive
+    ``N(y | x^T m, c x^T P x + s2)`` of each member (minus log S, the prior weight split over the scales);
+    the column of scale 1 is the members' log evidence."""
+    flt = jr.kalman(0.25)
+    X, y = _data(n=12)
+    avg = jr.model_average(flt)
+    S = len(jr.average.PREDICTIVE_SCALES)
+    out, _ = jr.run(avg, avg.init(_members(flt)), X, y)
+    assert out.log_weight.shape == (3, S)
+    _, ev = _alone(flt, PRIORS, X, y)
+    np.testing.assert_allclose(out.log_weight[:, -1] + np.log(S), ev, rtol=1e-10)
+    for k, v in enumerate(PRIORS):
+        st = flt.init(jnp.zeros(D), v * jnp.eye(D))
+        score = 0.0
+        for x, t in zip(X, y):
+            m, P = np.asarray(st.mean), np.asarray(st.cov)
+            var = 0.25 + 0.25 * (x @ P @ x)  # the forecaster of scale 1/4
+            score += -0.5 * ((t - x @ m) ** 2 / var + np.log(2 * np.pi * var))
+            st = flt.update(st, x, t)
+        np.testing.assert_allclose(out.log_weight[k, S - 2] + np.log(S), score, rtol=1e-10)
+
+
+def test_scale_zero_is_the_plug_in():
+    """``scale=0`` is the plug-in ``p(y | theta = mean)``: the Bernoulli log likelihood at the mean."""
+    flt = jr.rvga(jr.models.logistic())
+    st = flt.init(jnp.array([0.5, -1.0, 2.0]), 3.0 * jnp.eye(D))
+    x = jnp.array([1.0, 0.2, 0.3])
+    eta = float(x @ st.mean)
+    np.testing.assert_allclose(jr.log_predictive(st, x, 1.0, scale=0.0), -np.log1p(np.exp(-eta)), rtol=1e-12)
+    np.testing.assert_allclose(jr.predictive(st, x, scale=0.0).mean, 1 / (1 + np.exp(-eta)), rtol=1e-12)
+    with pytest.raises(ValueError, match="scale"):
+        jr.log_predictive(st, x, 1.0, scale=-1.0)
+
+
 def test_predictive_is_the_weighted_mixture():
     """``jr.predictive`` of the average: ``sum w_k m_k`` and the total variance ``sum w_k (v_k + (m_k - m)^2)``."""
     flt = jr.kalman(0.25)
     X, y = _data()
-    out, _ = jr.run(jr.model_average(flt), jr.model_average(flt).init(_members(flt)), X, y)
-    w = jr.average.weights(out)
+    avg = jr.model_average(flt, scales=(1.0,))
+    out, _ = jr.run(avg, avg.init(_members(flt)), X, y)
+    w = jr.average.weights(out)[:, 0]
     np.testing.assert_allclose(jnp.sum(w), 1.0, rtol=1e-12)
     each = [jr.predictive(jax.tree_util.tree_map(lambda a: a[k], out.members), X[:4], flt.model,
                           observation_noise=True) for k in range(3)]
@@ -72,7 +108,8 @@ def test_log_prior_weights():
     prior = jnp.log(jnp.array([0.5, 0.3, 0.2]))
     a, _ = jr.run(avg, avg.init(_members(flt), prior), X, y)
     b, _ = jr.run(avg, avg.init(_members(flt)), X, y)
-    np.testing.assert_allclose(a.log_weight - b.log_weight, prior, rtol=1e-10)
+    np.testing.assert_allclose(a.log_weight - b.log_weight, jnp.broadcast_to(prior[:, None], a.log_weight.shape),
+                               rtol=1e-10)
 
 
 def test_low_rank_network_members_and_io(tmp_path):
@@ -110,5 +147,8 @@ def test_bad_arguments():
         jr.model_average(flt).init(flt.init(jnp.zeros(D), jnp.eye(D)))
     with pytest.raises(ValueError, match="log_prior"):
         jr.model_average(flt).init(_members(flt), jnp.zeros(2))
+    for bad in ((), (1.0, 1.0), (-1.0,), (float("nan"),), "a"):
+        with pytest.raises(ValueError, match="scales"):
+            jr.model_average(flt, scales=bad)
     with pytest.raises(ValueError, match="observation model"):
         jr.model_average(flt._replace(model=None))
