@@ -91,18 +91,8 @@ def _linearised(model, belief, st, X, full=None):
     return jax.vmap(one)(X)
 
 
-def _draws(belief, st, stats, key, num):
-    """``(thetas (num, d), s2 (num,) or None)``: exact draws of the belief; where it has the
-    statistics ``stats`` of a learned noise variance, ``s2 ~ InvGamma`` and ``theta | s2 ~ N(mean, s2 P)``."""
-    if stats is None:
-        return belief.sample(st, key, num), None
-    k_theta, k_s2 = jax.random.split(key)
-    s2 = noise.sample_variance(stats, k_s2, num)
-    return st.mean + jnp.sqrt(s2)[:, None] * (belief.sample(st, k_theta, num) - st.mean), s2
-
-
 def _monte_carlo(model, belief, st, stats, X, key, num, noise: bool):
-    thetas, s2 = _draws(belief, st, stats, key, num)
+    thetas, s2 = beliefs.draws(belief, st, stats, key, num)
     if model.is_glm:
         eta = thetas @ X.T
     else:
@@ -217,7 +207,7 @@ def _log_density_given_eta(family, y, m, V, num_points: int):
 def _log_density_monte_carlo(model, belief, st, stats, x, y, key, num):
     """``log mean_s p(y | theta_s, x)`` over ``num`` exact samples of the belief (and of ``s2``, the
     Gaussian's variance, where it is learned)."""
-    thetas, s2 = _draws(belief, st, stats, key, num)
+    thetas, s2 = beliefs.draws(belief, st, stats, key, num)
     if s2 is None:
         log_lik = jax.vmap(lambda theta: model.log_lik(theta, x, y))(thetas)
     else:
