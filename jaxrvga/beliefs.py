@@ -264,6 +264,10 @@ class Dense(NamedTuple):
     def init(self, mean, cov, key=None) -> GaussianState:
         """Initial state ``N(mean, cov)``; ``cov`` must be symmetric positive definite (checked where concrete)."""
         mean = _check_mean(mean)
+        if jnp.ndim(cov) < 2:
+            raise ValueError(f"cov must be a (d, d) covariance matrix, got shape {jnp.shape(cov)}: for a belief "
+                             f"given by its variances use jr.diag_rvga(model).init(mean, var) (diagonal, O(d)), "
+                             f"or pass jnp.diag(var) for a dense one")
         cov = check_cov("cov", cov, mean.shape[0]).astype(mean.dtype)
         return GaussianState(mean, cov, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key)
 
@@ -438,7 +442,8 @@ class LowRank(NamedTuple):
             raise ValueError("W must be real")
         W, psi = W.astype(mean.dtype), jnp.asarray(psi, dtype=mean.dtype)
         if self.rank > d:
-            raise ValueError(f"rank must satisfy rank <= d = {d}, got rank={self.rank}")
+            raise ValueError(f"rank must satisfy rank <= d = {d}, got rank={self.rank}; for a full covariance "
+                             f"use jr.rvga")
         if self.rank + self.buffer > d:
             raise ValueError(f"rank + buffer must be <= d = {d}, got rank={self.rank}, buffer={self.buffer}")
         if W.shape != (d, self.rank):

@@ -515,6 +515,9 @@ def low_rank_belief(rank: int, inner_loops: Optional[int] = None, *, published: 
                     em_tol: Optional[float] = None) -> LowRank:
     """The low-rank belief of :func:`lrvga` from its options (validated; the defaults of :func:`lrvga`):
     a :class:`~jaxrvga.beliefs.LowRank`, or a :class:`~jaxrvga.beliefs.PublishedLowRank` with ``published``."""
+    if isinstance(rank, (int, np.integer)) and not isinstance(rank, bool) and rank == 0:
+        raise ValueError("rank must be a positive integer, got 0; the belief without factors (precision "
+                         "diag(psi)) is jr.diag_rvga(model)")
     rank = positive_int("rank", rank)
     if published:
         inner_loops = positive_int("inner_loops", 1 if inner_loops is None else inner_loops)
