@@ -32,7 +32,7 @@ that Mahalanobis length under the previous belief is shortened to it and flagged
 linearise or sample, none for ``exact`` and ``implicit``, whose steps are the exact and the proximal
 ones (a long step of theirs is what the model says).
 
-Every update is guarded in one place (:func:`_guarded`): a step whose result is not finite or not
+Every update of every belief and scheme passes the same guard: a step whose result is not finite or not
 positive definite is **skipped and flagged** (the predicted belief is kept, the step counter
 advances, ``info.converged`` is False). ``info.dropped`` reports, for low-rank beliefs, the
 fraction of the step's whitened curvature that rank p could not keep.

@@ -1,4 +1,4 @@
-r"""Fixed-interval smoothing of the parameter's trajectory: the Rauch-Tung-Striebel smoother.
+r"""Fixed-interval smoothing of the parameter trajectory: the Rauch-Tung-Striebel smoother.
 
 Under the drift model of :mod:`jaxrvga.dynamics` the parameter moves between observations,
 :math:`\theta_{t+1} = \gamma (\theta_t - m) + m + w_{t+1}`, and a filter's belief after observation
