@@ -91,8 +91,18 @@ def _linearised(model, belief, st, X, full=None):
     return jax.vmap(one)(X)
 
 
+def _draws(belief, st, stats, key, num):
+    """``(thetas (num, d), s2 (num,) or None)``: exact draws of the belief; where it has the
+    statistics ``stats`` of a learned noise variance, ``s2 ~ InvGamma`` and ``theta | s2 ~ N(mean, s2 P)``."""
+    if stats is None:
+        return belief.sample(st, key, num), None
+    k_theta, k_s2 = jax.random.split(key)
+    s2 = noise.sample_variance(stats, k_s2, num)
+    return st.mean + jnp.sqrt(s2)[:, None] * (belief.sample(st, k_theta, num) - st.mean), s2
+
+
 def _monte_carlo(model, belief, st, stats, X, key, num, noise: bool):
-    thetas, s2 = beliefs.draws(belief, st, stats, key, num)
+    thetas, s2 = _draws(belief, st, stats, key, num)
     if model.is_glm:
         eta = thetas @ X.T
     else:
@@ -121,10 +131,6 @@ def _scaled(out: Predictive, stats) -> Predictive:
     return out if stats is None else Predictive(out.mean, noise.expected_variance(stats) * out.var)
 
 
-_NO_MODEL = ("; no model= was given, so the logistic model eta = x^T theta was assumed: pass model=, the model "
-             "the filter was built with (a network's, for instance)")
-
-
 def predictive(state, X, model: models.Model | None = None, *, key=None, num_samples: int = 4096,
                observation_noise: bool = False) -> Predictive:
     """Predictive mean and variance of ``y`` at inputs ``X`` under the belief ``state``.
@@ -150,7 +156,8 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
       categorical model). With ``model=None`` and no key it is ``(sig(k m), sig(k m)(1 - sig(k m))(1 - k))``,
       ``m = x^T mean``, ``k = k(x^T P x)``, [RVGA] eqs. 62-63.
     """
-    hint = "" if model is not None else _NO_MODEL
+    hint = "" if model is not None else ("; no model= was given, so the logistic model eta = x^T theta was "
+                                         "assumed: pass model=, the model the filter was built with")
     model = models.logistic() if model is None else model
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
@@ -212,7 +219,7 @@ def _log_density_given_eta(family, y, m, V, num_points: int):
 def _log_density_monte_carlo(model, belief, st, stats, x, y, key, num):
     """``log mean_s p(y | theta_s, x)`` over ``num`` exact samples of the belief (and of ``s2``, the
     Gaussian's variance, where it is learned)."""
-    thetas, s2 = beliefs.draws(belief, st, stats, key, num)
+    thetas, s2 = _draws(belief, st, stats, key, num)
     if s2 is None:
         log_lik = jax.vmap(lambda theta: model.log_lik(theta, x, y))(thetas)
     else:
