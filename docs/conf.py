@@ -192,7 +192,20 @@ def _viewcode_own_module(app, modname, fullname):
     return modname if isinstance(home, str) and home != modname else None
 
 
+# README.md links the package's modules by their files (``[jaxrvga/filters.py](jaxrvga/filters.py)``),
+# which GitHub shows; the pages that include it link their API pages instead (its links to docs/
+# pages are made relative by the include's ``:relative-docs: docs/``).
+_MODULE_FILE_LINK = re.compile(r"\]\(jaxrvga/([a-z_]+)\.py\)")
+
+
+def _module_links_to_api_pages(app, relative_path, parent_docname, content):
+    """In an included README.md, a link to ``jaxrvga/<name>.py`` goes to the page of ``jaxrvga.<name>``."""
+    if relative_path.name == "README.md":
+        content[0] = _MODULE_FILE_LINK.sub(r"](api/jaxrvga.\1.rst)", content[0])
+
+
 def setup(app):
+    app.connect("include-read", _module_links_to_api_pages)
     app.connect("autodoc-process-docstring", _formula_blocks, priority=400)   # before napoleon (500)
     app.connect("autodoc-skip-member", _skip_namedtuple_fields)
     app.connect("viewcode-follow-imported", _viewcode_own_module)

@@ -42,6 +42,7 @@ SIZES = {
     "empirical_bayes": dict(),
     "ekf_calibration": dict(num_train=600, num_test=597, hidden=16, num_samples=256),
     "tuning_free": dict(),
+    "thompson_bandit": dict(),
 }
 
 
@@ -260,6 +261,21 @@ def fig_tuning_free(out):
     b.axhline(out["empirical_bayes"]["noise_var"], color="k", ls=":", label="fitted by empirical Bayes")
     b.set(xlabel="observations", ylabel="noise variance", yscale="log", title="the noise variance learned")
     b.legend(fontsize=7)
+    return fig
+
+
+def fig_thompson_bandit(out):
+    from examples.thompson_bandit import POLICIES
+
+    titles = {"contextual": "contexts x ~ N(0, I)", "no_context": "no context (x = e_1)"}
+    labels = {"thompson": "Thompson sampling", "greedy": "greedy", "epsilon_greedy": "epsilon-greedy (0.1)"}
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.3))
+    rounds = np.arange(1, out["rounds"] + 1)
+    for ax, (setting, title) in zip(axes, titles.items()):
+        for policy in POLICIES:
+            ax.plot(rounds, out[setting][policy]["curve"], label=labels[policy])
+        ax.set(xlabel="round", ylabel=f"cumulative regret (mean of {out['seeds']} seeds)", title=title)
+    axes[0].legend(fontsize=8)
     return fig
 
 

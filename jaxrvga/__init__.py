@@ -15,6 +15,9 @@ from .core import (DiagonalState, Filter, GaussianState, LowRankState, Prequenti
 from .evidence import log_evidence, trace_log_predictive
 from .filters import build, diag_rvga, ekf, kalman, lrvga, mirror_prox, qkf, rvga
 from .predictive import Predictive, log_predictive, predictive
+from .beliefs import sample
+from .core import Traces, masked_update, traces
+from .smoother import Smoothed, rts_smoother
 
 __version__ = "0.1.0"
 
@@ -24,3 +27,4 @@ __all__ = ["build", "Filter", "GaussianState", "LowRankState", "DiagonalState", 
            "trace_log_predictive", "log_evidence", "model_average",
            "average", "batch", "beliefs", "blocks", "data", "dual", "dynamics", "evidence", "factor_analysis", "filters", "implicit", "io", "klprox",
            "lowrank", "metrics", "models", "noise", "online_em", "schemes", "sharding", "special", "validation"]
+__all__ += ["sample", "Traces", "traces", "masked_update", "Smoothed", "rts_smoother", "smoother"]

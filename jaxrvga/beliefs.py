@@ -41,11 +41,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import lowrank
-from .core import DiagonalState, GaussianState, LowRankState, solver_info
+from . import noise as noise_belief
+from .core import DiagonalState, GaussianState, LowRankState, NoiseStats, solver_info
 from .dynamics import Dynamics
 from .factor_analysis import PSI_FLOOR, recursive_em_step, spectral_em_step
-from .validation import (all_finite, check_cov, check_finite, check_float_array, check_invertible, check_positive,
-                         check_vector, is_concrete)
+from .validation import (all_finite, check_cov, check_finite, check_float_array, check_invertible, check_key,
+                         check_positive, check_vector, is_concrete, positive_int)
 
 
 @runtime_checkable
@@ -108,7 +109,8 @@ def _symmetric(S):
 
 
 def of_state(state):
-    """The belief that reads ``state`` and the state in its canonical type: ``(belief, state)``.
+    """Returns ``(belief, state)``: the belief that reads ``state``, and ``state`` as that belief's
+    state type (mean and belief arrays only: ``step``, ``info``, ``key`` and ``noise`` are ``None``).
 
     Any object with fields ``(mean, cov)`` (a dense state, :class:`jaxrvga.LaplaceResult`, ...) is
     read by :class:`Dense`, ``(mean, W, psi)`` (with a cached ``gram`` where it has one) by
@@ -139,6 +141,37 @@ def of_state(state):
         return Dense(), GaussianState(mean, check_cov("state.cov", cov, d, semidefinite=True), None, None)
     raise ValueError("state must have fields (mean, cov) (dense state, LaplaceResult), (mean, W, psi) "
                      f"(low-rank state) or (mean, psi) (diagonal state), got {type(state).__name__}")
+
+
+def draws(belief, state, stats, key, num: int):
+    """``(thetas (num, d), s2 (num,) or None)``: exact draws of ``belief`` (its :meth:`Belief.sample`)
+    from ``state``; where the state has the statistics ``stats`` of a learned noise variance
+    (:class:`~jaxrvga.core.NoiseStats`), ``s2 ~ InvGamma(shape, rate)`` and then
+    ``theta = mean + sqrt(s2) z``, ``z`` a draw of ``N(0, P)``, i.e. ``theta | s2 ~ N(mean, s2 P)`` (:mod:`jaxrvga.noise`)."""
+    if stats is None:
+        return belief.sample(state, key, num), None
+    k_theta, k_s2 = jax.random.split(key)
+    s2 = noise_belief.sample_variance(stats, k_s2, num)
+    return state.mean + jnp.sqrt(s2)[:, None] * (belief.sample(state, k_theta, num) - state.mean), s2
+
+
+def sample(state, key, num: int):
+    """``num`` independent exact draws of ``theta`` from the belief ``state``, shape (num, d).
+
+    ``state``: any belief :func:`of_state` reads: a dense state or any object with ``(mean, cov)``
+    (:class:`jaxrvga.LaplaceResult`), a low-rank state (drawn by the corrected Proposition 1 of
+    [LRVGA], ``x + L (e - W^T x)``, in O(num d p + d p^2): no d x d array) or a diagonal state. A state
+    whose model learns its noise variance (a ``noise`` field that is not ``None``, :mod:`jaxrvga.noise`)
+    is the belief ``theta | s2 ~ N(mean, s2 P)``, ``s2 ~ InvGamma(shape, rate)``: each draw takes its
+    own ``s2``. ``key``: a PRNG key (:func:`jax.random.key` or :func:`jax.random.PRNGKey`); ``num`` a
+    positive int. Jits and vmaps over states and keys (a fleet: ``jax.vmap(jr.sample, (0, 0, None))``).
+    """
+    belief, st = of_state(state)
+    key = check_key(key, required=True, needed_by="sample")
+    num = positive_int("num", num)
+    stats = getattr(state, "noise", None)
+    stats = None if stats is None else NoiseStats(*stats)
+    return draws(belief, st, stats, key, num)[0]
 
 
 def antithetic_normals(key, num: int, dim: int, dtype):
@@ -231,6 +264,10 @@ class Dense(NamedTuple):
     def init(self, mean, cov, key=None) -> GaussianState:
         """Initial state ``N(mean, cov)``; ``cov`` must be symmetric positive definite (checked where concrete)."""
         mean = _check_mean(mean)
+        if jnp.ndim(cov) < 2:
+            raise ValueError(f"cov must be a (d, d) covariance matrix, got shape {jnp.shape(cov)}: for a belief "
+                             f"given by its variances use jr.diag_rvga(model).init(mean, var) (diagonal, O(d)), "
+                             f"or pass jnp.diag(var) for a dense one")
         cov = check_cov("cov", cov, mean.shape[0]).astype(mean.dtype)
         return GaussianState(mean, cov, jnp.zeros((), jnp.int32), solver_info(mean.dtype), key)
 
@@ -405,7 +442,8 @@ class LowRank(NamedTuple):
             raise ValueError("W must be real")
         W, psi = W.astype(mean.dtype), jnp.asarray(psi, dtype=mean.dtype)
         if self.rank > d:
-            raise ValueError(f"rank must satisfy rank <= d = {d}, got rank={self.rank}")
+            raise ValueError(f"rank must satisfy rank <= d = {d}, got rank={self.rank}; for a full covariance "
+                             f"use jr.rvga")
         if self.rank + self.buffer > d:
             raise ValueError(f"rank + buffer must be <= d = {d}, got rank={self.rank}, buffer={self.buffer}")
         if W.shape != (d, self.rank):
@@ -832,4 +870,4 @@ def _buffer_fill(gram, rank: int, width: int):
     return jnp.max(jnp.where(used, jnp.arange(1, width - rank + 1), 0), initial=0)
 
 
-__all__ = ["Belief", "Dense", "LowRank", "PublishedLowRank", "Diagonal", "of_state"]
+__all__ = ["Belief", "Dense", "LowRank", "PublishedLowRank", "Diagonal", "of_state", "sample", "draws"]

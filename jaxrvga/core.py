@@ -149,14 +149,53 @@ def prequential(fn: Callable[[Any, Any, Any], Any]) -> Prequential:
     return Prequential(fn)
 
 
+class Traces(NamedTuple):
+    """Several trace functions of one run, by name (make one with :func:`traces`): each is evaluated
+    as it would be alone (a :class:`Prequential` one on the predicted belief before the step, any
+    other on the belief after it) and the run's trace is a dict of their traces by name."""
+
+    named: tuple
+
+
+def traces(**named) -> Traces:
+    """Trace several things in one run: ``jr.traces(log_pred=jr.trace_log_predictive(model),
+    mean=jr.trace_mean)`` as the ``trace_fn`` of :func:`run` or :func:`scan` gives the trace
+    ``{"log_pred": ..., "mean": ...}``, each entry what a run with that trace function alone gives.
+
+    Each value is a trace function ``fn(state, x, y)`` (evaluated after each step), a
+    :class:`Prequential` one (from :func:`prequential` or :func:`jaxrvga.trace_log_predictive`: evaluated
+    before each step, on the predicted belief, computed once for all of them) or another
+    :class:`Traces`. Equal arguments give equal values, so a run compiles once for them.
+    """
+    if not named:
+        raise ValueError("traces needs at least one named trace function, e.g. traces(mean=jr.trace_mean)")
+    for name, fn in named.items():
+        if not (callable(fn) or isinstance(fn, (Prequential, Traces))):
+            raise ValueError(f"traces: {name} must be a trace function fn(state, x, y), a prequential one or "
+                             f"traces(...), got {type(fn).__name__}")
+    return Traces(tuple(named.items()))
+
+
 def _trace(flt: Filter, trace_fn, before, after, x, y):
-    """The trace of one step: ``trace_fn`` of the belief after it, or a :class:`Prequential` one of
-    the predicted belief before it."""
+    """The trace of one step: ``trace_fn`` of the belief after it, a :class:`Prequential` one of
+    the predicted belief before it, or a dict of those of a :class:`Traces`."""
     if trace_fn is None:
         return None
-    if isinstance(trace_fn, Prequential):
-        return trace_fn.fn(before if flt.predict is None else flt.predict(before), x, y)
-    return trace_fn(after, x, y)
+    predicted = []  # the predicted belief, computed once for every prequential trace of the step
+
+    def prior():
+        if not predicted:
+            predicted.append(before if flt.predict is None else flt.predict(before))
+        return predicted[0]
+
+    def evaluate(fn):
+        if isinstance(fn, Traces):
+            return {name: evaluate(member) for name, member in fn.named}
+        if isinstance(fn, Prequential):
+            return fn.fn(prior(), x, y)
+        return fn(after, x, y)
+
+    return evaluate(trace_fn)
 
 
 class DiagonalState(NamedTuple):
@@ -312,7 +351,8 @@ def run(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None, *,
         its outputs are stacked along time. Nothing else is stored, so a (T, d, d)
         covariance history exists only if ``trace_fn`` returns the covariance. Wrapped by
         :func:`prequential`, it is evaluated before each step on the predicted belief instead
-        (one-step-ahead scores such as :func:`jaxrvga.trace_log_predictive`).
+        (one-step-ahead scores such as :func:`jaxrvga.trace_log_predictive`). Several at once,
+        of either kind: :func:`traces`.
       donate: donate the initial state's buffers to the computation (the caller's
         ``state`` must not be used afterwards). Saves one copy of the state in memory.
       validate: checked mode (``jax.experimental.checkify``): raise ``ValueError`` naming
@@ -463,6 +503,37 @@ def tree_where(pred, a, b):
     return jax.tree_util.tree_map(lambda u, v: jnp.where(pred, u, v), a, b)
 
 
+def masked_update(flt: Filter, state, x, y, mask):
+    """``flt.update(state, x, y)`` where ``mask`` is True; elsewhere the state kept bit for bit (its
+    step counter, key and diagnostics too).
+
+    For a fleet of filters stacked along a leading axis (``jax.vmap(flt.init)``), ``mask`` is a
+    bool vector (n,) and ``x``, ``y`` hold one observation per member along that axis: the update is
+    vmapped and each member takes its new state or keeps its own, e.g. a bandit updates only the arm
+    it pulled. A scalar ``mask`` updates one (unstacked) filter or keeps it. Every member's update
+    is computed and then discarded where ``mask`` is False, so each member needs valid data (e.g.
+    the pulled arm's ``x`` and ``y`` repeated for all); jits and differentiates like ``update``.
+    """
+    mask = jnp.asarray(mask)
+    if mask.dtype != jnp.bool_ or mask.ndim > 1:
+        raise ValueError(f"mask must be a bool scalar or a bool vector (one entry per member of a stacked "
+                         f"state), got dtype {mask.dtype} and shape {mask.shape}")
+    if mask.ndim == 0:
+        return tree_where(mask, flt.update(state, x, y), state)
+    n = mask.shape[0]
+    for name, tree in (("state", state), ("x", x), ("y", y)):
+        bad = [jnp.shape(a) for a in jax.tree_util.tree_leaves(tree) if jnp.shape(a)[:1] != (n,)]
+        if bad:
+            raise ValueError(f"{name}: every array must have the leading (member) axis of mask, {n}, got "
+                             f"shape {bad[0]}")
+    new = jax.vmap(flt.update)(state, x, y)
+
+    def pick(a, b):
+        return jnp.where(mask.reshape((n,) + (1,) * (jnp.ndim(a) - 1)), a, b)
+
+    return jax.tree_util.tree_map(pick, new, state)
+
+
 def trace_info(state, x=None, y=None) -> SolverInfo:
     """Trace function recording the solver diagnostics of each step."""
     del x, y
@@ -476,4 +547,4 @@ def trace_mean(state, x=None, y=None):
 
 
 __all__ = ["Filter", "SolverInfo", "GaussianState", "LowRankState", "DiagonalState", "run", "solver_info", "Prequential", "prequential",
-           "trace_info", "trace_mean", "scan", "Step", "step_fn"]
+           "Traces", "traces", "masked_update", "trace_info", "trace_mean", "scan", "Step", "step_fn"]

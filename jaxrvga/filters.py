@@ -32,7 +32,7 @@ that Mahalanobis length under the previous belief is shortened to it and flagged
 linearise or sample, none for ``exact`` and ``implicit``, whose steps are the exact and the proximal
 ones (a long step of theirs is what the model says).
 
-Every update is guarded in one place (:func:`_guarded`): a step whose result is not finite or not
+Every update of every belief and scheme passes the same guard: a step whose result is not finite or not
 positive definite is **skipped and flagged** (the predicted belief is kept, the step counter
 advances, ``info.converged`` is False). ``info.dropped`` reports, for low-rank beliefs, the
 fraction of the step's whitened curvature that rank p could not keep.
@@ -515,6 +515,9 @@ def low_rank_belief(rank: int, inner_loops: Optional[int] = None, *, published: 
                     em_tol: Optional[float] = None) -> LowRank:
     """The low-rank belief of :func:`lrvga` from its options (validated; the defaults of :func:`lrvga`):
     a :class:`~jaxrvga.beliefs.LowRank`, or a :class:`~jaxrvga.beliefs.PublishedLowRank` with ``published``."""
+    if isinstance(rank, (int, np.integer)) and not isinstance(rank, bool) and rank == 0:
+        raise ValueError("rank must be a positive integer, got 0; the belief without factors (precision "
+                         "diag(psi)) is jr.diag_rvga(model)")
     rank = positive_int("rank", rank)
     if published:
         inner_loops = positive_int("inner_loops", 1 if inner_loops is None else inner_loops)

@@ -190,7 +190,7 @@ def _positive(name, x):
 def _symmetric_pd(name, cov):
     """``cov`` (..., d, d): finite, symmetric to ``sqrt(eps)`` of its dtype relative to its largest
     entry, and positive definite (a float64 Cholesky factorisation of each matrix succeeds): what
-    the skip-and-flag guard keeps (:func:`jaxrvga.filters._guarded`)."""
+    the skip-and-flag guard of every filter keeps (:mod:`jaxrvga.filters`)."""
     c = _values(cov)
     _finite(name, c)
     tol = np.sqrt(np.finfo(_dtype_of(cov)).eps) * max(float(np.max(np.abs(c), initial=0.0)), 1e-300)

@@ -164,6 +164,8 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
       categorical model). With ``model=None`` and no key it is ``(sig(k m), sig(k m)(1 - sig(k m))(1 - k))``,
       ``m = x^T mean``, ``k = k(x^T P x)``, [RVGA] eqs. 62-63.
     """
+    hint = "" if model is not None else ("; no model= was given, so the logistic model eta = x^T theta was "
+                                         "assumed: pass model=, the model the filter was built with")
     model = models.logistic() if model is None else model
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
@@ -180,7 +182,7 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
     if model.is_glm:
         X = check_float_array("X", X)
         if X.ndim not in (1, 2) or X.shape[-1] != d:
-            raise ValueError(f"X must have shape ({d},) or (n, {d}) to match the state, got {X.shape}")
+            raise ValueError(f"X must have shape ({d},) or (n, {d}) to match the state, got {X.shape}{hint}")
     if key is not None:
         return _monte_carlo(model, belief, st, stats, X, check_key(key), positive_int("num_samples", num_samples),
                             observation_noise, scale)

@@ -138,3 +138,17 @@ def test_tuning_free():
     assert t["test_log_predictive"] > out["default"]["test_log_predictive"] + 0.05
     assert abs(t["noise_var"] / eb["noise_var"] - 1.0) < 0.1
     np.testing.assert_allclose(np.sum(t["weights"]), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("reward", ["linear", "logistic"])
+def test_thompson_bandit(reward):
+    """Each round updates exactly the pulled arm (the fleet's step counters sum to the rounds, per
+    seed); cumulative regrets are finite, non-negative and non-decreasing."""
+    from examples import thompson_bandit
+    out = thompson_bandit.main(rounds=60, seeds=2, reward=reward, verbose=False)
+    for setting in thompson_bandit.SETTINGS:
+        for policy in thompson_bandit.POLICIES:
+            r = out[setting][policy]
+            assert r["pulls"].shape == (2, 5) and np.all(r["pulls"].sum(axis=1) == 60)
+            assert np.all(np.isfinite(r["curve"])) and r["curve"][0] >= 0
+            assert np.all(np.diff(r["curve"]) >= -1e-6)
