@@ -143,16 +143,22 @@ def of_state(state):
                      f"(low-rank state) or (mean, psi) (diagonal state), got {type(state).__name__}")
 
 
-def draws(belief, state, stats, key, num: int):
-    """``(thetas (num, d), s2 (num,) or None)``: exact draws of ``belief`` (its :meth:`Belief.sample`)
-    from ``state``; where the state has the statistics ``stats`` of a learned noise variance
-    (:class:`~jaxrvga.core.NoiseStats`), ``s2 ~ InvGamma(shape, rate)`` and then
-    ``theta = mean + sqrt(s2) z``, ``z`` a draw of ``N(0, P)``, i.e. ``theta | s2 ~ N(mean, s2 P)`` (:mod:`jaxrvga.noise`)."""
-    if stats is None:
+def draws(belief, state, stats, key, num: int, scale=1.0):
+    """``(thetas (num, d), s2 (num,) or None)``: exact draws of ``N(mean, scale P)`` of ``belief`` (its
+    :meth:`Belief.sample`) from ``state``; where the state has the statistics ``stats`` of a learned
+    noise variance (:class:`~jaxrvga.core.NoiseStats`), ``s2 ~ InvGamma(shape, rate)`` and then
+    ``theta = mean + sqrt(scale s2) z``, ``z`` a draw of ``N(0, P)``, i.e. ``theta | s2 ~ N(mean, s2
+    scale P)`` (:mod:`jaxrvga.noise`)."""
+    if stats is None and isinstance(scale, (int, float)) and scale == 1.0:
         return belief.sample(state, key, num), None
-    k_theta, k_s2 = jax.random.split(key)
-    s2 = noise_belief.sample_variance(stats, k_s2, num)
-    return state.mean + jnp.sqrt(s2)[:, None] * (belief.sample(state, k_theta, num) - state.mean), s2
+    if stats is None:
+        k_theta, s2 = key, None
+        spread = jnp.sqrt(jnp.full((num, 1), scale, state.mean.dtype))
+    else:
+        k_theta, k_s2 = jax.random.split(key)
+        s2 = noise_belief.sample_variance(stats, k_s2, num)
+        spread = jnp.sqrt(scale * s2)[:, None]
+    return state.mean + spread * (belief.sample(state, k_theta, num) - state.mean), s2
 
 
 def sample(state, key, num: int):

@@ -92,22 +92,8 @@ def _linearised(model, belief, st, X, full=None, scale=1.0):
     return jax.vmap(one)(X)
 
 
-def _draws(belief, st, stats, key, num, scale=1.0):
-    """``(thetas (num, d), s2 (num,) or None)``: exact draws of ``N(mean, scale P)``; where the belief has
-    the statistics ``stats`` of a learned noise variance, ``s2 ~ InvGamma`` and ``theta | s2 ~ N(mean,
-    s2 scale P)``."""
-    if stats is None:
-        k_theta, s2 = key, None
-        spread = jnp.sqrt(jnp.full((num, 1), scale, st.mean.dtype))
-    else:
-        k_theta, k_s2 = jax.random.split(key)
-        s2 = noise.sample_variance(stats, k_s2, num)
-        spread = jnp.sqrt(scale * s2)[:, None]
-    return st.mean + spread * (belief.sample(st, k_theta, num) - st.mean), s2
-
-
 def _monte_carlo(model, belief, st, stats, X, key, num, noise: bool, scale):
-    thetas, s2 = _draws(belief, st, stats, key, num, scale)
+    thetas, s2 = beliefs.draws(belief, st, stats, key, num, scale)
     if model.is_glm:
         eta = thetas @ X.T
     else:
@@ -229,7 +215,7 @@ def _log_density_given_eta(family, y, m, V, num_points: int):
 def _log_density_monte_carlo(model, belief, st, stats, x, y, key, num, scale):
     """``log mean_s p(y | theta_s, x)`` over ``num`` exact samples of the belief (and of ``s2``, the
     Gaussian's variance, where it is learned)."""
-    thetas, s2 = _draws(belief, st, stats, key, num, scale)
+    thetas, s2 = beliefs.draws(belief, st, stats, key, num, scale)
     if s2 is None:
         log_lik = jax.vmap(lambda theta: model.log_lik(theta, x, y))(thetas)
     else:
