@@ -31,6 +31,7 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",      # MathJax served from _static/mathjax: formulas render without a network
     "sphinx.ext.viewcode",
     "myst_parser",
 ]

@@ -42,6 +42,19 @@ def site(tmp_path_factory):
     return out / "html"
 
 
+def test_math_renders_without_a_network(site):
+    """Every page with a formula loads MathJax from the site itself (sphinx-mathjax-offline), never
+    from a CDN: the formulas render where the docs were built, offline too."""
+    pages = [p for p in site.rglob("*.html") if 'class="math' in p.read_text(encoding="utf-8")]
+    assert len(pages) >= 5
+    for page in pages:
+        scripts = re.findall(r'<script\b[^>]*\bsrc="([^"]*mathjax[^"]*)"', page.read_text(encoding="utf-8"), flags=re.I)
+        assert scripts, page
+        for src in scripts:
+            assert "://" not in src, (page, src)
+            assert (page.parent / src).resolve().exists(), (page, src)
+
+
 def test_api_page_holds_the_docstrings(site):
     page = site / "api" / "jaxrvga.lowrank.html"
     assert 'id="jaxrvga.lowrank.solve"' in page.read_text(encoding="utf-8")
