@@ -1,0 +1,203 @@
+"""Uncertainty with nothing to tune: the library's default predictive, no validation split.
+
+    python -m experiments.tuning_free [--quick] [--tasks binary,multiclass,diabetes,linear]
+
+The three network tasks of :mod:`experiments.networks_any_prior` (same data, splits, networks,
+rank 10, default scheme ``moment_ekf``, float32, one pass, one observation per update) and a
+linear regression with an unknown noise variance. Nothing is chosen on a validation split:
+
+* the prior variance is averaged over the fixed grid :data:`PRIORS` (the grid of
+  ``networks_any_prior``; :data:`LINEAR_PRIORS` for the linear task) by ``jr.model_average``,
+  each member weighted by its evidence;
+* each member is read through the default forecasters ``jr.average.PREDICTIVE_SCALES`` (its
+  covariance times 0, the plug-in, ... 1, its linearised predictive), weighted by their
+  prequential scores (experiments/REPORT.md, "Uncertainty with nothing to tune");
+* the regressions learn their noise variance (``jr.models.gaussian(None)``, ``jr.kalman(None)``)
+  from the default prior ``noise=(1, 1)``.
+
+The default predictive is then ``jr.log_predictive`` of the model average's state. Reported per
+task: its test NLPD; the best validation-tuned plug-in of any method measured side by side with
+rebayes, the BONG filters and Adam (:data:`TARGETS`); the library's own members read alone, each
+prior with its plug-in and its linearised predictive (the best of them chosen on the test set:
+an oracle no method has); and the time per observation of the model average against one filter
+(the member at prior 0.1) and against optax Adam (batch 1, learning rate 1e-3), in one process.
+
+The linear task: ``d = 20``, ``theta ~ N(0, I)``, ``x ~ N(0, I)``, noise standard deviation 0.5
+(unknown to the filter), 300 training and 5000 test points; its reference is the exact
+Bayesian predictive with the true prior and noise variance.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks.machine import best_time
+from experiments.common import results_dir
+
+PRIORS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
+LINEAR_PRIORS = tuple(10.0 ** np.arange(-3.0, 2.5, 0.5))
+RANK = 10
+#: The best validation-tuned plug-in test NLPD of any method (the optax Adam, rebayes and BONG
+#: comparison of experiments/REPORT.md, "Networks from any prior": binary prior 0.3, 10 classes
+#: prior 0.1, diabetes with minibatches of 16).
+TARGETS = {"binary": 0.102, "multiclass": 0.159, "diabetes": 1.080}
+TASKS = ("binary", "multiclass", "diabetes", "linear")
+
+
+def _subset(data, n_train, n_test):
+    Xtr, ytr, Xte, yte = data
+    return Xtr[:n_train], ytr[:n_train], Xte[:n_test], yte[:n_test]
+
+
+def network_task(task, quick):
+    """``(model, flt, members, data, theta0)`` of a network task: the low-rank filter and its members
+    over :data:`PRIORS` (the diabetes output learns its noise variance)."""
+    import jaxrvga as jr
+    from experiments.networks_any_prior import SIZES, initial_state, load, mlp
+
+    dtype = jnp.float32
+    data = load(task, dtype)
+    if quick:
+        data = _subset(data, 120, 60)
+    theta0, h = mlp(SIZES[task] if not quick else (SIZES[task][0], 8, SIZES[task][-1]), dtype)
+    family = {"binary": jr.models.bernoulli(), "multiclass": jr.models.categorical(10),
+              "diabetes": jr.models.gaussian(None)}[task]
+    model = jr.models.nonlinear(h, family)
+    flt = jr.lrvga(model, rank=RANK)
+    states = [initial_state(flt, theta0, v, False) for v in PRIORS]
+    members = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
+    return model, flt, members, data, theta0, h
+
+
+def linear_task(quick):
+    """The linear regression of the module docstring, and its members over :data:`LINEAR_PRIORS`."""
+    import jaxrvga as jr
+
+    d, n_train, n_test = 20, (60 if quick else 300), (500 if quick else 5000)
+    rng = np.random.default_rng(0)
+    theta = rng.normal(size=d)
+    X = rng.normal(size=(n_train + n_test, d))
+    y = X @ theta + 0.5 * rng.normal(size=n_train + n_test)
+    cast = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
+    data = (cast(X[:n_train]), cast(y[:n_train]), cast(X[n_train:]), cast(y[n_train:]))
+    flt = jr.kalman(None)
+    members = jax.vmap(lambda v: flt.init(jnp.zeros(d, jnp.float32), v * jnp.eye(d, dtype=jnp.float32)))(
+        jnp.asarray(LINEAR_PRIORS, jnp.float32))
+    return jr.models.linear_gaussian(None), flt, members, data
+
+
+def test_nlpd(state, model, Xte, yte, scale=1.0):
+    """Mean negative log predictive density of the test points (``lax.map`` in batches of 32)."""
+    import jaxrvga as jr
+
+    lp = jax.lax.map(lambda xy: jr.log_predictive(state, xy[0], xy[1], model, scale=scale), (Xte, yte),
+                     batch_size=32)
+    return float(-jnp.mean(lp))
+
+
+def member_nlpds(members, model, Xte, yte):
+    """``{prior index: (plug-in NLPD, linearised NLPD)}`` of each member read alone."""
+    out = []
+    for k in range(jax.tree_util.tree_leaves(members)[0].shape[0]):
+        member = jax.tree_util.tree_map(lambda a, k=k: a[k], members)
+        out.append((test_nlpd(member, model, Xte, yte, 0.0), test_nlpd(member, model, Xte, yte, 1.0)))
+    return out
+
+
+def costs(flt, avg, s0, member, data, h, theta0, task):
+    """Seconds per observation of the model average, of one filter, and of optax Adam."""
+    import jaxrvga as jr
+
+    Xtr, ytr = data[0], data[1]
+    avg_s = best_time(jax.jit(lambda s: jr.scan(avg, s, Xtr, ytr, None)[0].log_weight), s0) / Xtr.shape[0]
+    one_s = best_time(jax.jit(lambda s: jr.scan(flt, s, Xtr, ytr, None)[0].mean), member) / Xtr.shape[0]
+    out = {"seconds_average": avg_s, "seconds_one_filter": one_s}
+    if h is not None:
+        from experiments.networks_any_prior import adam_time
+        out["seconds_adam"] = adam_time(task if task != "diabetes" else "diabetes", h, theta0, Xtr, ytr)
+    return out
+
+
+def run_task(task, quick=False, timing=True):
+    """One task: the default predictive's test NLPD, the members', and the costs."""
+    import jaxrvga as jr
+
+    if task == "linear":
+        model, flt, members, data = linear_task(quick)
+        h = theta0 = None
+        priors = LINEAR_PRIORS
+    else:
+        model, flt, members, data, theta0, h = network_task(task, quick)
+        priors = PRIORS
+    avg = jr.model_average(flt)
+    s0 = avg.init(members)
+    state, _ = jr.run(avg, s0, data[0], data[1])
+    Xte, yte = data[2], data[3]
+    out = {"task": task, "default": test_nlpd(state, model, Xte, yte), "priors": list(priors),
+           "members": member_nlpds(state.members, model, Xte, yte),
+           "prior_weights": np.asarray(jr.average.weights(state).sum(1)).tolist(),
+           "scale_weights": np.asarray(jr.average.weights(state).sum(0)).tolist(),
+           "converged": bool(jnp.all(state.members.info.converged)), "n_train": int(data[0].shape[0])}
+    if task == "linear":
+        out["reference"] = _linear_reference(data)
+    else:
+        out["target"] = TARGETS[task]
+    if timing:
+        member = jax.tree_util.tree_map(lambda a: a[2 if task != "linear" else 6], members)
+        out.update(costs(flt, avg, s0, member, data, h, theta0, task))
+    return out
+
+
+def _linear_reference(data):
+    """Test NLPD of the exact predictive with the true prior ``N(0, I)`` and noise variance 0.25."""
+    import jaxrvga as jr
+
+    d = data[0].shape[1]
+    flt = jr.kalman(0.25)
+    st, _ = jr.run(flt, flt.init(jnp.zeros(d, jnp.float32), jnp.eye(d, dtype=jnp.float32)), data[0], data[1])
+    return test_nlpd(st, jr.models.linear_gaussian(0.25), data[2], data[3])
+
+
+def report(results):
+    """The Markdown table of experiments/REPORT.md."""
+    head = ("| task | default predictive (no tuning) | best tuned plug-in of any method | "
+            "own members: best plug-in / best linearised (test-chosen) | cost: / one filter, / Adam |")
+    lines = [head, "|---|---|---|---|---|"]
+    for r in results:
+        plug = min(m[0] for m in r["members"])
+        lin = min(m[1] for m in r["members"])
+        ref = (f"{r['target']:.3f}" if "target" in r else f"exact Bayes, true hyper-parameters: {r['reference']:.3f}")
+        cost = ""
+        if "seconds_average" in r:
+            cost = f"{r['seconds_average'] / r['seconds_one_filter']:.1f}x"
+            if "seconds_adam" in r:
+                cost += f", {r['seconds_average'] / r['seconds_adam']:.0f}x"
+        lines.append(f"| {r['task']} | **{r['default']:.3f}** | {ref} | {plug:.3f} / {lin:.3f} | {cost} |")
+    return "\n".join(lines)
+
+
+def run(quick: bool, out=None, tasks=TASKS, timing=True):
+    """Every task; writes ``tuning_free.json`` and returns the results (the experiments' interface)."""
+    out = results_dir(quick) if out is None else out
+    results = [run_task(t, quick, timing) for t in tasks]
+    with open(f"{out}/tuning_free.json", "w") as f:
+        json.dump(results, f, indent=1)
+    print(report(results))
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--no-timing", action="store_true")
+    a = parser.parse_args(argv)
+    return run(a.quick, tasks=tuple(a.tasks.split(",")), timing=not a.no_timing)
+
+
+if __name__ == "__main__":
+    main()
