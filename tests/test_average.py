@@ -152,3 +152,18 @@ def test_bad_arguments():
             jr.model_average(flt, scales=bad)
     with pytest.raises(ValueError, match="observation model"):
         jr.model_average(flt._replace(model=None))
+
+
+def test_evidence_of_the_mixture_is_the_chain_of_its_predictives():
+    """With every forecaster (default scales): the average's log evidence (the chain of its mixture
+    predictives) equals ``logsumexp(final log weights) - logsumexp(initial)``, hence its cumulative
+    log loss is within ``log(K S)`` of the best forecaster's."""
+    flt = jr.kalman(0.25)
+    X, y = _data(n=20)
+    avg = jr.model_average(flt)
+    s0 = avg.init(_members(flt))
+    out, _ = jr.run(avg, s0, X, y)
+    ev = jr.log_evidence(avg, s0, X, y)
+    np.testing.assert_allclose(ev, logsumexp(out.log_weight) - logsumexp(s0.log_weight), rtol=1e-10)
+    best = jnp.max(out.log_weight - s0.log_weight)
+    assert best - np.log(out.log_weight.size) <= ev <= best
