@@ -199,12 +199,16 @@ def report(results):
 
 
 def run(quick: bool, out=None, tasks=TASKS, timing=True):
-    """Every task; writes ``tuning_free.json`` and returns the results (the experiments' interface)."""
+    """Every task; writes ``tuning_free.json`` and the table ``tuning_free.md`` (:func:`report`) and
+    returns the results (the experiments' interface)."""
     out = results_dir(quick) if out is None else out
     results = [run_task(t, quick, timing) for t in tasks]
     with open(f"{out}/tuning_free.json", "w") as f:
         json.dump(results, f, indent=1)
-    print(report(results))
+    table = report(results)
+    with open(f"{out}/tuning_free.md", "w") as f:
+        f.write(table + "\n")
+    print(table)
     return results
 
 

@@ -27,7 +27,8 @@ WEIGHTS = {"test_reliability": 140, "test_experiments_lrvga": 120, "test_lrvga":
            "test_headtohead": 33, "test_evidence": 35, "test_diagonal": 45, "test_networks": 35,
            "test_multiclass": 30, "test_docs": 25, "test_sharding": 25, "test_dual": 20, "test_io": 20,
            "test_fuzz": 22, "test_experiments_default": 25, "test_em_tolerance": 20, "test_dynamics": 20,
-           "test_belief_contract": 20, "test_readme": 20, "test_multiprocess": 15, "test_predictive": 20}
+           "test_belief_contract": 20, "test_readme": 20, "test_multiprocess": 15, "test_predictive": 20,
+           "test_tuning_free": 45, "test_noise": 25, "test_average": 25, "test_masked_update": 15}
 DEFAULT_WEIGHT = 12
 
 
