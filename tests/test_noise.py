@@ -193,3 +193,18 @@ def test_vmapped_priors_and_io_round_trip(tmp_path):
     jr.io.save(tmp_path / "bad.npz", out._replace(noise=out.noise._replace(rate=-out.noise.rate)))
     with pytest.raises(ValueError, match="noise.rate"):
         jr.io.load(tmp_path / "bad.npz")
+
+
+def test_diagonal_belief_keeps_its_diagonal_rule():
+    """The diagonal belief learns the noise with its own ``P = diag(1 / psi)``: one step's ``rate`` is
+    ``b + r^2 / (2 (1 + x^T P x))`` and its mean step the diagonal belief's of unit noise variance."""
+    model = jr.models.linear_gaussian(None)
+    flt = jr.diag_rvga(model, scheme="exact")
+    var = np.array([0.5, 2.0, 1.0])
+    s0 = flt.init(np.zeros(D), var, noise=(A0, B0))
+    x, y = np.array([1.0, -0.5, 2.0]), 0.8
+    out = flt.update(s0, x, y)
+    np.testing.assert_allclose(out.noise.rate, B0 + y**2 / (2 * (1 + x @ (var * x))), rtol=1e-12)
+    np.testing.assert_allclose(out.noise.shape, A0 + 0.5)
+    unit = jr.diag_rvga(jr.models.linear_gaussian(1.0), scheme="exact")
+    np.testing.assert_allclose(out.mean, unit.update(unit.init(np.zeros(D), var), x, y).mean, rtol=1e-12)
