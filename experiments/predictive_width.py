@@ -56,8 +56,9 @@ Findings of the full run (experiments/results/predictive_width/output.txt):
   0.093 against 0.134; 10-class v = 0.3: 0.146 against 0.259; diabetes v = 1: 1.163 against 1.170).
 
 Bernoulli: ``sig(k(v) m)`` (the inverse probit of ``jr.predictive``); categorical: the pairwise
-probit ``jr.special.softmax_probit``; Gaussian: ``N(y; m, v + 0.5)``. Figures and a CSV go to
-experiments/results/predictive_width/ (``--quick``: experiments/results/quick/predictive_width/).
+probit ``jr.special.softmax_probit``; Gaussian: ``N(y; m, v + 0.5)``. The CSV and the printed
+output go to experiments/results/predictive_width/, the figures beside it as
+``predictive_width_*.png`` (``--quick``: under experiments/results/quick/).
 """
 from __future__ import annotations
 
@@ -78,6 +79,12 @@ TAUS = (0.0, 1.0 / 1024, 1.0 / 256, 1.0 / 64, 1.0 / 16, 1.0 / 4, 1.0)
 #: Scales ``s`` of the psi part only: the predictive covariance ``J (W W^T + diag(psi) / s)^{-1} J^T``.
 PSI_SCALES = (1.0 / 1024, 1.0 / 256, 1.0 / 64, 1.0 / 16, 1.0 / 4, 1.0)
 OUT = os.path.join(os.path.dirname(__file__), "results", "predictive_width")
+
+
+def _figure_path(name):
+    """Figures go beside the folder ``OUT``, named ``predictive_width_<name>`` (the report's images are
+    flat files of experiments/results)."""
+    return os.path.join(os.path.dirname(OUT), "predictive_width_" + name)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -378,7 +385,7 @@ def figures(results, taus=TAUS):
         ax.plot(v, [min(r["nlpd_tau"]) for r in res["rows"]], "k:", label="best tau on the test set")
         ax.set_xscale("log"), ax.set_xlabel("prior variance v"), ax.set_ylabel("test NLPD"), ax.set_title(res["task"])
     axes[0, 0].legend(fontsize=8)
-    fig.tight_layout(), fig.savefig(os.path.join(OUT, "nlpd_vs_prior.png"), dpi=120), plt.close(fig)
+    fig.tight_layout(), fig.savefig(_figure_path("nlpd_vs_prior.png"), dpi=120), plt.close(fig)
     # 2. NLPD against tau
     x = [t if t > 0 else taus[1] / 4 for t in taus]
     fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.6), squeeze=False)
@@ -391,7 +398,7 @@ def figures(results, taus=TAUS):
         ax.set_xlabel("predictive scale tau (star: prequential choice)"), ax.set_ylabel("test NLPD")
         ax.set_title(res["task"])
     axes[0, 0].legend(fontsize=7)
-    fig.tight_layout(), fig.savefig(os.path.join(OUT, "nlpd_vs_tau.png"), dpi=120), plt.close(fig)
+    fig.tight_layout(), fig.savefig(_figure_path("nlpd_vs_tau.png"), dpi=120), plt.close(fig)
     # 3. variance parts against the prior
     fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.6), squeeze=False)
     for ax, res in zip(axes[0], results):
@@ -403,7 +410,7 @@ def figures(results, taus=TAUS):
         ax.set_xscale("log"), ax.set_yscale("log"), ax.set_xlabel("prior variance v"), ax.set_title(res["task"])
         ax.set_ylabel("median (25-75 %) over test inputs")
     axes[0, 0].legend(fontsize=8)
-    fig.tight_layout(), fig.savefig(os.path.join(OUT, "variance_parts.png"), dpi=120), plt.close(fig)
+    fig.tight_layout(), fig.savefig(_figure_path("variance_parts.png"), dpi=120), plt.close(fig)
     # 4. cumulative prequential log score against the plug-in's, one prior per task
     fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.6), squeeze=False)
     for ax, res in zip(axes[0], results):
@@ -414,7 +421,7 @@ def figures(results, taus=TAUS):
         ax.set_title(f"{res['task']}, v = {r['prior']}")
         ax.set_ylim(max(np.min(r["cum"][-1]) * 1.2, -60), max(5.0, np.max(r["cum"]) * 1.2))
     axes[0, 0].legend(fontsize=7)
-    fig.tight_layout(), fig.savefig(os.path.join(OUT, "prequential_cumulative.png"), dpi=120), plt.close(fig)
+    fig.tight_layout(), fig.savefig(_figure_path("prequential_cumulative.png"), dpi=120), plt.close(fig)
 
 
 def write_csv(results, taus=TAUS):
@@ -504,7 +511,7 @@ def reference_figure(refs):
         ax.plot(v, [min(nl) for _, nl, _ in ggn], "k:", label="full-rank GGN, best tau on test")
         ax.plot(v, [r["mix"] for r, _, _ in ggn], "^-", label="low-rank, prequential mixture (fix)")
         ax.set_xscale("log"), ax.set_xlabel("prior variance v"), ax.set_ylabel("test NLPD"), ax.legend(fontsize=7)
-    fig.tight_layout(), fig.savefig(os.path.join(OUT, "full_rank_reference.png"), dpi=120), plt.close(fig)
+    fig.tight_layout(), fig.savefig(_figure_path("full_rank_reference.png"), dpi=120), plt.close(fig)
 
 
 def main(argv=None):

@@ -11,13 +11,14 @@ models it is the evidence of the filter's Gaussian approximations (the terms as
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
 
 from . import models
-from ._values import Bound
+from ._values import Bound, by_value
 from .core import Filter, Prequential, scan
 from .predictive import log_predictive
 from .validation import is_concrete
@@ -49,9 +50,11 @@ def log_evidence(flt: Filter, state, xs, ys, *, model: Optional[models.Model] = 
 
     A scalar, differentiable with respect to everything the filter and the state are built from
     (the prior's mean and scale, the model's noise variance, the dynamics' ``decay``,
-    ``additive_noise`` and ``process_noise``): it is one :func:`jaxrvga.scan`, not jitted, so that
-    it can be called inside ``jax.jit``, ``jax.grad`` or ``jax.vmap`` with the filter built there
-    (empirical Bayes: maximise it over the hyper-parameters, e.g. with optax). The low-rank
+    ``additive_noise`` and ``process_noise``): it is one :func:`jaxrvga.scan`, so that it can be
+    called inside ``jax.jit``, ``jax.grad`` or ``jax.vmap`` with the filter built there (empirical
+    Bayes: maximise it over the hyper-parameters, e.g. with optax). Called on concrete data with a
+    filter and model built from plain Python values, that scan is compiled once per configuration
+    and shapes and reused by the next call. The low-rank
     belief's projection differentiates an eigendecomposition, whose derivative is undefined where
     eigenvalues repeat: start it from generic factors (:func:`jaxrvga.lowrank.init_factors`), not
     ``W = 0`` (NaN gradients).
@@ -67,11 +70,26 @@ def log_evidence(flt: Filter, state, xs, ys, *, model: Optional[models.Model] = 
     if model is None:
         raise ValueError("log_evidence needs an observation model: this filter has none (flt.model is None); "
                          "pass model=")
-    if flt.check is not None and is_concrete((state, xs, ys)):
+    concrete = is_concrete((state, xs, ys, key))
+    if flt.check is not None and concrete:
         flt.check(state, xs, ys)
+    trace_log_predictive(model, key=key, num_samples=num_samples, num_points=num_points)  # its checks
+    program = flt.program()
+    if concrete and by_value((program, model, num_samples, num_points)):  # compiled once per configuration
+        return _compiled_evidence(program, model, num_samples, num_points, state, xs, ys, key)
+    return _evidence(program, model, num_samples, num_points, state, xs, ys, key)
+
+
+def _evidence(program, model, num_samples, num_points, state, xs, ys, key):
+    """The sum of the prequential log predictives of one :func:`jaxrvga.scan` (:func:`log_evidence`)."""
     trace = trace_log_predictive(model, key=key, num_samples=num_samples, num_points=num_points)
-    _, terms = scan(flt, state, xs, ys, trace)
+    _, terms = scan(program, state, xs, ys, trace)
     return jnp.sum(terms)
+
+
+#: :func:`_evidence` jitted, for a filter and model that compare by value and concrete data: a
+#: repeated call of :func:`log_evidence` with the same configuration and shapes is not traced again.
+_compiled_evidence = jax.jit(_evidence, static_argnums=(0, 1, 2, 3))
 
 
 __all__ = ["trace_log_predictive", "log_evidence"]

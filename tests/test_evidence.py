@@ -191,3 +191,26 @@ def test_log_evidence_needs_a_model_and_prequential_a_function():
         jr.prequential(3)
     with pytest.raises(ValueError, match="model must be"):
         jr.trace_log_predictive("logistic")
+
+
+def test_repeated_evidence_is_not_traced_again():
+    """A second ``log_evidence`` call with the same filter, model and shapes reuses the compiled scan
+    (the model's predictor is not traced again), and returns the same value; a filter built under
+    ``jax.grad`` (traced hyper-parameters) still differentiates."""
+    traces = []
+
+    def h(theta, x):
+        traces.append(1)
+        return x @ theta
+
+    model = jr.models.nonlinear(h, jr.models.gaussian(0.5))
+    flt = jr.rvga(model, "ekf")
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(8, 2)), rng.normal(size=8)
+    first = jr.log_evidence(flt, flt.init(jnp.zeros(2), jnp.eye(2)), X, y)
+    count = len(traces)
+    again = jr.log_evidence(jr.rvga(model, "ekf"), flt.init(jnp.zeros(2), jnp.eye(2)), X, y)
+    assert len(traces) == count and float(again) == float(first)
+    grad = jax.grad(lambda nv: jr.log_evidence(jr.kalman(nv), jr.kalman(nv).init(jnp.zeros(2), jnp.eye(2)),
+                                               X, y))(0.5)
+    assert np.isfinite(float(grad))

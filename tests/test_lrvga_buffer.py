@@ -133,19 +133,21 @@ def test_state_with_gram_round_trips_and_older_files_load(tmp_path):
     io.save(tmp_path / "s.npz", state)
     back = io.load(tmp_path / "s.npz")
     np.testing.assert_array_equal(back.gram, state.gram)
-    # a file of the format before the gram field: LowRankState with six fields
+    # a file of the format before the gram and noise fields: LowRankState with six fields
     old = jr.lrvga(jr.models.logistic(), rank=2, published=True).init(jnp.zeros(5), np.eye(5)[:, :2], np.ones(5))
     io.save(tmp_path / "o.npz", old)
     with np.load(tmp_path / "o.npz", allow_pickle=False) as f:
         arrays = {k: f[k] for k in f.files}
     meta = json.loads(str(arrays[io.META_KEY]))
-    assert meta["tree"]["fields"][-1] == "gram" and meta["tree"]["children"][-1]["t"] == "none"
-    meta["tree"]["fields"].pop()
-    meta["tree"]["children"].pop()
+    assert meta["tree"]["fields"][-2:] == ["gram", "noise"]
+    assert [c["t"] for c in meta["tree"]["children"][-2:]] == ["none", "none"]
+    for _ in range(2):
+        meta["tree"]["fields"].pop()
+        meta["tree"]["children"].pop()
     arrays[io.META_KEY] = np.array(json.dumps(meta))
     np.savez(tmp_path / "o.npz", **arrays)
     loaded = io.load(tmp_path / "o.npz")
-    assert loaded.gram is None
+    assert loaded.gram is None and loaded.noise is None
     np.testing.assert_array_equal(loaded.W, old.W)
     # a gram of the wrong shape is refused
     io.save(tmp_path / "b.npz", state._replace(gram=jnp.zeros((2, 2))))
