@@ -546,5 +546,5 @@ def trace_mean(state, x=None, y=None):
     return state.mean
 
 
-__all__ = ["Filter", "SolverInfo", "GaussianState", "LowRankState", "DiagonalState", "run", "solver_info", "Prequential", "prequential",
+__all__ = ["Filter", "SolverInfo", "NoiseStats", "GaussianState", "LowRankState", "DiagonalState", "run", "solver_info", "Prequential", "prequential",
            "Traces", "traces", "masked_update", "trace_info", "trace_mean", "scan", "Step", "step_fn"]
