@@ -36,10 +36,20 @@ def _calls(X, y):
         flt = jr.rvga(jr.models.logistic(), scheme="implicit")
         return jr.run(flt, flt.init(jnp.zeros(d), 10.0 * jnp.eye(d)), X, (y > 0).astype(float))[0].mean
 
+    def fleet_logistic():  # the README's pattern: jax.vmap of a function that calls jr.run
+        flt = jr.rvga(jr.models.logistic(), scheme="implicit")
+        labels = (y > 0).astype(float)
+
+        def fit(prior_var):
+            return jr.run(flt, flt.init(jnp.zeros(d), prior_var * jnp.eye(d)), X, labels)[0].mean
+
+        return jax.vmap(fit)(jnp.logspace(-1, 1, 5))
+
     state = jr.kalman(0.09).init(jnp.zeros(d), jnp.eye(d))
     model = jr.models.linear_gaussian(0.09)
     return {"jr.log_evidence (Kalman, drift)": evidence,
             "jr.run (implicit logistic R-VGA)": run_logistic,
+            "5-member implicit fleet (vmap of jr.run)": fleet_logistic,
             "jr.predictive (3 inputs)": lambda: jr.predictive(state, X[:3], model).mean,
             "jr.log_predictive (1 observation)": lambda: jr.log_predictive(state, X[0], y[0], model)}
 
