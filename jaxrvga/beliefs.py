@@ -42,7 +42,7 @@ import numpy as np
 
 from . import lowrank
 from . import noise as noise_belief
-from .core import DiagonalState, GaussianState, LowRankState, NoiseStats, solver_info
+from .core import DiagonalState, GaussianState, LowRankState, solver_info
 from .dynamics import Dynamics
 from .factor_analysis import PSI_FLOOR, recursive_em_step, spectral_em_step
 from .validation import (all_finite, check_cov, check_finite, check_float_array, check_invertible, check_key,
@@ -175,9 +175,7 @@ def sample(state, key, num: int):
     belief, st = of_state(state)
     key = check_key(key, required=True, needed_by="sample")
     num = positive_int("num", num)
-    stats = getattr(state, "noise", None)
-    stats = None if stats is None else NoiseStats(*stats)
-    return draws(belief, st, stats, key, num)[0]
+    return draws(belief, st, noise_belief.stats_of(state), key, num)[0]
 
 
 def antithetic_normals(key, num: int, dim: int, dtype):

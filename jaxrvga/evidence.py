@@ -11,7 +11,6 @@ models it is the evidence of the filter's Gaussian approximations (the terms as
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import jax

@@ -164,12 +164,7 @@ def _check_state(spec, state):
     want = spec.belief.state_type
     if not isinstance(state, want):
         raise ValueError(f"state must be a {want.__name__} (from this filter's init), got {type(state).__name__}")
-    learned = spec.model.family.learned_noise
-    if learned != (getattr(state, "noise", None) is not None):
-        raise ValueError("state.noise: the model learns its noise variance but the state has no statistics of it "
-                         "(init it with this filter)" if learned else
-                         "state.noise: the state has statistics of a learned noise variance but the model's "
-                         "variance is known (build the filter with noise_var=None)")
+    noise_belief.stats_of(state, spec.model.family.learned_noise)
 
 
 def _without_new_cache(out, state):

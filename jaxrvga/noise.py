@@ -57,6 +57,19 @@ def check_noise(noise, dtype) -> NoiseStats:
     return NoiseStats(*out)
 
 
+def stats_of(state, learned=None):
+    """The :class:`~jaxrvga.core.NoiseStats` of ``state`` (``None`` where it has none). ``learned``: whether
+    the model the state is used with learns its noise variance (``Family.learned_noise``); a state
+    that disagrees is a ``ValueError`` naming ``state.noise`` (``None``: not checked)."""
+    stats = getattr(state, "noise", None)
+    if learned is not None and learned != (stats is not None):
+        raise ValueError("state.noise: the model learns its noise variance but the state has no statistics of it "
+                         "(init it with that model's filter)" if learned else
+                         "state.noise: the state has statistics of a learned noise variance but the model's "
+                         "variance is known (build the model with noise_var=None)")
+    return None if stats is None else NoiseStats(*stats)
+
+
 def residual(model, belief, state, x, y, scale=1.0):
     """``(r, S)``: the residual ``y - h(mu, x)`` (k,) and ``S = I + scale J P J^T`` (k, k) of one checked
     observation (:func:`jaxrvga.filters.check_observation`; a GLM's ``x`` is (m, d))."""
@@ -112,5 +125,5 @@ def discount(stats: NoiseStats, delta) -> NoiseStats:
     return NoiseStats(delta * stats.shape, delta * stats.rate)
 
 
-__all__ = ["DEFAULT_NOISE", "check_noise", "residual", "absorb", "log_student_t", "expected_variance",
+__all__ = ["DEFAULT_NOISE", "check_noise", "stats_of", "residual", "absorb", "log_student_t", "expected_variance",
            "sample_variance", "discount"]

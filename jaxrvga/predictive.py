@@ -107,16 +107,6 @@ def _monte_carlo(model, belief, st, stats, X, key, num, noise: bool, scale):
     return Predictive(mean, var)
 
 
-def _noise_stats(state, model):
-    """The state's statistics of a learned noise variance, checked against ``model``: ``None`` for a
-    model of known variance; ``ValueError`` where the two disagree."""
-    stats = getattr(state, "noise", None)
-    if model.family.learned_noise != (stats is not None):
-        raise ValueError("state.noise: a model that learns its noise variance (noise_var=None) needs a state with "
-                         "its statistics (from that model's filter), and only it")
-    return None if stats is None else noise.NoiseStats(*stats)
-
-
 def _scaled(out: Predictive, stats) -> Predictive:
     """The moments of a belief in units of ``s2`` scaled by ``E[s2]`` (module docstring)."""
     return out if stats is None else Predictive(out.mean, noise.expected_variance(stats) * out.var)
@@ -163,7 +153,7 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
     if model.per_input is not None:  # X is a batch of inputs already
         model = model._replace(predict=model.per_input, per_input=None)
     belief, st = beliefs.of_state(state)  # the predictions ask the belief
-    stats = _noise_stats(state, model)
+    stats = noise.stats_of(state, model.family.learned_noise)
     d = st.mean.shape[0]
     if model.is_glm:
         X = check_float_array("X", X)
@@ -263,7 +253,7 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
             m, x, y, model, key=key, num_samples=num_samples, num_points=num_points, scale=scale * c))
         return average.mixture_log_density(state.log_weight, each)
     belief, st = beliefs.of_state(state)
-    stats = _noise_stats(state, model)
+    stats = noise.stats_of(state, model.family.learned_noise)
     x, y = check_observation(st, x, y, model)  # the filters' own check of an observation
     if key is not None:
         return _log_density_monte_carlo(model, belief, st, stats, x, y, check_key(key),
