@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_iterate [--d 1000000] [--p 10] [--loops 3] [--dtype float64 float32]
 
-:func:`jaxrvga.factor_analysis.recursive_em_step` either keeps the iterate ``W_k`` between inner
+:func:`jaxrvga.kernels.factor_analysis.recursive_em_step` either keeps the iterate ``W_k`` between inner
 loops (``store_iterate=True``: one more d x p array) or recomputes its rows from ``W_prev`` in
 each pass (``store_iterate=False``: pass k multiplies the rows by a (p, k p) matrix). This
 script times both on the same inputs, alternating them over ``--repeat`` rounds (best time of
@@ -22,7 +22,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from benchmarks.bench_rvga import block  # noqa: E402
 from benchmarks.machine import describe  # noqa: E402
-from jaxrvga import factor_analysis as fa  # noqa: E402
+from jaxrvga.kernels import factor_analysis as fa  # noqa: E402
 
 
 def compare(d: int, p: int, loops: int, dtype, repeat: int):

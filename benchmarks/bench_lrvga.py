@@ -18,7 +18,7 @@ in :mod:`benchmarks.numpy_baselines`:
 
 Both sides take the best of 3 repetitions (the machine may be shared). Data: ``x_t ~ N(0,
 I_d / d)``, ``y`` from a fixed Gaussian ``theta*``; factors from
-:func:`jaxrvga.lowrank.init_factors` (prior variance 1). ``max |diff|`` is the largest
+:func:`jaxrvga.kernels.woodbury.init_factors` (prior variance 1). ``max |diff|`` is the largest
 difference of the final means (the NumPy side runs in the input dtype, except that its
 ``np.eye`` / ``np.linalg.inv`` p x p parts are float64, as a user's transcription would be).
 The number of steps per case shrinks with ``d p^2`` to keep the whole run to minutes.
@@ -74,7 +74,7 @@ def run_case(model, d, p, loops, dtype, budget, repeat=3):
     """Time one case; returns a dict of figures."""
     steps = num_steps(d, p, loops, budget)
     X, y = problem(d, steps, dtype, model)
-    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), d, p, 1.0, dtype=dtype)
+    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), d, p, 1.0, dtype=dtype)
     W0, psi0 = np.asarray(W0), np.asarray(psi0)
     make, np_step = MODELS[model]
     flt = make(p, loops)

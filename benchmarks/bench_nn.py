@@ -29,7 +29,7 @@ time ratios are to be read against these.
 
 ``--profile``: where the time of one L-RVGA step goes at this size, each piece jitted alone and
 repeated inside one ``fori_loop`` (no dispatch): the VJP of the output, the Woodbury solve of the
-mean step, the spectral projection (:func:`jaxrvga.factor_analysis.spectral_em_step`), two
+mean step, the spectral projection (:func:`jaxrvga.kernels.factor_analysis.spectral_em_step`), two
 skinny matrix products for scale, the whole update; the same for the sampled scheme (draws,
 VJPs at the draws, the mean of their K gradients in two forms, rank p + K solve and projection);
 Adam's step for comparison.
@@ -99,7 +99,7 @@ def mlp(key):
 def scores(p, y):
     p = np.clip(np.asarray(p, np.float64), 1e-7, 1 - 1e-7)
     return {"accuracy": float(np.mean((p > 0.5) == y)),
-            "log_loss": float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))), "ece": jr.metrics.ece(p, y)}
+            "log_loss": float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))), "ece": jr.baselines.metrics.ece(p, y)}
 
 
 # --------------------------------------------------------------------------- methods
@@ -120,7 +120,7 @@ def lrvga_run(h, theta0, scheme, batch=1, **options):
     model = jr.models.nonlinear(h, jr.models.bernoulli())
     batched = model if batch == 1 else jr.models.minibatch(model)
     flt = jr.lrvga(batched, rank=RANK, scheme=scheme, **options)
-    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), theta0.shape[0], RANK, PRIOR_VAR)
+    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), theta0.shape[0], RANK, PRIOR_VAR)
     state = flt.init(theta0, W0, psi0, **({"key": jax.random.PRNGKey(2)} if scheme == "sampled" else {}))
 
     def run(state, xs, ys):
@@ -277,7 +277,7 @@ def update_flops(h, theta0, scheme, batch=1, buffer=0, **options):
     often as it runs: with a buffer of ``b`` columns and ``m`` new columns a step (``m`` = batch for
     the EKF, ``num_samples`` for the sampled scheme), once every ``b // m + 1`` steps (the update's
     conditional holds it; XLA counts it in every update, so it is counted apart and subtracted)."""
-    from jaxrvga import factor_analysis as fa
+    from jaxrvga.kernels import factor_analysis as fa
     _, state, _, flt = lrvga_run(h, theta0, scheme, batch=batch, buffer=buffer, **options)
     Xtr, ytr, _, _ = digits()
     x, y = (jnp.asarray(Xtr[0]), jnp.asarray(ytr[0])) if batch == 1 else (jnp.asarray(Xtr[:batch]),
@@ -336,8 +336,9 @@ def profile(repeat, n=200):
     Each piece maps its carry to a carry of the same structure (the projections are applied again
     to their own output), so no work is loop-invariant.
     """
-    from jaxrvga import factor_analysis as fa
-    from jaxrvga import lowrank, schemes
+    from jaxrvga.kernels import factor_analysis as fa
+    from jaxrvga import schemes
+    from jaxrvga.kernels import woodbury as lowrank
     Xtr, ytr, _, _ = digits()
     theta0, h = mlp(jax.random.PRNGKey(0))
     d = theta0.shape[0]

@@ -35,7 +35,7 @@ def best_of(fn, repeat=3):
 
 
 def problem(d, n, dtype, seed=0):
-    ds = jr.data.logistic_data(s=2.0, N=n, d=d, c=1, key=jax.random.PRNGKey(seed))
+    ds = jr.baselines.data.logistic_data(s=2.0, N=n, d=d, c=1, key=jax.random.PRNGKey(seed))
     return np.asarray(ds.X, dtype), np.asarray(ds.y, dtype)
 
 
@@ -123,7 +123,7 @@ def compile_table(dtype):
     }
     lr = getattr(jr, "lrvga", None)
     if lr is not None:
-        W0, psi0 = jr.lowrank.init_factors(key, 20, 5, 10.0)
+        W0, psi0 = jr.kernels.woodbury.init_factors(key, 20, 5, 10.0)
         for scheme in ("implicit", "explicit", "extragrad", "sampled"):
             cases[f"lrvga {scheme}"] = (lr(jr.models.logistic(), rank=5, scheme=scheme), (W0, psi0, key))
     for name, (flt, extra) in cases.items():
@@ -145,7 +145,7 @@ def solver_table(quick, dtype):
     print("\n## Batched implicit solves (vmap of implicit.solve_logistic): cost per element and iteration")
     print(f"{'n':>7} {'time us':>10} {'max iters':>10} {'ns / (element x iter)':>23}")
     rng = np.random.default_rng(0)
-    solve = jax.jit(jax.vmap(jr.implicit.solve_logistic))
+    solve = jax.jit(jax.vmap(jr.kernels.root_solvers.solve_logistic))
     for n in ([100, 1000] if quick else [100, 1000, 10000]):
         args = (rng.normal(0.0, 3.0, n).astype(dtype), (10.0 ** rng.uniform(-1, 1.5, n)).astype(dtype),
                 rng.integers(0, 2, n).astype(dtype))

@@ -39,7 +39,7 @@ from benchmarks.machine import describe, peak_rss_mb  # noqa: E402
 
 
 def problem(d, n, dtype, seed=0):
-    ds = jr.data.logistic_data(s=2.0, N=n, d=d, c=1, key=jax.random.PRNGKey(seed))
+    ds = jr.baselines.data.logistic_data(s=2.0, N=n, d=d, c=1, key=jax.random.PRNGKey(seed))
     return np.asarray(ds.X, dtype), np.asarray(ds.y, dtype)
 
 

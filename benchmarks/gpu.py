@@ -9,7 +9,7 @@ donated, compile time excluded (one warm-up run) and the best of ``--repeat`` ru
 
 * **Low rank**: ``jr.lrvga(logistic, rank=p)`` (the default scheme of a GLM) at d = 1e5, 1e6, 1e7
   and p = 1, 10, 50, on Gaussian inputs made on the device (and at d = 1e7 with the CPU's row
-  blocks, :mod:`jaxrvga.blocks`). Beside each time, the time of one pass over ``W`` (``v @ W``,
+  blocks, :mod:`jaxrvga.kernels.row_blocks`). Beside each time, the time of one pass over ``W`` (``v @ W``,
   the least any step must do) measured in the same process, and XLA's temporary memory of the
   run as a multiple of the state.
 * **Diagonal**: ``jr.diag_rvga(logistic)`` at d = 1e7.
@@ -34,7 +34,7 @@ from jax.flatten_util import ravel_pytree
 
 import jaxrvga as jr
 from benchmarks.machine import describe
-from jaxrvga.blocks import BLOCK_ROWS
+from jaxrvga.kernels.row_blocks import BLOCK_ROWS
 
 STEPS = 20
 SIZES = {"full": {"dims": (100_000, 1_000_000, 10_000_000), "ranks": (1, 10, 50), "diag": 10_000_000, "images": 200,
@@ -84,7 +84,7 @@ def lowrank_row(d, p, repeat, block_rows=None):
     """Time per step of the default low-rank filter (``block_rows`` as there), one pass over ``W``
     and XLA's temporary memory of the run as a multiple of the state."""
     flt = jr.lrvga(jr.models.logistic(), rank=p, block_rows=block_rows)
-    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(0), d, p, 1.0, dtype=jnp.float32)
+    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(0), d, p, 1.0, dtype=jnp.float32)
     state = flt.init(jnp.zeros(d, jnp.float32), W0, psi0)
     xs, ys = glm_stream(jax.random.PRNGKey(1), d)
     step = best_seconds(filter_run(flt), state, (xs, ys), repeat) / STEPS
@@ -177,7 +177,7 @@ def network_rows(name, make, n, repeat):
     model = jr.models.nonlinear(h, jr.models.categorical(10))
     adam = best_seconds(adam_run(h), theta0, (xs, ys), repeat) / n
     rows = [{"network": name, "d": theta0.size, "method": "adam (batch 1)", "ms/image": 1e3 * adam, "x adam": 1.0}]
-    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(3), theta0.size, 10, 0.1, dtype=jnp.float32)
+    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(3), theta0.size, 10, 0.1, dtype=jnp.float32)
     filters = {"low rank 10": (jr.lrvga(model, rank=10), (W0, psi0)),
                "low rank 10, buffer 40": (jr.lrvga(model, rank=10, buffer=40), (W0, psi0)),
                "diagonal": (jr.diag_rvga(model), (0.1,))}

@@ -174,7 +174,7 @@ def _skip_namedtuple_fields(app, what, name, obj, skip, options):
 
 
 def _viewcode_own_module(app, modname, fullname):
-    """No source link for a name a module re-exports (``jaxrvga.factor_analysis.fa_kl``).
+    """No source link for a name a module re-exports (``jaxrvga.kernels.factor_analysis.fa_kl``).
 
     viewcode keeps, for each source file, the module of the first page that documented one of its
     names and links every name of that file to that module's page: when ``factor_analysis``'s page

@@ -19,7 +19,7 @@ from jax.flatten_util import ravel_pytree
 from sklearn.datasets import load_digits
 
 import jaxrvga as jr
-from jaxrvga.metrics import ece
+from jaxrvga.baselines.metrics import ece
 from examples.common import digits_cli, fit_and_score, log_loss, split
 
 

@@ -26,7 +26,7 @@ from jax.flatten_util import ravel_pytree
 from sklearn.datasets import load_digits
 
 import jaxrvga as jr
-from jaxrvga.metrics import ece
+from jaxrvga.baselines.metrics import ece
 from examples.common import as_f32, lowrank_init, split
 from examples.digits_binary import MLP
 
@@ -34,7 +34,7 @@ SCALES = (1.0, 0.3, 0.1)
 
 
 def _ece(probs, labels):
-    """:func:`jaxrvga.metrics.ece` of probabilities of class 1, computed in float64."""
+    """:func:`jaxrvga.baselines.metrics.ece` of probabilities of class 1, computed in float64."""
     return ece(np.asarray(probs, np.float64), labels)
 
 
@@ -43,13 +43,13 @@ def dispersion(state, h, X, y, key, num_samples: int = 512) -> dict:
     (n, 64), labels ``y``."""
     J = jax.vmap(jax.grad(h), in_axes=(None, 0))(state.mean, X)  # (n, d)
     m = jax.vmap(h, in_axes=(None, 0))(state.mean, X)
-    v = jr.lowrank.factorize(state.W, state.psi).quad_form(J.T)
+    v = jr.kernels.woodbury.factorize(state.W, state.psi).quad_form(J.T)
     out = {"plug_in_ece": _ece(jax.nn.sigmoid(m), y),
-           "linearised_ece": _ece(jr.special.probit_predictive(m, v)[0], y),
+           "linearised_ece": _ece(jr.kernels.special.probit_predictive(m, v)[0], y),
            "diagonal_share": float(jnp.median(jnp.sum(J**2 / state.psi, axis=1) / v)),
            "median_psi": float(jnp.median(state.psi))}
     for c in SCALES:
-        th = jr.lowrank.sample(key, state.mean, state.W / np.sqrt(c), state.psi / c,
+        th = jr.kernels.woodbury.sample(key, state.mean, state.W / np.sqrt(c), state.psi / c,
                                num_samples)
         eta = jax.vmap(lambda t: jax.vmap(h, in_axes=(None, 0))(t, X))(th)  # (S, n)
         lin = m + (th - state.mean) @ J.T

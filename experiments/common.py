@@ -26,7 +26,8 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
-from jaxrvga import metrics, models  # noqa: E402
+from jaxrvga import models
+from jaxrvga.baselines import metrics  # noqa: E402
 
 #: The logistic model of every logistic-regression experiment.
 MODEL = models.logistic()
@@ -189,7 +190,7 @@ _snapshots = jax.jit(_snapshots_impl, static_argnums=(0, 1))
 
 # --------------------------------------------------------------------------- MC-KL terms of logistic beliefs
 
-#: :func:`jaxrvga.metrics.mc_kl_logistic_terms`, compiled (``batch_size`` static).
+#: :func:`jaxrvga.baselines.metrics.mc_kl_logistic_terms`, compiled (``batch_size`` static).
 kl_terms = jax.jit(metrics.mc_kl_logistic_terms, static_argnames="batch_size")
 
 

@@ -17,7 +17,9 @@ import numpy as np
 from experiments.common import MODEL, kl_terms, run_snapshots
 
 import jaxrvga as jr  # noqa: E402
-from jaxrvga import data, metrics, models  # noqa: E402
+from jaxrvga import models
+from jaxrvga.baselines import data
+from jaxrvga.baselines import metrics  # noqa: E402
 
 # --------------------------------------------------------------------------- linear regression (Fig. 2)
 
@@ -52,7 +54,7 @@ def linear_kl_fa(state, lam, logdet_lam, m_star):
 
         fa_kl(Lam*, W, psi) + 1/2 (mu - m*)^T Lam* (mu - m*)
 
-    (:func:`jaxrvga.metrics.fa_kl` with ``S = Lam*``, O(d^2 p); ``logdet_lam = logdet Lam*``)."""
+    (:func:`jaxrvga.baselines.metrics.fa_kl` with ``S = Lam*``, O(d^2 p); ``logdet_lam = logdet Lam*``)."""
     dm = state.mean - m_star
     return metrics.fa_kl(lam, state.W, state.psi, logdet_lam) + 0.5 * dm @ (lam @ dm)
 
@@ -62,7 +64,7 @@ def linear_kl_full(state, lam, logdet_lam, m_star):
 
         1/2 [tr(Lam* P) - logdet P - logdet Lam* - d + (mu - m*)^T Lam* (mu - m*)]
 
-    (one Cholesky of P per evaluation; :func:`jaxrvga.metrics.gaussian_kl` would factor both
+    (one Cholesky of P per evaluation; :func:`jaxrvga.baselines.metrics.gaussian_kl` would factor both
     covariances, twice the cost at d = 1000)."""
     P = state.cov
     dm = state.mean - m_star
@@ -107,12 +109,12 @@ class Problem:
 
 #: The Laplace approximation of a :class:`Problem`, compiled once per shape (shared by every problem
 #: of that size).
-_problem_laplace = jax.jit(lambda X, y, m, P: jr.laplace(MODEL, X, y, m, P))
+_problem_laplace = jax.jit(lambda X, y, m, P: jr.baselines.laplace.laplace(MODEL, X, y, m, P))
 
 
 @jax.jit
 def full_kl(mean, cov, z, X, y, m0, prior_var):
-    """:func:`jaxrvga.metrics.mc_kl_logistic`, compiled."""
+    """:func:`jaxrvga.baselines.metrics.mc_kl_logistic`, compiled."""
     return metrics.mc_kl_logistic(mean, cov, z, X, y, m0, prior_var)
 
 
@@ -135,7 +137,7 @@ def lrvga_kl_curve(prob: Problem, flt, state0, full=False):
     final, kl, t = run_snapshots(flt, state0, prob.X, prob.y, stride, extract, *args)
     kl0 = float(jax.jit(extract)(state0, *args))
     t = np.concatenate([[0], t])
-    cov = final.cov if full else jr.lowrank.to_dense_covariance(final.W, final.psi)
+    cov = final.cov if full else jr.kernels.woodbury.to_dense_covariance(final.W, final.psi)
     terms = kl_terms(final.mean, cov, prob.z_big, prob.X, prob.y, prob.m0, prob.sigma0**2,
                      batch_size=TERMS_BATCH)
     return t, np.concatenate([[kl0], np.asarray(kl)]), final, np.asarray(terms)

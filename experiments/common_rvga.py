@@ -16,7 +16,8 @@ from jax.scipy.special import logsumexp
 from experiments.common import MODEL, kl_terms, paired, progress, pyplot, save_figure, write_columns, write_csv
 
 import jaxrvga as jr  # noqa: E402
-from jaxrvga import data, metrics  # noqa: E402
+from jaxrvga.baselines import data
+from jaxrvga.baselines import metrics  # noqa: E402
 
 METHODS = ("implicit", "explicit", "EKF", "QKF")
 LABELS = {"implicit": "R-VGA implicit", "explicit": "R-VGA explicit", "EKF": "EKF", "QKF": "QKF",
@@ -44,7 +45,7 @@ def kl_curve(means, covs, z, X, y, m0, P0):
 
 @jax.jit
 def _laplace(X, y, m0, P0):
-    lap = jr.laplace(MODEL, X, y, m0, P0)
+    lap = jr.baselines.laplace.laplace(MODEL, X, y, m0, P0)
     return lap.mean, lap.cov, lap.converged
 
 

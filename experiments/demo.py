@@ -21,7 +21,8 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 import jaxrvga as jr  # noqa: E402
-from jaxrvga import data, metrics  # noqa: E402
+from jaxrvga.baselines import data
+from jaxrvga.baselines import metrics  # noqa: E402
 
 
 def load(args):
@@ -68,7 +69,7 @@ def main(argv=None):
         rows.append((name, curves[name][-1], metrics.logistic_log_loss(state.mean, state.cov, Xte, yte),
                      np.mean((Xte @ state.mean > 0) == yte), elapsed))
     t0 = time.perf_counter()
-    lap = jr.laplace(jr.models.logistic(), Xtr, ytr, mu0, P0)
+    lap = jr.baselines.laplace.laplace(jr.models.logistic(), Xtr, ytr, mu0, P0)
     elapsed = time.perf_counter() - t0
     rows.append(("Laplace (batch)", kl(lap.mean, lap.cov), metrics.logistic_log_loss(lap.mean, lap.cov, Xte, yte),
                  np.mean((Xte @ lap.mean > 0) == yte), elapsed))

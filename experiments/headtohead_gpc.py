@@ -1,11 +1,11 @@
 """Head-to-head on real data: Gaussian-process classification, KL-prox vs Laplace ([KLPROX] Table 3).
 
 Model: ``f ~ GP(0, k)`` with the squared-exponential kernel
-``k(x, x') = sf^2 exp(-||x - x'||^2 / (2 l^2))`` (GPML ``covSEiso``, ``jr.klprox.se_kernel``) and
+``k(x, x') = sf^2 exp(-||x - x'||^2 / (2 l^2))`` (GPML ``covSEiso``, ``jr.baselines.klprox.se_kernel``) and
 the logistic likelihood ``p(y = 1 | f) = sig(f)``.
 
-* ``KL-prox``: ``jr.klprox.fit_kernel`` (kernel form, [KLPROX] eqs. 18-19, the paper's r = 0.8
-  with the library's default ELBO-vetted step control, tolerance 1e-8) and ``jr.klprox.predict``
+* ``KL-prox``: ``jr.baselines.klprox.fit_kernel`` (kernel form, [KLPROX] eqs. 18-19, the paper's r = 0.8
+  with the library's default ELBO-vetted step control, tolerance 1e-8) and ``jr.baselines.klprox.predict``
   (eq. 20). Each row records the final step parameter and the number of rejected proposals
   (:data:`experiments.headtohead_logistic.STEP_COLUMNS`).
 * ``Laplace``: written here (:func:`laplace_gpc`): Newton's method for the posterior mode
@@ -13,12 +13,12 @@ the logistic likelihood ``p(y = 1 | f) = sig(f)``.
   halving on the objective as a safeguard) and its predictive mean and variance (Algorithm 3.2).
 
 Both use the same predictive probability, the inverse-probit closed form ``sig(k(v*) m*)`` of the
-latent ``N(m*, v*)`` ([RVGA] eq. 58, as in ``jr.metrics.logistic_log_loss``), and the same
+latent ``N(m*, v*)`` ([RVGA] eq. 58, as in ``jr.baselines.metrics.logistic_log_loss``), and the same
 hyper-parameters. Hyper-parameters: a grid ``log l in {0, 1, 2, 3, 4}``, ``log sf in {0, 1, 2, 3}``
 (a 5 x 4 subgrid of [KLPROX] Table 1's ``linspace(-1, 6, 15)`` ranges, in the region where both
 data sets' optima lie). We report (i) the test log-loss at the hyper-parameters each method
 selects by its own evidence approximation (Laplace: R&W eq. 3.32; KL-prox: its ELBO, the ``elbo``
-that ``jr.klprox.fit_kernel`` reports), and (ii) the best test log-loss on the grid (the black
+that ``jr.baselines.klprox.fit_kernel`` reports), and (ii) the best test log-loss on the grid (the black
 circles of [KLPROX] Fig. 1), plus the wall time of the whole grid (ahead-of-time compiled once;
 compile time reported separately).
 
@@ -50,8 +50,8 @@ from experiments.common_headtohead import trivial_log_loss as split_trivial_log_
 import jaxrvga as jr  # noqa: E402
 
 DATASETS = {
-    "breast_cancer": (jr.data.load_breast_cancer, False),
-    "digits_3v5": (lambda: jr.data.load_digits_pair(3, 5), True),
+    "breast_cancer": (jr.baselines.data.load_breast_cancer, False),
+    "digits_3v5": (lambda: jr.baselines.data.load_digits_pair(3, 5), True),
 }
 LOG_L = (0.0, 1.0, 2.0, 3.0, 4.0)
 LOG_SF = (0.0, 1.0, 2.0, 3.0)
@@ -153,7 +153,7 @@ def laplace_gpc_predict(res: LaplaceGPC, K_star, k_starstar):
 
 def predictive_log_loss(m, v, y01):
     """Mean of ``-log p(y | x*)`` with ``p(y = 1 | x*) = sig(k(v) m)`` (inverse probit)."""
-    z = jr.special.probit_k(v) * m
+    z = jr.kernels.special.probit_k(v) * m
     return -jnp.mean(y01 * jax.nn.log_sigmoid(z) + (1.0 - y01) * jax.nn.log_sigmoid(-z))
 
 
@@ -164,15 +164,15 @@ def make_fitters():
 
     def kernels(Xtr, Xte, log_l, log_sf):
         ell, var = jnp.exp(log_l), jnp.exp(2.0 * log_sf)
-        K = jr.klprox.se_kernel(Xtr, Xtr, ell, var)
-        Ks = jr.klprox.se_kernel(Xte, Xtr, ell, var)
+        K = jr.baselines.klprox.se_kernel(Xtr, Xtr, ell, var)
+        Ks = jr.baselines.klprox.se_kernel(Xte, Xtr, ell, var)
         return 0.5 * (K + K.T), Ks, jnp.full((Xte.shape[0],), var)
 
     @jax.jit
     def fit_klprox(Xtr, ytr, Xte, yte, log_l, log_sf):
         K, Ks, kss = kernels(Xtr, Xte, log_l, log_sf)
-        res = jr.klprox.fit_kernel(model, K, ytr, r=0.8, max_iter=5000, tol=1e-8)
-        m, v = jr.klprox.predict(res, Ks, kss)
+        res = jr.baselines.klprox.fit_kernel(model, K, ytr, r=0.8, max_iter=5000, tol=1e-8)
+        m, v = jr.baselines.klprox.predict(res, Ks, kss)
         return (predictive_log_loss(m, v, yte), res.elbo, res.converged, res.iterations, res.r,
                 res.rejected)
 

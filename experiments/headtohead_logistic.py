@@ -1,6 +1,6 @@
 """Head-to-head on real data: Bayesian logistic regression with seven Gaussian approximations.
 
-Data sets (``jr.data``):
+Data sets (``jr.baselines.data``):
 
 * **breast cancer** (LIBSVM ``breast-cancer_scale``, 683 x 10, features in [-1, 1], plus an
   intercept: d = 11). Prior ``N(0, 10^2 I)``: with features in [-1, 1] a weight of 10 moves the
@@ -20,21 +20,21 @@ Methods, all returning a Gaussian ``N(mean, cov)``:
 
 * ``R-VGA``: ``jr.rvga(logistic, "implicit")``, one pass, full covariance ([RVGA] eqs. 69-77).
 * ``L-RVGA p``: ``lrvga(logistic, rank=p, scheme="implicit")``, one pass, 1 EM inner loop,
-  trace-matched initialisation ``jr.lowrank.init_factors`` ([LRVGA] App. D), p in {2, 10}.
-* ``KL-prox``: ``jr.klprox.fit`` (batch, [KLPROX] eqs. 16-17, the paper's r = 0.8 with the
+  trace-matched initialisation ``jr.kernels.woodbury.init_factors`` ([LRVGA] App. D), p in {2, 10}.
+* ``KL-prox``: ``jr.baselines.klprox.fit`` (batch, [KLPROX] eqs. 16-17, the paper's r = 0.8 with the
   library's default ELBO-vetted step control, which shrinks ``1 - r_k`` where the fixed step would
   lower the ELBO), with the same 64-node Gauss-Hermite expectations as the ELBO below, so it
   maximises exactly the reported ELBO. Each row records the final step parameter ``r_final`` and
   the number of ``rejected`` proposals (:data:`STEP_COLUMNS`).
-* ``Dual-JJ``: ``jr.dual.fit`` ([DUAL] eq. 20 with the Jaakkola-Jordan bound; closed-form dual
+* ``Dual-JJ``: ``jr.baselines.dual.fit`` ([DUAL] eq. 20 with the Jaakkola-Jordan bound; closed-form dual
   solve per ``xi``, SQUAREM on the ``xi`` EM). ``iterations`` counts its dual solves.
-* ``Laplace``: ``jr.laplace`` (MAP + inverse Hessian).
+* ``Laplace``: ``jr.baselines.laplace.laplace`` (MAP + inverse Hessian).
 * ``Mean-field``: written here (:func:`mean_field_fit`): diagonal Gaussian maximising the same
   Gauss-Hermite ELBO over ``(m, log s)`` with optax L-BFGS. Baseline of [KLPROX] Table 2.
 * ``MAP plug-in``: ``sig(x^T m_MAP)`` (the Laplace mean, no covariance): [KLPROX] Table 2's MAP row.
 
 Scores: test log-loss (nats per test point) with the inverse-probit predictive
-``sig(k(x^T V x) x^T m)`` (``jr.metrics.logistic_log_loss``) for every Gaussian; the ELBO of
+``sig(k(x^T V x) x^T m)`` (``jr.baselines.metrics.logistic_log_loss``) for every Gaussian; the ELBO of
 :func:`elbo_gh` (exact expected log-likelihood by Gauss-Hermite on each 1-D projection, no probit
 approximation, minus ``KL(q || prior)``); and wall time of one fit of the ahead-of-time compiled
 function (``jax.jit(f).lower(...).compile()``; the compile time is reported separately). The
@@ -68,8 +68,8 @@ from jaxrvga import lrvga  # noqa: E402
 GH_NODES = 64
 #: Datasets: name -> (loader, prior standard deviation sigma0, standardise features?).
 DATASETS = {
-    "breast_cancer": (jr.data.load_breast_cancer, 10.0, False),
-    "digits_3v5": (lambda: jr.data.load_digits_pair(3, 5), 1.0, True),
+    "breast_cancer": (jr.baselines.data.load_breast_cancer, 10.0, False),
+    "digits_3v5": (lambda: jr.baselines.data.load_digits_pair(3, 5), 1.0, True),
 }
 #: Quick mode: one split of 200 points (140 for training) of breast cancer only.
 QUICK_DATASETS = ("breast_cancer",)
@@ -92,7 +92,7 @@ def expected_log_lik_gh(mean, cov_or_var, X, y, nodes: int = GH_NODES):
     the expectation without the inverse-probit approximation. ``cov_or_var``: (d, d) or a (d,)
     diagonal.
     """
-    z, w = jr.special.gauss_hermite(nodes)
+    z, w = jr.kernels.special.gauss_hermite(nodes)
     z, w = jnp.asarray(z, X.dtype), jnp.asarray(w, X.dtype)
     m = X @ mean
     V = jnp.asarray(cov_or_var)
@@ -108,7 +108,7 @@ def elbo_gh(mean, cov, X, y, prior_mean, prior_cov, nodes: int = GH_NODES):
     A lower bound on the log marginal likelihood ([DUAL] eq. 11, [KLPROX] eq. 10).
     """
     return (expected_log_lik_gh(mean, cov, X, y, nodes)
-            - jr.metrics.gaussian_kl(mean, cov, prior_mean, prior_cov))
+            - jr.baselines.metrics.gaussian_kl(mean, cov, prior_mean, prior_cov))
 
 
 def map_log_loss(mean, X, y):
@@ -197,14 +197,14 @@ def make_fitters(d: int, sigma0: float) -> dict[str, Callable]:
         return dict(mean=final.mean, cov=final.cov, ok=ok, iterations=jnp.asarray(1), residual=res)
 
     def fit_lr(p):
-        W0, psi0 = jr.lowrank.init_factors(key, d, p, sigma0**2)
+        W0, psi0 = jr.kernels.woodbury.init_factors(key, d, p, sigma0**2)
 
         @jax.jit
         def fit(X, y, mu0, P0):
             del P0  # the prior sigma0^2 I is encoded in (W0, psi0), trace-matched ([LRVGA] App. D)
             flt = lr_flts[p]
             final, ok, res = one_pass(flt, flt.init(mu0, W0, psi0), X, y)
-            return dict(mean=final.mean, cov=jr.lowrank.to_dense_covariance(final.W, final.psi),
+            return dict(mean=final.mean, cov=jr.kernels.woodbury.to_dense_covariance(final.W, final.psi),
                         ok=ok, iterations=jnp.asarray(1), residual=res)
         return fit
 
@@ -216,14 +216,14 @@ def make_fitters(d: int, sigma0: float) -> dict[str, Callable]:
 
     @jax.jit
     def fit_dual(X, y, mu0, P0):
-        r = jr.dual.fit(model, X, y, mu0, P0)
-        jj = jr.dual.lvb_elbo(jr.dual.jj_conjugate(r.xi), X, y, mu0, P0, r.mean, r.cov)
+        r = jr.baselines.dual.fit(model, X, y, mu0, P0)
+        jj = jr.baselines.dual.lvb_elbo(jr.baselines.dual.jj_conjugate(r.xi), X, y, mu0, P0, r.mean, r.cov)
         return dict(mean=r.mean, cov=r.cov, ok=r.converged, iterations=r.iterations,
                     residual=r.residual, jj_elbo=jj)
 
     @jax.jit
     def fit_laplace(X, y, mu0, P0):
-        r = jr.laplace(model, X, y, mu0, P0)
+        r = jr.baselines.laplace.laplace(model, X, y, mu0, P0)
         return dict(mean=r.mean, cov=r.cov, ok=r.converged, iterations=r.iterations, residual=zero)
 
     @jax.jit
@@ -241,13 +241,13 @@ def make_fitters(d: int, sigma0: float) -> dict[str, Callable]:
 
 
 def klprox_fit(model, X, y, mu0, P0):
-    """``jr.klprox.fit`` as run here: the paper's ``r = 0.8`` ([KLPROX] beta = 0.25) with the
+    """``jr.baselines.klprox.fit`` as run here: the paper's ``r = 0.8`` ([KLPROX] beta = 0.25) with the
     library's default step control, tolerance 1e-9, the ELBO's :data:`GH_NODES` expectations.
 
     At most 10000 iterations: where the step control has to keep the step short (``r_k`` up to
     0.975 at ``delta = 1000`` on digits) convergence is linear and slow (up to ~8000 iterations).
     """
-    return jr.klprox.fit(model, X, y, mu0, P0, r=0.8, max_iter=10000, tol=1e-9,
+    return jr.baselines.klprox.fit(model, X, y, mu0, P0, r=0.8, max_iter=10000, tol=1e-9,
                          num_points=GH_NODES)
 
 
@@ -291,7 +291,7 @@ def head_to_head(name: str, n_splits: int, quick: bool, n_max=None):
             if s == 0:  # ahead-of-time compile, timed on its own; later calls run the executable
                 fits[m], compile_s[m] = timed(lambda: fn.lower(Xtr, ytr, mu0, P0).compile())
             r, t = timed(fits[m], Xtr, ytr, mu0, P0)
-            ll = float(jr.metrics.logistic_log_loss(r["mean"], r["cov"], Xte, yte))
+            ll = float(jr.baselines.metrics.logistic_log_loss(r["mean"], r["cov"], Xte, yte))
             elbo = float(elbo_gh(r["mean"], r["cov"], Xtr, ytr, mu0, P0))
             rows.append([s, m, ll, elbo, t, bool(r["ok"]), int(r["iterations"]),
                          float(r["residual"])] + [float(r.get(k, nan))
@@ -301,7 +301,7 @@ def head_to_head(name: str, n_splits: int, quick: bool, n_max=None):
                              bool(r["ok"]), int(r["iterations"]), 0.0, nan, nan, nan])
         rows.append([s, "trivial", trivial_log_loss(sp.ytr, sp.yte), nan, 0.0, True, 0, 0.0, nan,
                      nan, nan])
-        rows.append([s, "prior", float(jr.metrics.logistic_log_loss(mu0, P0, Xte, yte)),
+        rows.append([s, "prior", float(jr.baselines.metrics.logistic_log_loss(mu0, P0, Xte, yte)),
                      float(elbo_gh(mu0, P0, Xtr, ytr, mu0, P0)), 0.0, True, 0, 0.0, nan, nan, nan])
     return rows, compile_s
 
@@ -343,7 +343,7 @@ def delta_sweep(name: str, n_splits: int, deltas, quick: bool, n_max=None):
                 dl = float64_scalar(delta)
                 (mean, cov, ok, its, res, r_final, rejected), t = timed(compiled[m], Xtr, ytr, dl)
                 elbo = float(elbo_gh(mean, cov, Xtr, ytr, jnp.zeros(d), dl * jnp.eye(d)))
-                ll = float(jr.metrics.logistic_log_loss(mean, cov, Xte, yte))
+                ll = float(jr.baselines.metrics.logistic_log_loss(mean, cov, Xte, yte))
                 rows.append([s, m, float(delta), elbo, ll, t, bool(ok), int(its), float(res),
                              float(r_final), float(rejected)])
     return rows

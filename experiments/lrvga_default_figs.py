@@ -32,7 +32,8 @@ from experiments.common import MODEL, cli, paired, progress, run_snapshots, writ
 from experiments.common_lrvga import (KALMAN, LINEAR_MODEL, LINEAR_SIGMA0, Problem, authors_w0, cosine, init_factors,
                                       linear_kl_fa, linear_kl_full, linear_posterior, lrvga_kl_curve, precision_kl)
 
-from jaxrvga import data, lrvga  # noqa: E402
+from jaxrvga import lrvga
+from jaxrvga.baselines import data  # noqa: E402
 
 FIG2_LOOPS = 3  # the published filter's inner loops in Fig. 2
 KS = (2, 10, 100)  # Fig. 4 sample sizes (the default refuses K = 1), fresh noise at every step

@@ -2,10 +2,10 @@
 
 The target is the uncentred second moment ``S = X^T X / N`` of N samples; the methods approximate it
 by ``W W^T + diag(psi)`` (rank p) and are scored by ``KL(N(0, S) || N(0, W W^T + Psi))`` ([LRVGA]
-eq. 11, :func:`jaxrvga.metrics.fa_kl`) against the number of data processed:
+eq. 11, :func:`jaxrvga.baselines.metrics.fa_kl`) against the number of data processed:
 
 * recursive EM (Algorithm 1 with ``alpha_t = (t-1)/t``, ``beta_t = 1/t``, App. C eq. 101;
-  :func:`jaxrvga.factor_analysis.recursive_em`), one pass, with 3 and 1 inner loops;
+  :func:`jaxrvga.baselines.fa_filters.recursive_em`), one pass, with 3 and 1 inner loops;
 * online EM of Cappé & Moulines (App. E, ``gamma_t = t^-0.6``), with the authors' averaging
   (t > 500, averaged iterate fed back, "code") and the paper's (t > N/2, post-processing, "paper");
 * batch EM (eqs. 20-21) on the dense S, iteration j drawn over x in [jN, (j+1)N) as in the authors'
@@ -41,7 +41,10 @@ import numpy as np
 
 from experiments.common import cli, label_axes, progress, pyplot, run_snapshots, save_figure, write_csv
 
-from jaxrvga import data, factor_analysis as fa, metrics  # noqa: E402
+from jaxrvga.baselines import data
+from jaxrvga.baselines import fa_filters
+from jaxrvga.kernels import factor_analysis as fa
+from jaxrvga.baselines import metrics  # noqa: E402
 
 BATCH_REF = 1000  # iterations of the reference batch-EM run
 
@@ -101,9 +104,9 @@ def run_panel(name, d, p, N, loops, batch_iters, quick):
     stride = 1 if d * N <= 2e5 else max(1, N // 1000)
     kl0 = float(metrics.fa_kl(S, W0, psi0, logdet_S))
     curves, firsts = {}, {}
-    methods = [(f"recEM_{n}", fa.recursive_em(n, "covariance"), _w_psi) for n in loops]
-    methods += [("onlineEM_code", fa.online_fa_em(averaging="code"), _w_psi_avg),
-                ("onlineEM_paper", fa.online_fa_em(N, averaging="paper"), _w_psi_avg)]
+    methods = [(f"recEM_{n}", fa_filters.recursive_em(n, "covariance"), _w_psi) for n in loops]
+    methods += [("onlineEM_code", fa_filters.online_fa_em(averaging="code"), _w_psi_avg),
+                ("onlineEM_paper", fa_filters.online_fa_em(N, averaging="paper"), _w_psi_avg)]
     for label, flt, extract in progress(methods, f"Fig 1 {name}", quick):
         state0 = flt.init(W0, psi0)
         first = flt.update(state0, Xj[0])
@@ -142,8 +145,8 @@ def variability(name, d, p, N, loops, n_runs, kind, seed=0):
     S = jnp.asarray(S)
     logdet_S = float(jnp.linalg.slogdet(S)[1])
     rng = np.random.default_rng(seed)
-    flts = [(f"recEM_{n}", fa.recursive_em(n, "covariance"), _w_psi) for n in loops]
-    flts += [("onlineEM_code", fa.online_fa_em(averaging="code"), _w_psi_avg)]
+    flts = [(f"recEM_{n}", fa_filters.recursive_em(n, "covariance"), _w_psi) for n in loops]
+    flts += [("onlineEM_code", fa_filters.online_fa_em(averaging="code"), _w_psi_avg)]
     finals = {m: [] for m, _, _ in flts}
     for _ in range(n_runs):
         if kind == "shuffle":

@@ -1,14 +1,14 @@
 """L-RVGA Fig. 2: Bayesian linear regression, sensitivity to the latent dimension p ([LRVGA] §5.2).
 
 Model (48)-(49): ``x_t ~ N(0, C)``, ``C = M^T diag(1/i^c) M`` (c = 1, rotated, "normalised on
-average", :func:`jaxrvga.data.linear_data`, seed 1), ``y_t = x_t^T theta* + N(0, 1)``; prior
+average", :func:`jaxrvga.baselines.data.linear_data`, seed 1), ``y_t = x_t^T theta* + N(0, 1)``; prior
 ``N(0, sigma0^2 I)`` with sigma0 = 1. Algorithms: the full Kalman filter (:func:`jaxrvga.kalman`) and
 the linear L-RVGA (D1, :func:`jaxrvga.lrvga` with the exact scheme, 3 inner loops). Metric: the
 exact KL from the belief at time t to the *final* full-data posterior (the authors' protocol):
 
     KL(N(mu, (W W^T + Psi)^{-1}) || N(m*, Lam*^{-1})) = fa_kl(Lam*, W, psi) + 1/2 (mu - m*)^T Lam* (mu - m*)
 
-(:func:`jaxrvga.metrics.fa_kl` with ``S = Lam*``, O(d^2 p), no d x d inverse).
+(:func:`jaxrvga.baselines.metrics.fa_kl` with ``S = Lam*``, O(d^2 p), no d x d inverse).
 
 Panels (authors' ``XP_LRVGA_LinearRegression.py``; the paper gives neither sizes nor init for its figure):
 
@@ -37,7 +37,8 @@ from experiments.common_lrvga import (KALMAN, LINEAR_MODEL, init_factors, linear
 from experiments.common_lrvga import LINEAR_SEED as SEED
 from experiments.common_lrvga import LINEAR_SIGMA0 as SIGMA0
 
-from jaxrvga import data, lrvga  # noqa: E402
+from jaxrvga import lrvga
+from jaxrvga.baselines import data  # noqa: E402
 
 C = 1.0
 

@@ -1,14 +1,14 @@
 """L-RVGA Fig. 3: logistic regression with the implicit L-RVGA, sensitivity to p ([LRVGA] §5.3).
 
 Authors' code (``XP_LRVGA_LogisticRegression.py``, ``Test=["LogHD"]``): two Gaussian classes
-(:func:`jaxrvga.data.logistic_data`) at separation ``s = 1/d^coef_s``, c = 1, seed 1; prior
+(:func:`jaxrvga.baselines.data.logistic_data`) at separation ``s = 1/d^coef_s``, c = 1, seed 1; prior
 ``N(0, sigma0^2 I)`` with sigma0 = 4 (the caption's "P_0 = sigma0 I" is sigma0^2 I in the code);
 implicit L-RVGA (D2, :func:`jaxrvga.lrvga` with ``scheme="implicit"``) with 1 inner loop,
 ``psi_0 = 1/sigma0^2`` and ``W_0 = 1e-3 mvn(0, I_p, d)`` (seed 1) for p in {100, 10, 2, 1}; batch
 Laplace (Newton, :func:`jaxrvga.laplace`) as a horizontal line. Metric: the MC-KL of [RVGA] eqs.
 92-94 to the unnormalised final posterior (``Z_p = 1``) with M = 5 base normals drawn once with
 seed 1 (the authors' ``nbSamplesKL = 5``), dense Cholesky sampling of the FA covariance
-(:func:`jaxrvga.metrics.mc_kl_logistic_fa`). Because M = 5 is very noisy, the final values are also
+(:func:`jaxrvga.baselines.metrics.mc_kl_logistic_fa`). Because M = 5 is very noisy, the final values are also
 estimated with M = 1000 fresh normals (seed 1234), with paired standard errors against Laplace.
 
 Panels: the code defaults (d = 200, N = 1000, coef_s = 0.2) and, in full mode, the sizes the code

@@ -30,7 +30,7 @@ from experiments.common_lrvga import M_BIG, Problem, authors_w0, lrvga_kl_curve
 from experiments.common_rvga import compare, ellipse, log_evidence_2d, posterior_grid
 
 import jaxrvga as jr  # noqa: E402
-from jaxrvga import metrics  # noqa: E402
+from jaxrvga.baselines import metrics  # noqa: E402
 
 M_2D = 20000
 FLT_2D = {"EKF": jr.ekf(MODEL), "explicit": jr.rvga(MODEL, "explicit"),

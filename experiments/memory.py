@@ -37,13 +37,14 @@ def _make(algo, d, p, loops):
     import jax.numpy as jnp
 
     import jaxrvga as jr
-    from jaxrvga import factor_analysis as fa, models
+    from jaxrvga import models
+    from jaxrvga.baselines import fa_filters
 
     if algo == "recem":
-        flt = fa.recursive_em(loops, "covariance")
+        flt = fa_filters.recursive_em(loops, "covariance")
         return flt, lambda W, psi: flt.init(W, psi)
     if algo == "online":
-        flt = fa.online_fa_em(averaging="code")
+        flt = fa_filters.online_fa_em(averaging="code")
         # online_fa_em.init puts the same W (psi) in two fields, which donate=True rejects
         # ("donate the same buffer twice"): give the running average its own copy.
         return flt, lambda W, psi: flt.init(W, psi)._replace(W_avg=jnp.array(W, copy=True),
@@ -83,7 +84,7 @@ def _factors(d, p):
 def _run_batch(S, W, psi, iters):
     import jax
 
-    from jaxrvga import factor_analysis as fa
+    from jaxrvga.kernels import factor_analysis as fa
 
     step = jax.jit(fa.batch_em_step, donate_argnums=(1, 2))
     for _ in range(iters):

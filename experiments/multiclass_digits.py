@@ -10,7 +10,7 @@ Methods (each filter makes one online pass over the 1258 training digits, one at
 
 * ``EKF``: ``jr.ekf(model)``, full 650 x 650 covariance ([RVGA] Thm 3, eqs. 54-55).
 * ``L-RVGA ekf`` / ``L-RVGA sampled``: ``jr.lrvga(model, rank=p, scheme=...)``, p = 10 (the
-  library's default projection), trace-matched start ``jr.lowrank.init_factors``.
+  library's default projection), trace-matched start ``jr.kernels.woodbury.init_factors``.
 * ``... published``: the same with ``published=True`` (the paper's algorithm).
 * ``sklearn``: ``LogisticRegression`` (lbfgs, multinomial), batch, ``fit_intercept=False`` on the
   same intercept column and ``C = v``: its objective ``C sum_n loss_n + |w|^2 / 2`` is the negative
@@ -23,9 +23,9 @@ the rest), never the test set; it is then refitted on the whole training split.
 Scores on the test split: accuracy (argmax of the predictive probabilities), log-loss (nats per
 test digit) of the predictive class probabilities ``jr.predictive(state, X, model=model)``, which
 take the logits' Gaussian ``N(Theta^T x, J P J^T)`` through the pairwise inverse probit
-(``jr.special.softmax_probit``, an approximation); as a check also the Monte Carlo predictive
+(``jr.kernels.special.softmax_probit``, an approximation); as a check also the Monte Carlo predictive
 (``key=``, :data:`MC_SAMPLES` exact draws of the belief) and the plug-in ``softmax(Theta_mean^T x)``;
-the expected calibration error (:func:`jaxrvga.metrics.ece`, 10 equal-width confidence bins)
+the expected calibration error (:func:`jaxrvga.baselines.metrics.ece`, 10 equal-width confidence bins)
 of the closed-form and of the Monte Carlo probabilities; time per training observation of
 ``jr.run`` over the training split (compile excluded: the validation fits ran the same compiled
 program first; sklearn: its whole batch fit divided by the training size); the steps whose
@@ -48,7 +48,7 @@ import numpy as np
 from experiments.common import Split, cli, make_split, pyplot, results_dir, save_figure, write_csv
 
 import jaxrvga as jr  # noqa: E402
-from jaxrvga.metrics import ece  # noqa: E402
+from jaxrvga.baselines.metrics import ece  # noqa: E402
 
 K = 10
 SEED = 0
@@ -92,7 +92,7 @@ def make_methods(d: int, rank: int) -> dict[str, Method]:
 
     def low_rank(flt, sampled):
         def init(v):
-            W0, psi0 = jr.lowrank.init_factors(k_init, D, rank, v)
+            W0, psi0 = jr.kernels.woodbury.init_factors(k_init, D, rank, v)
             return flt.init(jnp.zeros(D), W0, psi0, key=k_run if sampled else None)
         return Method(flt, init)
 

@@ -56,7 +56,7 @@ Findings of the full run (experiments/results/predictive_width/output.txt):
   0.093 against 0.134; 10-class v = 0.3: 0.146 against 0.259; diabetes v = 1: 1.163 against 1.170).
 
 Bernoulli: ``sig(k(v) m)`` (the inverse probit of ``jr.predictive``); categorical: the pairwise
-probit ``jr.special.softmax_probit``; Gaussian: ``N(y; m, v + 0.5)``. The CSV and the printed
+probit ``jr.kernels.special.softmax_probit``; Gaussian: ``N(y; m, v + 0.5)``. The CSV and the printed
 output go to experiments/results/predictive_width/, the figures beside it as
 ``predictive_width_*.png`` (``--quick``: under experiments/results/quick/).
 """
@@ -107,7 +107,7 @@ def eta_parts(h, state, x, masks=None):
 
 def chol_m(state):
     """Lower Cholesky factor of ``M = I + W^T D W`` (the state's cached Gram where it has one)."""
-    return jr.lowrank.factorize(state.W, state.psi, state.gram).chol
+    return jr.kernels.woodbury.factorize(state.W, state.psi, state.gram).chol
 
 
 def correction(L, B):
@@ -127,10 +127,10 @@ def log_density(task, y, m, V):
     """``log int p(y | eta) N(eta; m, V) d eta`` per input (closed forms as ``jr.predictive``);
     ``m`` (n, k), ``V`` (n, k, k)."""
     if task == "binary":
-        z = jr.special.probit_k(V[:, 0, 0]) * m[:, 0]
+        z = jr.kernels.special.probit_k(V[:, 0, 0]) * m[:, 0]
         return jnp.where(y > 0.5, jax.nn.log_sigmoid(z), jax.nn.log_sigmoid(-z))
     if task == "multiclass":
-        p, _ = jr.special.softmax_probit(m, V)
+        p, _ = jr.kernels.special.softmax_probit(m, V)
         return jnp.log(jnp.clip(jnp.take_along_axis(p, y[:, None], axis=1)[:, 0], 1e-30, 1.0))
     var = V[:, 0, 0] + NOISE_VAR
     return -0.5 * (jnp.log(2 * jnp.pi * var) + (y - m[:, 0]) ** 2 / var)
@@ -198,7 +198,7 @@ def run_task(task, priors, n_train=None, rank=RANK, scheme=None, dtype=jnp.float
 
 
 def _init(flt, theta0, v, rank):
-    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), theta0.shape[0], rank, prior_var=v)
+    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), theta0.shape[0], rank, prior_var=v)
     return flt.init(theta0, W0.astype(theta0.dtype), psi0.astype(theta0.dtype))
 
 

@@ -3,7 +3,7 @@
 Fig. 1: ``sig(a)`` against ``Phi(lambda a)``, ``lambda = sqrt(pi/8)`` (left), and ``sig'(a)`` against
 ``N(a | 0, beta^2)`` = ``d/da Phi(lambda a)``, ``beta = 1/lambda`` (right) ([RVGA] §5.1). A third panel
 checks what the filters actually use, the Gaussian expectations of eq. (58)
-(``jr.special.probit_moments``), against dense quadrature over
+(``jr.kernels.special.probit_moments``), against dense quadrature over
 ``m in [-10, 10]``, ``v in [1e-4, 1e3]`` (experiments/REPORT.md).
 
 Fig. 2: the lower bound (82)-(83) ``sig(a) >= sig(xi) exp((a - xi)/2 + eta(xi) (a^2 - xi^2))`` and
@@ -39,7 +39,7 @@ def _moment_errors(n_m, n_v):
         a = M[i, :, None] + np.sqrt(V[i, :, None]) * z
         ex_sig[i] = expit(a) @ w
         ex_sig1[i] = (expit(a) * expit(-a)) @ w
-    ap_sig, ap_sig1 = (np.asarray(t) for t in jr.special.probit_moments(M, V))
+    ap_sig, ap_sig1 = (np.asarray(t) for t in jr.kernels.special.probit_moments(M, V))
     return M, V, np.abs(ap_sig - ex_sig), np.abs(ap_sig1 - ex_sig1)
 
 

@@ -2,7 +2,7 @@
 
 Fig. 12: f and g over the coarse box (71)-(72) for ``alpha0 = 100, nu0 = 300, y = 0``, with the
 paper's marked start ``(alpha0, nu0)`` (a corner of the box), the authors' code start (the box
-centre), the root found by ``jr.implicit.solve_logistic`` and the refined box (129)-(136).
+centre), the root found by ``jr.kernels.root_solvers.solve_logistic`` and the refined box (129)-(136).
 
 Fig. 13: for ``nu0 in {1, 5, 10}`` the bounds of the iterated refinement (129)-(136) (green) and
 the fixed-point iteration of ``Ftilde`` (125)-(126) from two starts (red: lower corner of the
@@ -21,7 +21,7 @@ import numpy as np
 from experiments.common import cli, pyplot, save_figure, write_csv
 
 import jaxrvga as jr  # noqa: E402
-from jaxrvga.special import probit_k, sig1, sigmoid  # noqa: E402
+from jaxrvga.kernels.special import probit_k, sig1, sigmoid  # noqa: E402
 
 SWEEPS = 30
 
@@ -35,11 +35,11 @@ def ftilde(alpha, nu, alpha0, nu0, y):
 
 @jax.jit
 def _sweep(box, alpha0, nu0, y):
-    return jr.implicit.refine_box(box, alpha0, nu0, y, sweeps=1)
+    return jr.kernels.root_solvers.refine_box(box, alpha0, nu0, y, sweeps=1)
 
 
 def box_history(alpha0, nu0, y, sweeps):
-    box = tuple(jnp.asarray(b) for b in jr.implicit.coarse_box(alpha0, nu0, y))
+    box = tuple(jnp.asarray(b) for b in jr.kernels.root_solvers.coarse_box(alpha0, nu0, y))
     hist = [np.array([float(b) for b in box])]
     for _ in range(sweeps):
         box = _sweep(box, alpha0, nu0, y)
@@ -59,10 +59,10 @@ def fixed_point_history(start, alpha0, nu0, y, iters):
 def fig12(out: Path, n):
     plt = pyplot()
     alpha0, nu0, y = 100.0, 300.0, 0.0
-    a_lo, a_hi, n_lo, n_hi = (float(v) for v in jr.implicit.coarse_box(alpha0, nu0, y))
+    a_lo, a_hi, n_lo, n_hi = (float(v) for v in jr.kernels.root_solvers.coarse_box(alpha0, nu0, y))
     A, Nu = np.meshgrid(np.linspace(a_lo, a_hi, n), np.linspace(n_lo, n_hi, n))
-    f, g = (np.asarray(v) for v in jr.implicit.residuals(jnp.asarray(A), jnp.asarray(Nu), alpha0, nu0, y))
-    alpha, nu, info = jr.implicit.solve_logistic(alpha0, nu0, y)
+    f, g = (np.asarray(v) for v in jr.kernels.root_solvers.residuals(jnp.asarray(A), jnp.asarray(Nu), alpha0, nu0, y))
+    alpha, nu, info = jr.kernels.root_solvers.solve_logistic(alpha0, nu0, y)
     alpha, nu = float(alpha), float(nu)
     refined = box_history(alpha0, nu0, y, 50)[-1]
     centre = (0.5 * (a_lo + a_hi), 0.5 * (n_lo + n_hi))
@@ -104,7 +104,7 @@ def fig13(out: Path):
     it = np.arange(SWEEPS + 1)
     for j, nu0 in enumerate(nus):
         boxes = box_history(alpha0, nu0, y, SWEEPS)
-        root_a, root_n, _ = jr.implicit.solve_logistic(alpha0, nu0, y)
+        root_a, root_n, _ = jr.kernels.root_solvers.solve_logistic(alpha0, nu0, y)
         starts = ((boxes[0, 0], boxes[0, 2]), (boxes[0, 1], boxes[0, 3]))
         fps = [fixed_point_history(s, alpha0, nu0, y, SWEEPS) for s in starts]
         for row, (lo, hi, root, name) in enumerate(((0, 1, float(root_a), "alpha"), (2, 3, float(root_n), "nu"))):

@@ -6,25 +6,30 @@ observation. L-RVGA (Lambert, Bonnabel & Bach 2023) keeps the precision as
 ``W W^T + diag(psi)`` and maintains it by a recursive EM for factor analysis, in time
 and memory linear in the dimension.
 """
-from . import (average, batch, beliefs, blocks, data, dual, dynamics, evidence, factor_analysis, filters, implicit, io,
-               klprox, lowrank, metrics, models, noise, online_em, schemes, sharding, special, validation)
+from . import baselines, beliefs, dynamics, io, kernels, models, schemes, sharding
 from .average import model_average
-from .batch import LaplaceResult, laplace
-from .core import (DiagonalState, Filter, GaussianState, LowRankState, Prequential, SolverInfo, Step, prequential, run, scan,
-                   step_fn, trace_info, trace_mean)
+from .beliefs import DiagonalState, GaussianState, LowRankState, sample
+from .core import (Filter, SolverInfo, masked_update, prequential, run, scan, step_fn, trace_info, trace_mean,
+                   traces)
 from .evidence import log_evidence, trace_log_predictive
 from .filters import build, diag_rvga, ekf, kalman, lrvga, mirror_prox, qkf, rvga
-from .predictive import Predictive, log_predictive, predictive
-from .beliefs import sample
-from .core import Traces, masked_update, traces
-from .smoother import Smoothed, rts_smoother
+from .kernels import factor_analysis
+from .kernels import woodbury as lowrank  # the published name of the low-rank algebra
+from .predictive import log_predictive, predictive
+from .smoother import rts_smoother
 
 __version__ = "0.1.0"
 
-__all__ = ["build", "Filter", "GaussianState", "LowRankState", "DiagonalState", "diag_rvga", "SolverInfo", "Step", "run", "scan", "step_fn",
-           "trace_info", "trace_mean", "rvga", "lrvga", "kalman", "ekf", "qkf", "mirror_prox", "predictive",
-           "Predictive", "laplace", "LaplaceResult", "prequential", "Prequential", "log_predictive",
-           "trace_log_predictive", "log_evidence", "model_average",
-           "average", "batch", "beliefs", "blocks", "data", "dual", "dynamics", "evidence", "factor_analysis", "filters", "implicit", "io", "klprox",
-           "lowrank", "metrics", "models", "noise", "online_em", "schemes", "sharding", "special", "validation"]
-__all__ += ["sample", "Traces", "traces", "masked_update", "Smoothed", "rts_smoother", "smoother"]
+__all__ = [
+    # filters (a Filter is init and update) and their states
+    "build", "rvga", "lrvga", "diag_rvga", "kalman", "ekf", "qkf", "mirror_prox",
+    "Filter", "GaussianState", "LowRankState", "DiagonalState", "SolverInfo",
+    # running a filter over a stream, and what a run records
+    "run", "scan", "step_fn", "masked_update", "traces", "trace_info", "trace_mean", "prequential",
+    # what a belief predicts and how well it forecast
+    "predictive", "log_predictive", "trace_log_predictive", "log_evidence", "model_average", "sample",
+    "rts_smoother",
+    # the filter layer's parts, the numerical kernels, the papers' baselines
+    "beliefs", "schemes", "models", "dynamics", "io", "sharding", "kernels", "baselines",
+    "lowrank", "factor_analysis",
+]

@@ -89,3 +89,6 @@ class Bound:
 
     def __repr__(self):
         return f"Bound({getattr(self.fn, '__qualname__', self.fn)!r}, {len(self.args)} arguments)"
+
+
+__all__ = ["same", "value_key", "by_value", "Static", "Bound"]

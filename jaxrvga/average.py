@@ -135,7 +135,7 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     per observation: the members' updates plus one log predictive per member (a Jacobian and a
     ``J P J^T``; the scales share them).
     """
-    from .special import check_num_points
+    from .kernels.special import check_num_points
 
     if not isinstance(flt, Filter):
         raise ValueError(f"flt must be a jaxrvga.Filter, got {type(flt).__name__}")

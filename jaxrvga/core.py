@@ -95,43 +95,6 @@ class NoiseStats(NamedTuple):
     rate: jax.Array
 
 
-class GaussianState(NamedTuple):
-    """State of a full-covariance filter: belief ``N(mean, cov)`` after ``step`` observations.
-
-    ``info`` reports the last inner solve (always converged for closed-form updates);
-    ``key`` is the PRNG key of Monte-Carlo filters (``None`` otherwise). ``noise``: the
-    :class:`NoiseStats` of a model whose noise variance is learned, the belief then being
-    ``theta | s2 ~ N(mean, s2 cov)`` (:mod:`jaxrvga.noise`); ``None`` otherwise.
-    """
-
-    mean: jax.Array
-    cov: jax.Array
-    step: jax.Array
-    info: SolverInfo
-    key: Optional[jax.Array] = None
-    noise: Optional[NoiseStats] = None
-
-
-class LowRankState(NamedTuple):
-    """State of a limited-memory filter: ``N(mean, (W W^T + diag(psi))^{-1})``.
-
-    ``W`` is (d, p) and ``psi`` (d,); nothing of size d x d is ever stored. ``gram`` is a cache
-    of the whitened Gram ``W^T diag(psi)^{-1} W`` (p x p) that the default L-RVGA update keeps
-    (it saves that update a pass over ``W``); ``None`` where it is not kept. Set it to ``None``
-    when you change ``W`` or ``psi`` by hand. ``noise`` as in :class:`GaussianState` (the precision
-    is then that of ``theta`` given ``s2 = 1``).
-    """
-
-    mean: jax.Array
-    W: jax.Array
-    psi: jax.Array
-    step: jax.Array
-    info: SolverInfo
-    key: Optional[jax.Array] = None
-    gram: Optional[jax.Array] = None
-    noise: Optional[NoiseStats] = None
-
-
 class Prequential(NamedTuple):
     """A trace function evaluated before each update, on the predicted belief (the prior of the
     step): ``fn(predicted_state, x, y) -> pytree``. Pass one as ``trace_fn`` of :func:`run` or
@@ -196,20 +159,6 @@ def _trace(flt: Filter, trace_fn, before, after, x, y):
         return fn(after, x, y)
 
     return evaluate(trace_fn)
-
-
-class DiagonalState(NamedTuple):
-    """State of a mean-field filter: ``N(mean, diag(psi)^{-1})``, ``psi`` (d,) the precisions.
-
-    O(d) memory; ``info``, ``key`` and ``noise`` as in :class:`GaussianState`.
-    """
-
-    mean: jax.Array
-    psi: jax.Array
-    step: jax.Array
-    info: SolverInfo
-    key: Optional[jax.Array] = None
-    noise: Optional[NoiseStats] = None
 
 
 def _keep(state, x, y):
@@ -546,5 +495,5 @@ def trace_mean(state, x=None, y=None):
     return state.mean
 
 
-__all__ = ["Filter", "SolverInfo", "NoiseStats", "GaussianState", "LowRankState", "DiagonalState", "run", "solver_info", "Prequential", "prequential",
+__all__ = ["Filter", "SolverInfo", "NoiseStats", "run", "solver_info", "Prequential", "prequential",
            "Traces", "traces", "masked_update", "trace_info", "trace_mean", "scan", "Step", "step_fn"]

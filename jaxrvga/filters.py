@@ -56,7 +56,7 @@ from ._values import Bound
 from .beliefs import Belief, Dense, Diagonal, LowRank, PublishedLowRank
 from .core import Filter
 from .dynamics import Dynamics, dynamics
-from .factor_analysis import PSI_FLOOR
+from .kernels.factor_analysis import PSI_FLOOR
 from .models import Model
 from .schemes import MAX_MOVE, MOMENT_JITTER  # noqa: F401  (their former home: jaxrvga.filters.MAX_MOVE)
 from .validation import all_finite, check_choice, check_key, is_concrete, positive_int
@@ -67,6 +67,11 @@ _FACTORIES = {"exact": schemes.exact, "implicit": schemes.implicit, "explicit": 
               "qkf": schemes.qkf, "sampled": schemes.sampled}
 #: The scheme names of :func:`rvga`, :func:`lrvga` and :func:`diag_rvga` (module table).
 SCHEMES = tuple(_FACTORIES)
+#: The options of the schemes that the factories take by name (:func:`scheme_named`).
+SCHEME_OPTIONS = ("num_iters", "num_samples", "curvature", "max_iter", "correction", "update_cov_twice", "tol",
+                  "jitter", "max_move", "frozen_noise")
+#: The options of the prediction step (:func:`jaxrvga.dynamics.dynamics`).
+DYNAMICS_OPTIONS = tuple(inspect.signature(dynamics).parameters)
 
 
 class Spec(NamedTuple):
@@ -311,8 +316,8 @@ def build(belief: Belief, scheme: schemes.Scheme, model: Model, dynamics: Dynami
         low_rank_belief(belief.rank, belief.inner_loops, published=isinstance(belief, PublishedLowRank),
                         psi_floor=belief.psi_floor, block_rows=belief.block_rows, buffer=belief.buffer,
                         em_tol=belief.em_tol)
-    if not callable(scheme.step) or not isinstance(scheme.cfg, schemes.Config):
-        raise ValueError(f"scheme {scheme.name!r}: step must be callable and cfg a jaxrvga.schemes.Config, "
+    if not callable(scheme.step) or not isinstance(scheme.cfg, tuple):
+        raise ValueError(f"scheme {scheme.name!r}: step must be callable and cfg a NamedTuple of its options, "
                          f"got {scheme.step!r} and {scheme.cfg!r}")
     if not isinstance(dynamics, Dynamics):
         raise ValueError(f"dynamics must be a jaxrvga.dynamics.Dynamics (from jaxrvga.dynamics.dynamics), "
@@ -407,60 +412,53 @@ def _published_form(name, factory, given):
 
 # --------------------------------------------------------------------------- public factories
 
-def rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int] = None,
-         num_samples: Optional[int] = None, curvature: str = "ggn", process_noise=None,
-         max_iter: Optional[int] = None, correction: Optional[bool] = None,
-         update_cov_twice: Optional[bool] = None, tol: Optional[float] = None, jitter: Optional[float] = None,
-         max_move: Optional[float] = None, decay=None, additive_noise=None, decay_to=None) -> Filter:
+def rvga(model: Model, scheme=None, **options) -> Filter:
     """R-VGA with a full covariance ([RVGA] Alg. 1): the dense belief times ``scheme`` (module docstring).
 
     Args:
       model: an observation model of :mod:`jaxrvga.models`.
-      scheme: see the module table; default ``"exact"`` (linear-Gaussian), ``"implicit"`` (other
-        GLMs), ``"moment_ekf"`` (nonlinear).
-      num_iters: passes of the Monte-Carlo implicit iteration (``sampled``; default 3; 1 = explicit).
-      num_samples: Monte-Carlo draws per pass (``sampled``; antithetic pairs; default 100).
-      curvature: ``"ggn"`` (``E[J^T F J]``, [LRVGA] eq. 41), ``"hessian"`` (``sampled`` only) or
-        ``"empirical"`` (``ekf``, ``moment_ekf``: one gradient column ``g_i g_i^T`` per observation).
-      process_noise, decay, additive_noise, decay_to: the prediction step before each observation,
-        ``theta_t = gamma (theta_{t-1} - m) + m + N(0, Q)`` after ``P <- (1 + eta) P``
-        ([LRVGA] Remark 1), with ``eta = process_noise >= 0``, ``gamma = decay``,
-        ``Q = additive_noise`` (scalar ``q I`` or (d,) ``diag(q)``) and ``m = decay_to`` (default
-        0): :mod:`jaxrvga.dynamics`. All may be traced. ``flt.predict(state)`` is that step alone.
-      max_iter: iteration cap of the implicit root solve (default: the solver's).
-      correction, update_cov_twice: ``extragrad`` only (default True, True).
-      tol: ``sampled``: ``info.converged`` is False when the last pass moved the mean by more
-        than ``tol (1 + |mu_{t-1}|)`` (default 1e-2).
-      jitter: ``moment_ekf``: the variance added to ``Var(y | eta)`` of the moment-matched Gaussian
-        likelihood (default :data:`~jaxrvga.schemes.MOMENT_JITTER`).
-      max_move: a step whose mean moves by more than this Mahalanobis length under the previous
-        belief is shortened to it and flagged (``info.converged`` False;
-        :func:`~jaxrvga.schemes.limit_move`); default :data:`~jaxrvga.schemes.MAX_MOVE` (none for ``exact`` and
-        ``implicit``, exact and proximal steps), ``inf`` for no limit.
+      scheme: a name of the module table (default ``"exact"`` for linear-Gaussian, ``"implicit"``
+        for other GLMs, ``"moment_ekf"`` for nonlinear models; :func:`scheme_named`), or a scheme
+        value made by its factory, ``jr.schemes.ekf(curvature="empirical")``.
+      options: with a name, the scheme's options, as its factory in :mod:`jaxrvga.schemes` takes
+        them (``num_iters``, ``num_samples``, ``curvature``, ``max_iter``, ``correction``,
+        ``update_cov_twice``, ``tol``, ``jitter``, ``max_move``); an option the scheme does not
+        use is refused. With any scheme, the prediction step before each observation:
+        ``decay``, ``additive_noise``, ``process_noise``, ``decay_to``, ``noise_discount``
+        (:func:`jaxrvga.dynamics.dynamics`; ``flt.predict(state)`` is that step alone).
 
     ``init(mean, cov, key=None)``; ``key`` is required by ``sampled``.
     """
-    dyn = dynamics(decay, additive_noise, process_noise, decay_to)
-    value = scheme_named(model, scheme, num_iters=num_iters, num_samples=num_samples, curvature=curvature,
-                         max_iter=max_iter, correction=correction, update_cov_twice=update_cov_twice, tol=tol,
-                         jitter=jitter, max_move=max_move)
+    value, dyn = _scheme_and_dynamics(model, scheme, options)
     return build(Dense(), value, model, dyn)
 
 
-def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Optional[str] = None,
-          num_samples: Optional[int] = None, process_noise=None, frozen_noise=False, *,
-          published: bool = False, num_iters: Optional[int] = None, max_iter: Optional[int] = None,
-          correction: Optional[bool] = None, update_cov_twice: Optional[bool] = None,
-          tol: Optional[float] = None, curvature: str = "ggn",
-          psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None, buffer: int = 0,
-          em_tol: Optional[float] = None, jitter: Optional[float] = None,
-          max_move: Optional[float] = None, decay=None, additive_noise=None, decay_to=None) -> Filter:
+def _scheme_and_dynamics(model: Model, scheme, options: dict, **named):
+    """``(scheme value, dynamics)`` from a factory's ``scheme`` (a name or a value) and its keyword
+    ``options`` (``named``: the factory's own arguments of :func:`scheme_named`)."""
+    unknown = sorted(set(options) - set(SCHEME_OPTIONS) - set(DYNAMICS_OPTIONS))
+    if unknown:
+        raise TypeError(f"unexpected option {unknown[0]!r}: a filter takes the scheme options {SCHEME_OPTIONS} "
+                        f"and the dynamics {DYNAMICS_OPTIONS}")
+    dyn = dynamics(**{k: options.pop(k) for k in DYNAMICS_OPTIONS if k in options})
+    if not isinstance(scheme, schemes.Scheme):
+        return scheme_named(model, scheme, **named, **options), dyn
+    given = [k for k, v in options.items() if v is not None and v is not False]
+    if given:
+        raise ValueError(f"{given[0]}: a scheme value carries its own options; give them to its factory "
+                         f"(jr.schemes.{scheme.name}(...))")
+    return scheme, dyn
+
+
+def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme=None, *,
+          published: bool = False, psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None,
+          buffer: int = 0, em_tol: Optional[float] = None, **options) -> Filter:
     """L-RVGA ([LRVGA]): the low-rank belief ``(W W^T + diag(psi))^{-1}`` times ``scheme``.
 
-    Same schemes and options as :func:`rvga`, the dynamics, ``jitter`` and ``max_move`` included (``max_move`` is
-    refused with ``published``, which takes every step as published; ``curvature="hessian"`` is refused: the low-rank
-    precision needs a PSD curvature factor; ``num_samples`` defaults to 10, since every draw adds
-    a column to the step's factor), plus:
+    Same schemes and options as :func:`rvga`, the dynamics included (``max_move`` is refused with
+    ``published``, which takes every step as published; ``curvature="hessian"`` is refused: the
+    low-rank precision needs a PSD curvature factor; ``num_samples`` defaults to 10, since every
+    draw adds a column to the step's factor; ``frozen_noise`` below), plus:
 
     Args:
       rank: ``p``, the columns of ``W`` (1 <= p <= d).
@@ -481,8 +479,8 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
         (experiments/REPORT.md).
       frozen_noise: ``sampled`` with ``published``: ``True`` reuses the state's key at every
         step (the authors' code); a pair ``(z, e)`` (K, d), (K, p) gives the base noise itself.
-      psi_floor: relative floor of ``psi`` (:mod:`jaxrvga.factor_analysis`).
-      block_rows: row blocks of the projection (:func:`jaxrvga.blocks.num_blocks`; 0: one block).
+      psi_floor: relative floor of ``psi`` (:mod:`jaxrvga.kernels.factor_analysis`).
+      block_rows: row blocks of the projection (:func:`jaxrvga.kernels.row_blocks.num_blocks`; 0: one block).
       buffer: hold up to this many curvature columns unprojected (default 0; it counts columns: a
         step brings one per output of each observation, K for a K-class output, times the draws of
         ``sampled``, and a buffer smaller than one step's columns is refused): the new columns of
@@ -497,11 +495,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme: Op
     """
     belief = low_rank_belief(rank, inner_loops, published=published, psi_floor=psi_floor, block_rows=block_rows,
                              buffer=buffer, em_tol=em_tol)
-    dyn = dynamics(decay, additive_noise, process_noise, decay_to)
-    value = scheme_named(model, scheme, published=published, num_samples_default=10, num_iters=num_iters,
-                         num_samples=num_samples, curvature=curvature, max_iter=max_iter, correction=correction,
-                         update_cov_twice=update_cov_twice, tol=tol, jitter=jitter, max_move=max_move,
-                         frozen_noise=frozen_noise)
+    value, dyn = _scheme_and_dynamics(model, scheme, options, published=published, num_samples_default=10)
     return build(belief, value, model, dyn)
 
 
@@ -542,12 +536,7 @@ def low_rank_belief(rank: int, inner_loops: Optional[int] = None, *, published: 
     return LowRank(rank, inner_loops, None, float(psi_floor), block_rows, int(buffer), em_tol)
 
 
-def diag_rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional[int] = None,
-              num_samples: Optional[int] = None, curvature: str = "ggn", process_noise=None,
-              max_iter: Optional[int] = None, correction: Optional[bool] = None,
-              update_cov_twice: Optional[bool] = None, tol: Optional[float] = None,
-              jitter: Optional[float] = None, max_move: Optional[float] = None, decay=None,
-              additive_noise=None, decay_to=None) -> Filter:
+def diag_rvga(model: Model, scheme=None, **options) -> Filter:
     """Mean-field R-VGA: the diagonal belief ``N(mean, diag(psi)^{-1})`` times ``scheme``, O(d) per column.
 
     Same schemes, options and defaults as :func:`rvga` (module table), the dynamics included;
@@ -558,10 +547,7 @@ def diag_rvga(model: Model, scheme: Optional[str] = None, *, num_iters: Optional
     ``init(mean, var, key=None)``: ``var`` the (d,) prior variances (a scalar broadcasts); ``key``
     is required by ``sampled``.
     """
-    dyn = dynamics(decay, additive_noise, process_noise, decay_to)
-    value = scheme_named(model, scheme, num_samples_default=10, num_iters=num_iters, num_samples=num_samples,
-                         curvature=curvature, max_iter=max_iter, correction=correction,
-                         update_cov_twice=update_cov_twice, tol=tol, jitter=jitter, max_move=max_move)
+    value, dyn = _scheme_and_dynamics(model, scheme, options, num_samples_default=10)
     return build(Diagonal(), value, model, dyn)
 
 
@@ -579,44 +565,53 @@ def with_block_rows(flt: Filter, block_rows: Optional[int]) -> Filter:
     return build(spec.belief._replace(block_rows=block_rows), spec.scheme, spec.model, spec.dynamics)
 
 
-def kalman(noise_var=1.0, process_noise=None, *, decay=None, additive_noise=None, decay_to=None) -> Filter:
+def kalman(noise_var=1.0, process_noise=None, **dynamics_options) -> Filter:
     """The Kalman filter: ``rvga(linear_gaussian(noise_var))`` ([RVGA] Thm 2), for a static parameter
     or, with ``decay`` and ``additive_noise``, the transition ``F = decay I``, ``Q = additive_noise``
-    (:mod:`jaxrvga.dynamics`). ``noise_var=None``: unknown and learned, the exact
+    (``dynamics_options``: :func:`jaxrvga.dynamics.dynamics`). ``noise_var=None``: unknown and learned, the exact
     normal-inverse-gamma filter (:mod:`jaxrvga.noise`; ``init(mean, cov, noise=(shape, rate))``).
 
     ``x`` is a row (d,) with scalar ``y`` or a matrix ``H`` (m, d) with ``y`` (m,).
     """
     from .models import linear_gaussian
-    return rvga(linear_gaussian(noise_var), "exact", process_noise=process_noise, decay=decay,
-                additive_noise=additive_noise, decay_to=decay_to)
+    return rvga(linear_gaussian(noise_var), "exact", process_noise=process_noise,
+                **_only_dynamics(dynamics_options))
 
 
-def ekf(model: Model, process_noise=None, *, decay=None, additive_noise=None, decay_to=None) -> Filter:
-    """Extended Kalman filter = online natural gradient: ``rvga(model, "ekf")`` ([RVGA] Thm 3, eqs. 54-55, 81)."""
-    return rvga(model, "ekf", process_noise=process_noise, decay=decay, additive_noise=additive_noise,
-                decay_to=decay_to)
+def ekf(model: Model, process_noise=None, **dynamics_options) -> Filter:
+    """Extended Kalman filter = online natural gradient: ``rvga(model, "ekf")`` ([RVGA] Thm 3, eqs. 54-55, 81);
+    ``dynamics_options``: :func:`jaxrvga.dynamics.dynamics`."""
+    return rvga(model, "ekf", process_noise=process_noise, **_only_dynamics(dynamics_options))
 
 
-def qkf(process_noise=None, *, decay=None, additive_noise=None, decay_to=None) -> Filter:
-    """Quadratic (Jaakkola-Jordan) Kalman filter: ``rvga(logistic(), "qkf")`` ([RVGA] eqs. 82-90)."""
+def qkf(process_noise=None, **dynamics_options) -> Filter:
+    """Quadratic (Jaakkola-Jordan) Kalman filter: ``rvga(logistic(), "qkf")`` ([RVGA] eqs. 82-90);
+    ``dynamics_options``: :func:`jaxrvga.dynamics.dynamics`."""
     from .models import logistic
-    return rvga(logistic(), "qkf", process_noise=process_noise, decay=decay, additive_noise=additive_noise,
-                decay_to=decay_to)
+    return rvga(logistic(), "qkf", process_noise=process_noise, **_only_dynamics(dynamics_options))
 
 
 def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: bool = True,
-                process_noise=None, decay=None, additive_noise=None, decay_to=None) -> Filter:
+                **dynamics_options) -> Filter:
     """Mirror prox with a full covariance: ``rvga(model, "extragrad")`` with the paper's defaults.
 
     ``correction=False, update_cov_twice=True`` is [LRVGA] eqs. (139)-(142) and the authors' code;
     ``rvga(model, "extragrad")`` defaults to the corrected form, exact on linear-Gaussian models.
+    ``dynamics_options``: :func:`jaxrvga.dynamics.dynamics`.
     """
     if not isinstance(model, Model) or not model.is_glm:
         raise ValueError("model must be a GLM from jaxrvga.models (linear_gaussian, logistic, poisson, glm)")
     return rvga(model, "extragrad", correction=correction, update_cov_twice=update_cov_twice,
-                process_noise=process_noise, decay=decay, additive_noise=additive_noise, decay_to=decay_to)
+                **_only_dynamics(dynamics_options))
+
+
+def _only_dynamics(options: dict) -> dict:
+    """``options``, refused unless each is one of the dynamics' (:data:`DYNAMICS_OPTIONS`)."""
+    unknown = sorted(set(options) - set(DYNAMICS_OPTIONS))
+    if unknown:
+        raise TypeError(f"unexpected option {unknown[0]!r}: this filter takes only the dynamics {DYNAMICS_OPTIONS}")
+    return options
 
 
 __all__ = ["build", "scheme_named", "low_rank_belief", "rvga", "lrvga", "diag_rvga", "kalman", "ekf", "qkf",
-           "mirror_prox", "with_block_rows", "SCHEMES", "Spec"]
+           "mirror_prox", "with_block_rows", "SCHEMES", "SCHEME_OPTIONS", "DYNAMICS_OPTIONS", "Spec"]

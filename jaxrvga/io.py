@@ -1,9 +1,8 @@
 """Save and restore filter states exactly, as plain ``.npz`` files (no pickle, no code from the file).
 
 A state is a pytree of registered NamedTuples (``GaussianState``, ``LowRankState`` with its nested
-``SolverInfo``, the states of :mod:`jaxrvga.factor_analysis` and :mod:`jaxrvga.online_em`, the
-results of the batch solvers, or a class the user passes to :func:`register`), tuples, lists,
-dicts with string keys, ``None``, arrays and Python scalars. :func:`save` writes every array leaf
+``SolverInfo``, the states and results of :mod:`jaxrvga.baselines`, which registers its own, or a
+class the user passes to :func:`register`), tuples, lists, dicts with string keys, ``None``, arrays and Python scalars. :func:`save` writes every array leaf
 as its own ``.npz`` entry and the tree structure as a JSON document (entry ``__jaxrvga_state__``):
 NamedTuples are recorded by their class's module, qualified name and field names. :func:`load`
 looks that name up in the registry, never imports it, and checks the rebuilt state (for instance
@@ -235,13 +234,6 @@ def _check_gaussian(st):
     _check_info_and_step(st, m[:-1])
 
 
-def _check_kernel_result(st):
-    """``KernelResult``: ``mean``, ``var``, ``alpha``, ``gamma``, ``gt`` (N,) and ``chol`` (N, N), one dtype."""
-    _check_moments(st, ("var", "alpha", "gamma", "gt"), cov="chol",
-                   scalars=("iterations", "converged", "residual", "elbo", "r", "rejected"))
-    _need(_shape(st.var) == _shape(st.mean), f"var has shape {_shape(st.var)}, expected {_shape(st.mean)}")
-
-
 def _check_lowrank(st):
     """Shapes and dtypes of ``LowRankState``; finite ``mean`` and ``W``, ``psi > 0``, and a cached
     ``gram`` equal to ``W^T diag(psi)^-1 W`` recomputed from them (:func:`_check_gram`)."""
@@ -314,7 +306,9 @@ def _check_average(st):
           "step must be an int32 scalar")
 
 
-def _check_fa_state(st):
+def factors_check(st):
+    """The check of a state with factors ``W`` (..., d, p) and ``psi`` (..., d): floating, finite
+    ``W``, positive ``psi`` (the factor-analysis filters' states)."""
     _floating("W", st.W)
     _floating("psi", st.psi)
     W = _shape(st.W)
@@ -323,7 +317,8 @@ def _check_fa_state(st):
     _positive("psi", st.psi)
 
 
-def _check_vectors(*fields):
+def vectors_check(*fields):
+    """A check that the named fields are floating arrays of one shape (at least one axis)."""
     def check(st):
         shapes = {_shape(getattr(st, f)) for f in fields}
         for f in fields:
@@ -333,28 +328,34 @@ def _check_vectors(*fields):
     return check
 
 
-def _registry() -> dict:
-    """The registry, with the library's own states added on first use (imports are local: the
-    state modules import this one's package)."""
-    if not _REGISTRY:
-        from . import average, batch, core, dual, factor_analysis, klprox, online_em
+def moments_check(vectors=(), cov="cov", scalars=(), like_mean=()):
+    """A check of a batch result with a ``mean`` (..., D) and a ``cov`` (..., D, D) (see
+    :func:`_check_moments`); the fields ``like_mean`` must have the mean's shape."""
+    def check(st):
+        _check_moments(st, vectors, cov, scalars)
+        for f in like_mean:
+            _need(_shape(getattr(st, f)) == _shape(st.mean),
+                  f"{f} has shape {_shape(getattr(st, f))}, expected {_shape(st.mean)}")
+    return check
 
-        gmm = _check_vectors("weights", "means", "variances")
-        entries = [(core.SolverInfo, _check_solver_info), (core.NoiseStats, None), (core.GaussianState, _check_gaussian),
-                   (average.AverageState, _check_average),
-                   (core.LowRankState, _check_lowrank), (core.DiagonalState, _check_diagonal),
-                   (factor_analysis.FAState, _check_fa_state),
-                   (online_em.GMMParams, gmm), (online_em.GMMStats, _check_vectors("s0", "s1", "s2")),
-                   (batch.LaplaceResult, lambda st: _check_moments(st, scalars=("converged", "iterations"))),
-                   (dual.DualResult, lambda st: _check_moments(
-                       st, ("alpha", "lam", "xi"), scalars=("value", "iterations", "converged", "residual"))),
-                   (klprox.KLProxResult, lambda st: _check_moments(
-                       st, ("alpha", "gamma"), scalars=("iterations", "converged", "residual", "elbo", "r", "rejected"))),
-                   (klprox.KernelResult, _check_kernel_result)]
-        for mod, names in ((factor_analysis, ("OnlineFAState", "OnlineEMState")),
-                           (online_em, ("MixtureStatsState", "OnlineEMState", "TitteringtonState",
-                                        "IncrementalEMState"))):
-            entries += [(getattr(mod, n), None) for n in names if hasattr(mod, n)]
+
+#: Where the classes of files written before the package was laid out by role now live.
+_FORMER_MODULES = {"jaxrvga.batch": "jaxrvga.baselines.laplace", "jaxrvga.dual": "jaxrvga.baselines.dual",
+                   "jaxrvga.klprox": "jaxrvga.baselines.klprox", "jaxrvga.online_em": "jaxrvga.baselines.online_em",
+                   "jaxrvga.factor_analysis": "jaxrvga.baselines.fa_filters"}
+_FORMER_NAMES = {f"jaxrvga.core.{cls}": f"jaxrvga.beliefs.{module}.{cls}" for module, cls in
+                 (("dense", "GaussianState"), ("lowrank", "LowRankState"), ("diagonal", "DiagonalState"))}
+
+
+def _registry() -> dict:
+    """The registry, with the filter layer's own states added on first use (imports are local:
+    the state modules import this one's package). The baselines register theirs on import."""
+    if not _REGISTRY:
+        from . import average, beliefs, core
+
+        entries = [(core.SolverInfo, _check_solver_info), (core.NoiseStats, None),
+                   (beliefs.GaussianState, _check_gaussian), (beliefs.LowRankState, _check_lowrank),
+                   (beliefs.DiagonalState, _check_diagonal), (average.AverageState, _check_average)]
         for cls, check in entries:
             _REGISTRY.setdefault(_name(cls), (cls, check))
     return _REGISTRY
@@ -594,6 +595,9 @@ class _Decoder:
 
     def _namedtuple(self, spec, children):
         name = f"{spec.get('module')}.{spec.get('qualname')}"
+        name = _FORMER_NAMES.get(name, name)
+        module, _, qualname = name.rpartition(".")
+        name = f"{_FORMER_MODULES.get(module, module)}.{qualname}"
         entry = _registry().get(name)
         if entry is None:  # never imported: only registered classes are built
             self._fail(f"the state class {name!r:.80} is not registered (jaxrvga.io.register)")
@@ -672,4 +676,4 @@ def _load_archive(archive, where):
     return _Decoder(archive, where).decode(meta.get("tree"))
 
 
-__all__ = ["save", "load", "register", "registered"]
+__all__ = ["save", "load", "register", "registered", "factors_check", "vectors_check", "moments_check"]

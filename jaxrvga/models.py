@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import special
+from .kernels import special
 from ._values import Bound, same, value_key
 from .validation import check_counts, check_labels01, check_positive, is_concrete, positive_int
 
@@ -245,7 +245,7 @@ def categorical(num_classes: int) -> Family:
     (..., K, K) matrix ``diag(p) - p p^T`` (the Fisher of the logits; the link is canonical) and
     ``fisher_root`` is ``R = diag(sqrt p) - sqrt(p) p^T`` (K, K), of rank K - 1, with
     ``R^T R = diag(p) - 2 p p^T + p (sum p) p^T = diag(p) - p p^T``. Diagonal entries use
-    ``1 - p_k = sum_{j != k} p_j`` (as :func:`jaxrvga.special.sig1` does), so they keep full
+    ``1 - p_k = sum_{j != k} p_j`` (as :func:`jaxrvga.kernels.special.sig1` does), so they keep full
     relative precision when one class is nearly certain. The logits are identified
     only up to a common shift (``F 1 = 0``).
     """
@@ -441,3 +441,7 @@ def softmax_regression(dim: int, num_classes: int) -> Model:
 
 def _linear_logits(dim, K, theta, x):
     return jnp.asarray(x) @ jnp.reshape(theta, (dim, K))
+
+
+__all__ = ["Family", "Model", "gaussian", "bernoulli", "poisson_family", "categorical", "linear_gaussian",
+           "logistic", "poisson", "glm", "nonlinear", "minibatch", "softmax_regression"]

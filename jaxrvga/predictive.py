@@ -2,17 +2,17 @@
 
 A belief ``q(theta) = N(mean, P)`` is a dense state or :class:`jaxrvga.LaplaceResult` (fields
 ``mean``, ``cov``), a low-rank state (``mean``, ``W``, ``psi``; precision ``W W^T + diag(psi)``,
-handled through :func:`jaxrvga.lowrank.factorize` in O(d p^2): no d x d array is formed) or a
+handled through :func:`jaxrvga.kernels.woodbury.factorize` in O(d p^2): no d x d array is formed) or a
 diagonal state (``mean``, ``psi``; precision ``diag(psi)``).
 
 For an input ``x`` the predictor ``eta = h(theta, x)`` is Gaussian under ``q``: exactly for a GLM
 (``eta = x^T theta ~ N(x^T mean, x^T P x)``) and to first order otherwise
 (``eta ~ N(h(mean, x), J P J^T)``, ``J = dh/dtheta`` by autodiff). The expectations of the output
 over that Gaussian are then taken in closed form where one exists (logistic [RVGA] eqs. 62-63,
-Poisson, Gaussian, categorical by the pairwise inverse probit of :func:`jaxrvga.special.softmax_probit`)
+Poisson, Gaussian, categorical by the pairwise inverse probit of :func:`jaxrvga.kernels.special.softmax_probit`)
 and by Gauss-Hermite quadrature for other families. Given a PRNG ``key`` every expectation is
 instead a Monte Carlo average over exact samples of ``q`` (low-rank beliefs sample by
-Proposition 1, corrected, :func:`jaxrvga.lowrank.sample`), exact as ``num_samples`` grows.
+Proposition 1, corrected, :func:`jaxrvga.kernels.woodbury.sample`), exact as ``num_samples`` grows.
 
 A state whose model learns its noise variance (``noise`` statistics, :mod:`jaxrvga.noise`) is the
 belief ``theta | s2 ~ N(mean, s2 P)``, ``s2 ~ InvGamma(a, b)``: its variances are those of ``P``
@@ -27,7 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import average, beliefs, models, noise, special
+from . import average, beliefs, models, noise
+from .kernels import special
 from .filters import check_observation
 from .validation import check_float_array, check_key, is_concrete, positive_int
 
@@ -235,7 +236,7 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
         nodes (exact as it grows, for one observation; a minibatch's rows are taken as
         independent given the belief); a nonlinear predictor is linearised at the mean
         (``eta ~ N(h(mu, x), J P J^T)``), then the Gaussian family is closed form, the categorical
-        by the pairwise probit of :func:`~jaxrvga.special.softmax_probit`, others by quadrature.
+        by the pairwise probit of :func:`~jaxrvga.kernels.special.softmax_probit`, others by quadrature.
         A PRNG key selects Monte Carlo instead: ``log mean_s p(y | theta_s, x)`` over
         ``num_samples`` exact samples of the belief, exact as ``num_samples`` grows (a biased,
         consistent estimate of the log).
@@ -283,3 +284,6 @@ def _check_scale(scale):
     if is_concrete(scale) and not (np.isfinite(float(scale)) and float(scale) >= 0):
         raise ValueError(f"scale must be finite and >= 0, got {scale!r}")
     return scale
+
+
+__all__ = ["Predictive", "predictive", "log_predictive"]

@@ -38,7 +38,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import implicit as _solvers, lowrank, special
+from .kernels import root_solvers
+from .kernels import woodbury
+from .kernels import special
 from .beliefs import Dense, PublishedLowRank
 from .core import SolverInfo, solver_info
 from .validation import check_choice, positive_int
@@ -68,19 +70,41 @@ class Increment(NamedTuple):
         return self.X @ (u if self.c is None else self.c * u)
 
 
-class Config(NamedTuple):
-    """Options of a scheme, validated by its factory (:class:`Scheme`)."""
+class Limited(NamedTuple):
+    """Options of a one-evaluation scheme (``exact``, ``qkf``): the guard's ``max_move`` (None: no limit)."""
 
-    num_iters: int = 1
-    num_samples: int = 100
-    curvature: str = "ggn"
+    max_move: Optional[float] = None
+
+
+class Implicit(NamedTuple):
+    """Options of ``implicit``: the root solve's iteration cap (None: the solver's) and ``max_move``."""
+
     max_iter: Optional[int] = None
-    correction: bool = True
-    update_cov_twice: bool = True
-    tol: float = 1e-2
-    frozen_noise: object = False
+    max_move: Optional[float] = None
+
+
+class Linearised(NamedTuple):
+    """Options of ``ekf`` and ``moment_ekf``: the curvature, the moment likelihood's ``jitter``
+    (0: the EKF) and ``max_move``."""
+
+    curvature: str = "ggn"
     jitter: float = 0.0
     max_move: Optional[float] = None
+
+
+class Iterated(NamedTuple):
+    """Options of the iterated schemes (:func:`iterate`: ``explicit``, ``extragrad``, ``sampled``,
+    ``published_sampled``): passes, their correction and curvature updates, ``max_move``; the
+    sampled ones' draws, curvature, tolerance and frozen noise."""
+
+    num_iters: int = 1
+    correction: bool = True
+    update_cov_twice: bool = True
+    max_move: Optional[float] = None
+    num_samples: int = 100
+    curvature: str = "ggn"
+    tol: float = 1e-2
+    frozen_noise: object = False
 
 
 def absorb(belief, prior, inc: Increment):
@@ -119,7 +143,7 @@ def limit_move(prior, new, inc: Increment, max_move: Optional[float]):
     return new._replace(mean=prior.mean + scale * delta), calm
 
 
-def iterate(belief, prior, evaluate: Callable, cfg: Config):
+def iterate(belief, prior, evaluate: Callable, cfg: Iterated):
     """``cfg.num_iters`` passes of the implicit iteration from ``q_0 = q_{t-1}`` (module docstring).
 
     ``evaluate(q, i) -> Increment`` gives the site under the belief ``q`` of pass ``i - 1``. With
@@ -201,16 +225,16 @@ def implicit_site(model, belief, q, X, y, max_iter):
     """Exact implicit site of a GLM from the marginal ``(alpha, nu)`` of ``q_t`` along ``x`` (m = 1).
 
     Logistic: the 2-D root of [RVGA] eqs. (69)-(70), curvature ``k sig'(k alpha)`` and gradient
-    ``y - sig(k alpha)`` (eqs. 76-77). Other GLMs: :func:`jaxrvga.implicit.solve_glm`, curvature
+    ``y - sig(k alpha)`` (eqs. 76-77). Other GLMs: :func:`jaxrvga.kernels.root_solvers.solve_glm`, curvature
     ``1/nu - 1/nu0`` and gradient ``(alpha - alpha0) / nu0``. Both with the previous precision.
     """
     alpha0, nu0 = belief.marginal(q, X)
     if model.has_logistic_root:
-        alpha, nu, info = _solvers.solve_logistic(alpha0[0], nu0[0], y[0], max_iter)
+        alpha, nu, info = root_solvers.solve_logistic(alpha0[0], nu0[0], y[0], max_iter)
         k = special.probit_k(nu)
         c, coef = k * special.sig1(k * alpha), y[0] - special.sigmoid(k * alpha)
     else:
-        alpha, nu, info = _solvers.solve_glm(alpha0[0], nu0[0], y[0], model.expected_log_lik,
+        alpha, nu, info = root_solvers.solve_glm(alpha0[0], nu0[0], y[0], model.expected_log_lik,
                                              50 if max_iter is None else max_iter)
         pos = nu0[0] > 0
         safe = jnp.where(pos, nu0[0], 1.0)
@@ -253,7 +277,7 @@ def _coupled_moments(family, eta, dlogp, jitter):
     """A root of ``V (V + jitter I)^{-1} V`` and the score ``V (V + jitter I)^{-1} d log p / d eta``
     for a family whose ``variance`` is a (..., K, K) matrix equal to its Fisher (the categorical
     family's canonical link), by the eigen-decomposition of ``V`` per observation."""
-    lam, Q = lowrank.symmetric_eigh(family.variance(eta))
+    lam, Q = woodbury.symmetric_eigh(family.variance(eta))
     lam = jnp.maximum(lam, 0.0)
     shrink = lam / (lam + jnp.asarray(jitter, lam.dtype))
     root = (jnp.sqrt(lam * shrink)[..., :, None] * jnp.swapaxes(Q, -1, -2))
@@ -328,8 +352,8 @@ def ekf_site(model, q, x, y, jitter=0.0, empirical=False):
 
 
 def mean_rows(A):
-    """The mean of the rows of ``A`` (K, d), as the product ``(1/K) 1^T A``: XLA's CPU reduction over
-    the leading axis of a (10, 16 641) array was about 6x slower (BENCHMARKS.md, "A fourth session")."""
+    """The mean of the rows of ``A`` (K, d), as the product ``(1/K) 1^T A`` (on the CPU, XLA's reduction
+    over the leading axis of a (10, 16 641) array is about 6x slower: BENCHMARKS.md)."""
     return jnp.full(A.shape[:1], 1.0 / A.shape[0], A.dtype) @ A
 
 
@@ -344,7 +368,7 @@ def sampled_site(model, thetas, x, y, curvature: str):
         log_lik = model.log_lik
         grads = jax.vmap(jax.grad(log_lik), in_axes=(0, None, None))(thetas, x, y)
         hess = jnp.mean(jax.vmap(jax.hessian(log_lik), in_axes=(0, None, None))(thetas, x, y), axis=0)
-        lam, Q = lowrank.symmetric_eigh(-hess)
+        lam, Q = woodbury.symmetric_eigh(-hess)
         return Increment(Q, lam, g=mean_rows(grads))
     # C comes out as (r, d, K), so X = [J_k^T R_k^T] (d, K r) is laid out as W is and its products
     # with W and with the draws are not transposed ones (a faster step, BENCHMARKS.md)
@@ -353,14 +377,14 @@ def sampled_site(model, thetas, x, y, curvature: str):
     return Increment(X, g=mean_rows(grads))
 
 
-def published_draws(prior, key, i, cfg: Config, q):
+def published_draws(prior, key, i, cfg: Iterated, q):
     """Draws of the published low-rank sampled scheme: fresh (non-antithetic) or frozen noise ([LRVGA] §4.2.2)."""
     if not isinstance(cfg.frozen_noise, bool):
-        return lowrank.sample_from_noise(q.mean, q.W, q.psi, *cfg.frozen_noise)
-    return lowrank.sample(key[i], q.mean, q.W, q.psi, cfg.num_samples)
+        return woodbury.sample_from_noise(q.mean, q.W, q.psi, *cfg.frozen_noise)
+    return woodbury.sample(key[i], q.mean, q.W, q.psi, cfg.num_samples)
 
 
-def info_from(change, cfg: Config, iterations) -> SolverInfo:
+def info_from(change, cfg: Iterated, iterations) -> SolverInfo:
     """Diagnostics of an iterated scheme: converged when the last pass moved the mean by <= ``tol``."""
     return solver_info(change.dtype, converged=jnp.isfinite(change) & (change <= cfg.tol),
                        residual=change, iterations=iterations)
@@ -376,7 +400,8 @@ MAX_MOVE = 10.0
 
 class Scheme(NamedTuple):
     """An update scheme as a value, made by its factory (:func:`exact`, ..., :func:`sampled`),
-    which validated the options ``cfg``.
+    which validated the options ``cfg``: a NamedTuple of this scheme's own options (:class:`Limited`,
+    :class:`Implicit`, :class:`Linearised`, :class:`Iterated`, or a user's).
 
     ``step(cfg, model, belief, prior, x, y) -> (state, ok, info)`` is the unguarded step from the
     predicted belief ``prior`` (:func:`jaxrvga.filters.build` adds the prediction and the guard).
@@ -387,7 +412,7 @@ class Scheme(NamedTuple):
 
     name: str
     step: Callable
-    cfg: Config = Config()
+    cfg: tuple = Limited()
     requires: Optional[str] = None
     beliefs: Optional[tuple] = None
     needs_key: bool = False
@@ -404,9 +429,10 @@ class Scheme(NamedTuple):
             raise ValueError(f"scheme {self.name!r} does not apply to the {model.kind} model")
         if self.beliefs is not None and not isinstance(belief, self.beliefs):
             names = " or ".join(t.__name__ for t in self.beliefs)
-            what = f" with curvature={self.cfg.curvature!r}" if self.cfg.curvature != "ggn" else ""
+            curvature = getattr(self.cfg, "curvature", "ggn")
+            what = f" with curvature={curvature!r}" if curvature != "ggn" else ""
             raise ValueError(f"scheme {self.name!r}{what} needs a {names} belief, got {type(belief).__name__}")
-        noise = self.cfg.frozen_noise
+        noise = getattr(self.cfg, "frozen_noise", False)
         if not isinstance(noise, bool) and noise[1].shape[1] != belief.rank:
             raise ValueError(f"frozen_noise must be a pair (z, e) of shapes (K, d) and (K, {belief.rank}), "
                              f"got {noise[0].shape} and {noise[1].shape}")
@@ -513,7 +539,7 @@ _LIBRARY_STEPS = (_step_exact, _step_implicit, _step_moments, _step_qkf, _step_e
 def exact(*, max_move=np.inf) -> Scheme:
     """The Kalman step of a linear-Gaussian model ([RVGA] Thm 2, eqs. 40-42); exact, so no ``max_move``
     by default."""
-    return Scheme("exact", _step_exact, Config(max_move=_max_move(max_move)), "has_exact_update")
+    return Scheme("exact", _step_exact, Limited(_max_move(max_move)), "has_exact_update")
 
 
 def implicit(*, max_iter: Optional[int] = None, max_move=np.inf) -> Scheme:
@@ -521,12 +547,12 @@ def implicit(*, max_iter: Optional[int] = None, max_move=np.inf) -> Scheme:
     expectations under the new belief by a root solve of at most ``max_iter`` iterations (default:
     the solver's)."""
     max_iter = None if max_iter is None else positive_int("max_iter", max_iter)
-    return Scheme("implicit", _step_implicit, Config(max_iter=max_iter, max_move=_max_move(max_move)), "is_glm")
+    return Scheme("implicit", _step_implicit, Implicit(max_iter, _max_move(max_move)), "is_glm")
 
 
 def explicit(*, max_move=MAX_MOVE) -> Scheme:
     """A GLM's expectations under the previous belief ([RVGA] eqs. 30-31, 78-80)."""
-    return Scheme("explicit", _step_moments, Config(max_move=_max_move(max_move)), "is_glm")
+    return Scheme("explicit", _step_moments, Iterated(max_move=_max_move(max_move)), "is_glm")
 
 
 def extragrad(*, correction: bool = True, update_cov_twice: bool = True, max_move=MAX_MOVE) -> Scheme:
@@ -536,14 +562,14 @@ def extragrad(*, correction: bool = True, update_cov_twice: bool = True, max_mov
     (the paper's eq. 142 omits it); ``update_cov_twice=False`` keeps the first pass's curvature.
     ``correction=False, update_cov_twice=True`` is the paper's form.
     """
-    cfg = Config(2, correction=bool(correction), update_cov_twice=bool(update_cov_twice), max_move=_max_move(max_move))
+    cfg = Iterated(2, bool(correction), bool(update_cov_twice), _max_move(max_move))
     return Scheme("extragrad", _step_moments, cfg, "is_glm")
 
 
 def ekf(*, curvature: str = "ggn", max_move=MAX_MOVE) -> Scheme:
     """The extended Kalman step, linearised at the mean ([RVGA] Thm 3, eqs. 54-55, 81): curvature
     ``J^T F J`` (``"ggn"``) or one gradient column per observation (``"empirical"``)."""
-    cfg = Config(curvature=_curvature(curvature, ("ggn", "empirical")), max_move=_max_move(max_move))
+    cfg = Linearised(_curvature(curvature, ("ggn", "empirical")), 0.0, _max_move(max_move))
     return Scheme("ekf", _step_ekf, cfg)
 
 
@@ -552,14 +578,13 @@ def moment_ekf(*, jitter: float = MOMENT_JITTER, curvature: str = "ggn", max_mov
     (:func:`moment_weights`), linearised at the mean: the default for nonlinear models."""
     if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 < jitter < np.inf:
         raise ValueError(f"jitter must be a number > 0, got {jitter!r}")
-    cfg = Config(curvature=_curvature(curvature, ("ggn", "empirical")), jitter=float(jitter),
-                 max_move=_max_move(max_move))
+    cfg = Linearised(_curvature(curvature, ("ggn", "empirical")), float(jitter), _max_move(max_move))
     return Scheme("moment_ekf", _step_ekf, cfg)
 
 
 def qkf(*, max_move=MAX_MOVE) -> Scheme:
     """The Jaakkola-Jordan quadratic bound of the logistic model ([RVGA] eqs. 82-90)."""
-    return Scheme("qkf", _step_qkf, Config(max_move=_max_move(max_move)), "has_logistic_root")
+    return Scheme("qkf", _step_qkf, Limited(_max_move(max_move)), "has_logistic_root")
 
 
 def sampled(*, num_samples: int = 100, num_iters: int = 3, tol: float = 1e-2, curvature: str = "ggn",
@@ -574,8 +599,8 @@ def sampled(*, num_samples: int = 100, num_iters: int = 3, tol: float = 1e-2, cu
     tol = float(tol)
     if not tol >= 0:
         raise ValueError(f"tol must be >= 0, got {tol!r}")
-    cfg = Config(_positive_count("num_iters", num_iters), num_samples,
-                 _curvature(curvature, ("ggn", "hessian")), None, True, True, tol, max_move=_max_move(max_move))
+    cfg = Iterated(_positive_count("num_iters", num_iters), True, True, _max_move(max_move), num_samples,
+                   _curvature(curvature, ("ggn", "hessian")), tol)
     return Scheme("sampled", _step_sampled, cfg, beliefs=(Dense,) if curvature == "hessian" else None,
                   needs_key=True)
 
@@ -585,8 +610,8 @@ def published_sampled(*, num_samples: int = 10, update_cov_twice: bool = False, 
     correction, the first pass's curvature kept (``update_cov_twice=False``, the authors' code), fresh draws of the projected belief (or ``frozen_noise``: ``True`` reuses the
     state's key at every step, as the authors' code; a pair ``(z, e)`` (K, d), (K, p) gives the base
     noise itself). Low-rank beliefs; no ``max_move`` (every step as published)."""
-    cfg = Config(2, _positive_count("num_samples", num_samples), "ggn", None, False, bool(update_cov_twice),
-                 0.0, _frozen(frozen_noise))
+    cfg = Iterated(2, False, bool(update_cov_twice), None, _positive_count("num_samples", num_samples),
+                   tol=0.0, frozen_noise=_frozen(frozen_noise))
     return Scheme("sampled", _step_published_sampled, cfg, beliefs=(PublishedLowRank,),
                   needs_key=isinstance(cfg.frozen_noise, bool))
 
@@ -603,6 +628,6 @@ def _frozen(frozen_noise):
 
 
 __all__ = ["Scheme", "CURVATURES", "exact", "implicit", "explicit", "extragrad", "ekf", "moment_ekf", "qkf", "sampled",
-           "published_sampled", "MOMENT_JITTER", "MAX_MOVE", "Increment", "Config", "absorb", "limit_move",
+           "published_sampled", "MOMENT_JITTER", "MAX_MOVE", "Increment", "Limited", "Implicit", "Linearised", "Iterated", "absorb", "limit_move",
            "iterate", "moment_weights", "exact_site", "moment_site", "ekf_glm_site", "qkf_site", "implicit_site",
            "linearise", "ekf_site", "sampled_site", "info_from"]

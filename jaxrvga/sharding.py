@@ -70,7 +70,7 @@ def _check_divisible(d: int, mesh: Mesh):
 def state_specs(state, d: int, mesh: Mesh):
     """PartitionSpecs of a state: leaves whose leading axis has length ``d`` are split along it.
 
-    ``mean`` (d,), ``W`` (d, p) and ``psi`` (d,) of a :class:`~jaxrvga.core.LowRankState` are
+    ``mean`` (d,), ``W`` (d, p) and ``psi`` (d,) of a :class:`~jaxrvga.beliefs.LowRankState` are
     sharded; scalars, solver diagnostics and PRNG keys are replicated.
     """
     name = _axis(mesh)
@@ -119,7 +119,7 @@ def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
     Each device's rows form one block (no row blocks across devices): a filter of a low-rank belief
     is rebuilt with ``block_rows=0`` (:func:`jaxrvga.filters.with_block_rows`); other filters are
     used as they are (a hand-written filter that calls the row-blocked functions of
-    :mod:`jaxrvga.factor_analysis` or :mod:`jaxrvga.lowrank` should pass them ``block_rows=0``).
+    :mod:`jaxrvga.kernels.factor_analysis` or :mod:`jaxrvga.kernels.woodbury` should pass them ``block_rows=0``).
     The same ``(flt, mesh, d)`` give the same filter object (a bounded cache), so
     :func:`jaxrvga.run` compiles it once rather than on every call.
     """

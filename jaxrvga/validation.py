@@ -217,3 +217,8 @@ def check_key(key, required: bool = False, needed_by: str = "this filter"):
         raise ValueError(f"key must be {hint}; raw key data must be uint32 of shape {want}, "
                          f"got {dtype} of shape {tuple(key.shape)}")
     return key
+
+
+__all__ = ["is_concrete", "check_float_array", "check_vector", "all_finite", "check_finite", "check_cov",
+           "check_invertible", "check_positive", "check_labels01", "check_counts", "positive_int",
+           "check_tolerance", "check_choice", "check_batch_problem", "check_key"]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
-from jaxrvga import implicit
+from jaxrvga.kernels import root_solvers as implicit
 
 from conftest import LOGISTIC_FILTERS
 

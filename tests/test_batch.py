@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
-from jaxrvga import batch, models
+from jaxrvga import models
+from jaxrvga.baselines import laplace as batch
 
 
 def problem(n=40, d=3, seed=0):
@@ -44,7 +45,7 @@ def test_laplace_of_linear_gaussian_is_the_exact_posterior_for_each_noise():
     X, y = problem()
     P0 = 2.0 * np.eye(3)
     for s2 in [1.0, 4.0]:
-        res = jr.laplace(jr.models.linear_gaussian(s2), X, y, np.zeros(3), P0)
+        res = jr.baselines.laplace.laplace(jr.models.linear_gaussian(s2), X, y, np.zeros(3), P0)
         m, c = gaussian_posterior(X, y, s2, P0)
         np.testing.assert_allclose(res.mean, m, rtol=1e-10)
         np.testing.assert_allclose(res.cov, c, rtol=1e-10)
@@ -56,21 +57,21 @@ def test_two_calls_with_the_same_factory_and_shapes_trace_once(monkeypatch):
     rng = np.random.default_rng(1)
     X = rng.normal(size=(30, 4))
     y1, y2 = (rng.random(30) < 0.5).astype(float), (rng.random(30) < 0.3).astype(float)
-    r1 = jr.laplace(jr.models.logistic(), X, y1, np.zeros(4), np.eye(4))
+    r1 = jr.baselines.laplace.laplace(jr.models.logistic(), X, y1, np.zeros(4), np.eye(4))
     traced = counter.n
     assert traced > 0
-    r2 = jr.laplace(jr.models.logistic(), 2 * X, y2, np.ones(4), 3 * np.eye(4), tol=1e-9, max_iter=50)
+    r2 = jr.baselines.laplace.laplace(jr.models.logistic(), 2 * X, y2, np.ones(4), 3 * np.eye(4), tol=1e-9, max_iter=50)
     assert counter.n == traced  # new model object, data, prior, tol and max_iter: no new trace
     assert bool(r1.converged) and bool(r2.converged)
     assert not np.allclose(r1.mean, r2.mean)
-    jr.laplace(jr.models.logistic(), X[:10], y1[:10], np.zeros(4), np.eye(4))
+    jr.baselines.laplace.laplace(jr.models.logistic(), X[:10], y1[:10], np.zeros(4), np.eye(4))
     assert counter.n > traced  # a new shape is a new trace
 
 
 def test_laplace_under_vmap_over_a_traced_noise():
     X, y = problem(n=20)
     P0 = np.eye(3)
-    means = jax.vmap(lambda s2: jr.laplace(jr.models.linear_gaussian(s2), X, y, np.zeros(3), P0).mean)(
+    means = jax.vmap(lambda s2: jr.baselines.laplace.laplace(jr.models.linear_gaussian(s2), X, y, np.zeros(3), P0).mean)(
         jnp.array([1.0, 4.0]))
     for s2, m in zip([1.0, 4.0], means):
         np.testing.assert_allclose(m, gaussian_posterior(X, y, s2, P0)[0], rtol=1e-10)
@@ -94,9 +95,9 @@ def test_laplace_rejects_bad_arguments():
     X, y = problem(n=5)
     mdl = jr.models.linear_gaussian(1.0)
     with pytest.raises(ValueError, match="max_iter"):
-        jr.laplace(mdl, X, y, np.zeros(3), np.eye(3), max_iter=0)
+        jr.baselines.laplace.laplace(mdl, X, y, np.zeros(3), np.eye(3), max_iter=0)
     with pytest.raises(ValueError, match="tol"):
-        jr.laplace(mdl, X, y, np.zeros(3), np.eye(3), tol=-1.0)
+        jr.baselines.laplace.laplace(mdl, X, y, np.zeros(3), np.eye(3), tol=-1.0)
     with pytest.raises(ValueError, match="model"):
-        jr.laplace("logistic", X, y, np.zeros(3), np.eye(3))
-    assert jr.LaplaceResult is batch.LaplaceResult
+        jr.baselines.laplace.laplace("logistic", X, y, np.zeros(3), np.eye(3))
+    assert jr.baselines.laplace.LaplaceResult is batch.LaplaceResult

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
-from jaxrvga import beliefs, factor_analysis, lowrank
+from jaxrvga import beliefs
+from jaxrvga.kernels import factor_analysis
+from jaxrvga.kernels import woodbury as lowrank
 from jaxrvga.dynamics import Dynamics
 
 jax.config.update("jax_enable_x64", True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxrvga import data
+from jaxrvga.baselines import data
 
 # np.random.seed(10); scipy<1.16 special_ortho_group.rvs(dim=4)
 Q_SEED10_D4 = np.array([

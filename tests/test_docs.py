@@ -15,7 +15,7 @@ pytest.importorskip("sphinx", reason="sphinx is not installed (pip install -e '.
 pytest.importorskip("myst_parser", reason="myst-parser is not installed (pip install -e '.[docs]')")
 
 import jaxrvga  # noqa: E402
-from jaxrvga import lowrank  # noqa: E402
+from jaxrvga.kernels import woodbury as lowrank  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,8 +56,8 @@ def test_math_renders_without_a_network(site):
 
 
 def test_api_page_holds_the_docstrings(site):
-    page = site / "api" / "jaxrvga.lowrank.html"
-    assert 'id="jaxrvga.lowrank.solve"' in page.read_text(encoding="utf-8")
+    page = site / "api" / "jaxrvga.kernels.woodbury.html"
+    assert 'id="jaxrvga.kernels.woodbury.solve"' in page.read_text(encoding="utf-8")
     text = _text(page)
     for obj in (lowrank, lowrank.solve, lowrank.factorize):
         first_paragraph = inspect.getdoc(obj).split("\n\n")[0]
@@ -234,8 +234,8 @@ def test_code_blocks_fit_the_content_column_at_1280px(site):
 
 
 # API pages whose docstrings' plain-text formula blocks were rewrapped to fit the column.
-FITTING_API_PAGES = ("jaxrvga.dual", "jaxrvga.implicit", "jaxrvga.klprox", "jaxrvga.data",
-                     "jaxrvga.metrics", "jaxrvga.factor_analysis")
+FITTING_API_PAGES = ("jaxrvga.baselines.dual", "jaxrvga.kernels.root_solvers", "jaxrvga.baselines.klprox", "jaxrvga.baselines.data",
+                     "jaxrvga.baselines.metrics", "jaxrvga.kernels.factor_analysis")
 
 
 def test_formula_blocks_of_these_api_pages_fit_the_content_column(site):

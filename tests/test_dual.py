@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from jaxrvga import data, dual, klprox, models, special
+from jaxrvga import models
+from jaxrvga.baselines import data
+from jaxrvga.baselines import dual
+from jaxrvga.baselines import klprox
+from jaxrvga.kernels import special
 
 N, D = 40, 6
 
@@ -26,7 +30,7 @@ def _marginals(W, m, V):
 
 def test_check23_gaussian_dual_gives_exact_posterior():
     """f* = alpha y + s^2 alpha^2/2 (lam = 1/s^2) gives alpha* = (Sigma~ + s^2 I)^-1 (mu~ - y) and the exact
-    posterior mean (rel <= 1e-10) and covariance; jr.dual.fit returns the exact posterior to 1e-8."""
+    posterior mean (rel <= 1e-10) and covariance; jr.baselines.dual.fit returns the exact posterior to 1e-8."""
     rng, W, z, mu, Sigma = _problem()
     s2 = 0.5
     y = W @ z + np.sqrt(s2) * rng.normal(size=N)

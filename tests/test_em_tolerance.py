@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
-from jaxrvga import factor_analysis as fa
-from jaxrvga import io, lowrank
+from jaxrvga.kernels import factor_analysis as fa
+from jaxrvga import io
+from jaxrvga.kernels import woodbury as lowrank
 
 jax.config.update("jax_enable_x64", True)
 

@@ -13,6 +13,7 @@ import pytest
 from scipy.stats import multivariate_normal, norm
 
 import jaxrvga as jr
+from jaxrvga.baselines import fa_filters
 
 jax.config.update("jax_enable_x64", True)
 
@@ -184,7 +185,7 @@ def test_empirical_bayes_with_optax_equals_bayesian_ridge():
 
 
 def test_log_evidence_needs_a_model_and_prequential_a_function():
-    flt = jr.factor_analysis.recursive_em()
+    flt = fa_filters.recursive_em()
     with pytest.raises(ValueError, match="observation model"):
         jr.log_evidence(flt, None, np.zeros((2, 3)), np.zeros(2))
     with pytest.raises(ValueError, match="trace function"):

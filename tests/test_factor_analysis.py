@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from jaxrvga import blocks, factor_analysis as fa
-from jaxrvga import lowrank
+from jaxrvga.kernels import row_blocks as blocks
+from jaxrvga.baselines import fa_filters
+from jaxrvga.kernels import factor_analysis as fa
+from jaxrvga.kernels import woodbury as lowrank
 
 from conftest import rel
 
@@ -113,8 +115,8 @@ def test_online_fa_em_equals_recursive_em_after_first_sample():
     d, p = 40, 4
     W0, psi0 = random_factors(d, p, seed=11)
     x = np.random.default_rng(12).normal(size=d)
-    rec = fa.recursive_em(inner_loops=1, mode="covariance")
-    onl = fa.online_fa_em(averaging=None)
+    rec = fa_filters.recursive_em(inner_loops=1, mode="covariance")
+    onl = fa_filters.online_fa_em(averaging=None)
     sr = rec.update(rec.init(W0, psi0), x)
     so = onl.update(onl.init(W0, psi0), x)
     assert rel(so.W, sr.W) <= 1e-12 and rel(so.psi, sr.psi) <= 1e-12
@@ -127,7 +129,7 @@ def test_recursive_em_filter_modes_match_algorithm1_calls():
     # to its floor and the comparison ill-conditioned
     xs = np.random.default_rng(14).normal(size=(N, d, m))
     for mode, eta in (("covariance", None), ("precision", None), ("precision", 0.3)):
-        flt = fa.recursive_em(inner_loops=2, mode=mode, process_noise=eta)
+        flt = fa_filters.recursive_em(inner_loops=2, mode=mode, process_noise=eta)
         state = flt.init(W0, psi0)
         update = jax.jit(flt.update)
         step = jax.jit(fa.recursive_em_step, static_argnums=5)
@@ -146,12 +148,12 @@ def test_online_fa_em_averaging_variants():
     xs = jnp.asarray(np.random.default_rng(16).normal(size=(N, d)))
     ys = jnp.zeros(N)
 
-    plain = fa.online_fa_em(averaging=None)
+    plain = fa_filters.online_fa_em(averaging=None)
     from jaxrvga import core
     _, iterates = core.run(plain, plain.init(W0, psi0), xs, ys,
                            trace_fn=lambda s, x, y: (s.W, s.psi))
     # paper: post-processing average over iterates t > N/2 (0-based t), E-step unaffected
-    paper = fa.online_fa_em(num_steps=N, averaging="paper")
+    paper = fa_filters.online_fa_em(num_steps=N, averaging="paper")
     sp, _ = core.run(paper, paper.init(W0, psi0), xs, ys)
     # donating the state (whose averages start equal to W, psi) gives the same run
     donated, _ = core.run(paper, paper.init(jnp.array(W0), jnp.array(psi0)), xs, ys, donate=True)
@@ -160,14 +162,14 @@ def test_online_fa_em_averaging_variants():
     assert rel(sp.W_avg, jnp.mean(iterates[0][start + 1:], axis=0)) <= 1e-12
     assert rel(sp.psi_avg, jnp.mean(iterates[1][start + 1:], axis=0)) <= 1e-12
     # code: averaging from t > average_start, fed back into the E-step
-    code = fa.online_fa_em(averaging="code", average_start=start)
+    code = fa_filters.online_fa_em(averaging="code", average_start=start)
     _, cw = core.run(code, code.init(W0, psi0), xs, ys, trace_fn=lambda s, x, y: s.W)
     assert rel(cw[start], iterates[0][start]) <= 1e-13  # identical before averaging starts
     assert rel(cw[-1], iterates[0][-1]) > 1e-6
     with pytest.raises(ValueError, match="num_steps"):
-        fa.online_fa_em(averaging="paper")
+        fa_filters.online_fa_em(averaging="paper")
     with pytest.raises(ValueError, match="averaging"):
-        fa.online_fa_em(averaging="sometimes")
+        fa_filters.online_fa_em(averaging="sometimes")
 
 
 def test_psi_floor_keeps_psi_positive_on_rank_deficient_target():
@@ -187,13 +189,13 @@ def test_validation():
     with pytest.raises(ValueError, match="must agree"):
         fa.recursive_em_step(W, psi, jnp.ones(9), 1.0, 1.0, 1)
     with pytest.raises(ValueError, match="mode"):
-        fa.recursive_em(mode="variance")
+        fa_filters.recursive_em(mode="variance")
     with pytest.raises(ValueError, match="process_noise"):
-        fa.recursive_em(mode="covariance", process_noise=0.1)
+        fa_filters.recursive_em(mode="covariance", process_noise=0.1)
     with pytest.raises(ValueError, match="psi"):
-        fa.recursive_em().init(W, -psi)
+        fa_filters.recursive_em().init(W, -psi)
     with pytest.raises(ValueError, match="W must be"):
-        fa.online_fa_em(averaging=None).init(W, psi[:5])
+        fa_filters.online_fa_em(averaging=None).init(W, psi[:5])
 
 
 @pytest.mark.parametrize("store", [True, False])
@@ -244,7 +246,7 @@ def test_recursive_em_step_memory(loops, store):
     of the temporaries is under ``inner_loops + 2`` d-vectors (Diag(S), one psi per loop, the new
     psi, blocks) for any number of loops by default: W is rewritten in place and no iterate W_k is
     stored. (The new psi goes to a fresh d-vector: rewritten in place, XLA copied the whole psi in
-    every block, jaxrvga.blocks.block_map.) Storing the iterate (``store_iterate=True``) costs one
+    every block, jaxrvga.kernels.row_blocks.block_map.) Storing the iterate (``store_iterate=True``) costs one
     d x p array more."""
     d, p = 1 << 19, 8
     assert blocks.num_blocks(d, p) > 1

@@ -17,9 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jaxrvga as jr
-from jaxrvga import dual, implicit, io, klprox, lowrank
-from jaxrvga import online_em as oe
-from jaxrvga.core import GaussianState, LowRankState, solver_info
+from jaxrvga import io
+from jaxrvga.baselines import dual
+from jaxrvga.kernels import root_solvers as implicit
+from jaxrvga.baselines import klprox
+from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.baselines import online_em as oe
+from jaxrvga.beliefs import GaussianState, LowRankState
+from jaxrvga.core import solver_info
 
 FUZZ = settings(max_examples=12, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

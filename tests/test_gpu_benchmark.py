@@ -1,5 +1,5 @@
 """The GPU table's program (benchmarks/gpu.py) at toy sizes on the CPU, its refusal without a GPU,
-and the backend-dependent default of the row blocks (:func:`jaxrvga.blocks.num_blocks`)."""
+and the backend-dependent default of the row blocks (:func:`jaxrvga.kernels.row_blocks.num_blocks`)."""
 import math
 
 import jax
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from benchmarks import gpu
-from jaxrvga import blocks
+from jaxrvga.kernels import row_blocks as blocks
 
 
 @pytest.mark.skipif(any(d.platform == "gpu" for d in jax.devices()), reason="a GPU is present")

@@ -21,8 +21,8 @@ do not depend on the data:
 The pieces written in the scripts are checked against independent oracles: the Gauss-Hermite ELBO
 against adaptive quadrature, the mean-field optimum against its stationarity equations
 (Bonnet/Price), and the Laplace GP classifier with a linear kernel against the weight-space
-``jr.laplace``; the GP evidence of KL-prox (the ``elbo`` that ``jr.klprox.fit_kernel`` reports)
-with a linear kernel is checked against the weight-space ``jr.klprox.elbo``.
+``jr.baselines.laplace.laplace``; the GP evidence of KL-prox (the ``elbo`` that ``jr.baselines.klprox.fit_kernel`` reports)
+with a linear kernel is checked against the weight-space ``jr.baselines.klprox.elbo``.
 """
 import csv
 import math
@@ -109,14 +109,14 @@ def test_laplace_gpc_with_linear_kernel_is_weight_space_laplace():
     K = X @ Sigma @ X.T
     res = HG.laplace_gpc(K, y)
     assert bool(res.converged)
-    lap = jr.laplace(jr.models.logistic(), X, y, jnp.zeros(4), Sigma)
+    lap = jr.baselines.laplace.laplace(jr.models.logistic(), X, y, jnp.zeros(4), Sigma)
     np.testing.assert_allclose(res.f, X @ lap.mean, rtol=1e-8, atol=1e-10)
     m, v = HG.laplace_gpc_predict(res, Xs @ Sigma @ X.T, jnp.einsum("nd,de,ne->n", Xs, Sigma, Xs))
     np.testing.assert_allclose(m, Xs @ lap.mean, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(v, jnp.einsum("nd,de,ne->n", Xs, lap.cov, Xs), rtol=1e-8)
     th = lap.mean
     W = jax.nn.sigmoid(X @ th) * jax.nn.sigmoid(-X @ th)
-    ev = (jr.metrics.logistic_log_likelihood(th, X, y) - 0.5 * th @ jnp.linalg.solve(Sigma, th)
+    ev = (jr.baselines.metrics.logistic_log_likelihood(th, X, y) - 0.5 * th @ jnp.linalg.solve(Sigma, th)
           - 0.5 * jnp.linalg.slogdet(jnp.eye(4) + Sigma @ (X.T * W) @ X)[1])
     np.testing.assert_allclose(res.log_evidence, ev, rtol=1e-10)
 
@@ -128,10 +128,10 @@ def test_kernel_elbo_with_linear_kernel_is_weight_space_elbo():
     X, y = _logistic_problem(25, 3, 5)
     Sigma = 2.0 * jnp.eye(3)
     model = jr.models.logistic()
-    res_k = jr.klprox.fit_kernel(model, X @ Sigma @ X.T, y, r=0.5, max_iter=5000, tol=1e-12)
-    res_w = jr.klprox.fit(model, X, y, jnp.zeros(3), Sigma, r=0.5, max_iter=5000, tol=1e-12)
+    res_k = jr.baselines.klprox.fit_kernel(model, X @ Sigma @ X.T, y, r=0.5, max_iter=5000, tol=1e-12)
+    res_w = jr.baselines.klprox.fit(model, X, y, jnp.zeros(3), Sigma, r=0.5, max_iter=5000, tol=1e-12)
     assert bool(res_k.converged) and bool(res_w.converged)
-    want = jr.klprox.elbo(model, X, y, jnp.zeros(3), Sigma, res_w.mean, res_w.cov)
+    want = jr.baselines.klprox.elbo(model, X, y, jnp.zeros(3), Sigma, res_w.mean, res_w.cov)
     np.testing.assert_allclose(res_k.elbo, want, rtol=1e-9)
 
 
@@ -199,7 +199,7 @@ def test_logistic_klprox_and_dual_converge(logistic):
             if r["method"] == "Dual-JJ"]
     assert dual and all(r["solver_ok"] == "True" for r in dual)
     assert summary["breast_cancer_dual_converged"] == len(dual)
-    assert summary["breast_cancer_dual_xi_residual"] <= 1e-12  # jr.dual.fit's default xi_tol
+    assert summary["breast_cancer_dual_xi_residual"] <= 1e-12  # jr.baselines.dual.fit's default xi_tol
 
 
 @pytest.mark.slow

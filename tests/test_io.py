@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from jaxrvga import io
-from jaxrvga.core import Filter, GaussianState, LowRankState, run, solver_info
+from jaxrvga.beliefs import GaussianState, LowRankState
+from jaxrvga.core import Filter, run, solver_info
 
 
 class OnlineEMState(NamedTuple):
@@ -274,7 +275,7 @@ def test_inconsistent_leaves_are_refused(tmp_path):
 
     def relabel(meta):
         tree = meta["tree"]
-        tree["qualname"] = "LowRankState"
+        tree["module"], tree["qualname"] = LowRankState.__module__, "LowRankState"
         tree["fields"] = list(LowRankState._fields)
         tree["children"] = tree["children"] + [{"t": "none"}] * (len(LowRankState._fields) - len(tree["children"]))
 
@@ -378,7 +379,9 @@ def test_load_checks_the_batch_results(tmp_path):
     """Issue 26.4: KL-prox, dual and Laplace results loaded with a (7, 7) covariance for a (4,) mean
     and mismatched per-datum vectors; each is refused, and real results round-trip."""
     import jaxrvga as jr
-    from jaxrvga import batch, dual, klprox
+    from jaxrvga.baselines import laplace as batch
+    from jaxrvga.baselines import dual
+    from jaxrvga.baselines import klprox
     rng = np.random.default_rng(1)
     X = rng.normal(size=(8, 2))
     y = (X[:, 0] > 0).astype(float)
@@ -437,7 +440,7 @@ def test_load_refuses_a_zip_bomb(tmp_path):
 def _filter_states(dtype):
     """``name -> (filter, state)``: the dense, low-rank and diagonal filters' own states, with a key."""
     import jaxrvga as jr
-    from jaxrvga import lowrank
+    from jaxrvga.kernels import woodbury as lowrank
 
     model, d = jr.models.logistic(), 3
     key = jax.random.key(4)

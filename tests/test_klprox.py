@@ -6,7 +6,10 @@ import optax
 import pytest
 from scipy import integrate
 
-from jaxrvga import data, klprox, models, special
+from jaxrvga import models
+from jaxrvga.baselines import data
+from jaxrvga.baselines import klprox
+from jaxrvga.kernels import special
 
 N, D = 40, 6
 
@@ -83,7 +86,7 @@ def test_check21_gaussian_likelihood_gives_exact_posterior():
     np.testing.assert_allclose(res.gamma, np.full(N, 1.0 / s2), atol=1e-12)
     np.testing.assert_allclose(res.mean, m, rtol=0, atol=1e-10)
     np.testing.assert_allclose(res.cov, V, rtol=0, atol=1e-10)
-    # jr.klprox.fit with its own stopping rule: exact posterior to 1e-8
+    # jr.baselines.klprox.fit with its own stopping rule: exact posterior to 1e-8
     res = klprox.fit(models.linear_gaussian(s2), X, y, mu, Sigma)
     assert bool(res.converged)
     np.testing.assert_allclose(res.mean, m, atol=1e-8)
@@ -118,7 +121,7 @@ def test_check22_proximal_point_is_natural_gradient_step(r):
 
 
 def _lbfgs_vg_optimum(model, X, y, mu, Sigma, max_iter=2000):
-    """Full-covariance VG optimum by optax L-BFGS on the ELBO (10) (jr.klprox.elbo, same GH expectations as
+    """Full-covariance VG optimum by optax L-BFGS on the ELBO (10) (jr.baselines.klprox.elbo, same GH expectations as
     the fits) over (m, Cholesky factor with log-diagonal), from (mu, I), to a gradient norm of 1e-11.
     Returns (mean, cov, elbo)."""
     d = X.shape[1]

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrvga import lowrank
+from jaxrvga.kernels import woodbury as lowrank
 
 
 def rel(a, b):

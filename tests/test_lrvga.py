@@ -15,12 +15,14 @@ from jax.extend import core as jex_core
 from jax.flatten_util import ravel_pytree
 
 import jaxrvga as jr
-from jaxrvga import factor_analysis as fa
-from jaxrvga import lowrank, models
+from jaxrvga.baselines import fa_filters
+from jaxrvga.kernels import factor_analysis as fa
+from jaxrvga import models
+from jaxrvga.kernels import woodbury as lowrank
 from jaxrvga.core import run
-from jaxrvga.implicit import solve_logistic
+from jaxrvga.kernels.root_solvers import solve_logistic
 from jaxrvga import lrvga
-from jaxrvga.special import probit_k, sig1, sigmoid
+from jaxrvga.kernels.special import probit_k, sig1, sigmoid
 
 from conftest import lowrank_variants, outer, rel, with_fa_step
 
@@ -367,13 +369,13 @@ def test_jaxpr_of_lrvga_update_has_no_d_by_d_intermediate(name):
 @pytest.mark.parametrize("name", ["rec_cov", "rec_prec", "rec_fading", "online_paper", "online_code"])
 def test_jaxpr_of_fa_filters_has_no_d_by_d_intermediate(name):
     d, p = 20_000, 5
-    flt = {"rec_cov": fa.recursive_em(2, "covariance"), "rec_prec": fa.recursive_em(1, "precision"),
-           "rec_fading": fa.recursive_em(3, "precision", process_noise=0.1),
-           "online_paper": fa.online_fa_em(num_steps=100), "online_code": fa.online_fa_em(averaging="code")}[name]
+    flt = {"rec_cov": fa_filters.recursive_em(2, "covariance"), "rec_prec": fa_filters.recursive_em(1, "precision"),
+           "rec_fading": fa_filters.recursive_em(3, "precision", process_noise=0.1),
+           "online_paper": fa_filters.online_fa_em(num_steps=100), "online_code": fa_filters.online_fa_em(averaging="code")}[name]
     W = jax.ShapeDtypeStruct((d, p), jnp.float64)
     psi = jax.ShapeDtypeStruct((d,), jnp.float64)
     state = jax.eval_shape(lambda W, psi: flt.init(W, psi), W, psi) if name.startswith("online") \
-        else fa.FAState(W, psi, jax.ShapeDtypeStruct((), jnp.int32))
+        else fa_filters.FAState(W, psi, jax.ShapeDtypeStruct((), jnp.int32))
     jaxpr = jax.make_jaxpr(flt.update)(state, jax.ShapeDtypeStruct((d,), jnp.float64), None)
     assert _big_vars(jaxpr.jaxpr, d) == []
 

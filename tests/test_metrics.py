@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from jaxrvga import metrics, special
+from jaxrvga.baselines import metrics
+from jaxrvga.kernels import special
 
 
 def _spd(rng, d, jitter=0.5):

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrvga import models, special
+from jaxrvga import models
+from jaxrvga.kernels import special
 
 
 def test_sigmoid_derivatives_match_autodiff_and_keep_precision_in_tails():
@@ -194,7 +195,7 @@ def test_softmax_regression_is_a_linear_multiclass_model():
 
 
 def test_elementwise_families_get_a_diagonal_fisher_root():
-    from jaxrvga.klprox import laplace_likelihood_family
+    from jaxrvga.baselines.klprox import laplace_likelihood_family
     eta = jnp.array([-2.0, 0.1, 3.0])
     for fam in (models.gaussian(0.5), models.bernoulli(), models.poisson_family(), laplace_likelihood_family(2.0)):
         R = fam.fisher_root(eta)

@@ -18,7 +18,7 @@ import pytest
 import scipy.linalg as sla
 
 import jaxrvga as jr
-from jaxrvga import online_em as oe
+from jaxrvga.baselines import online_em as oe
 
 K = 3
 N = 100_000

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
-from jaxrvga import models, special
+from jaxrvga import models
+from jaxrvga.kernels import special
 from jaxrvga.predictive import Predictive
 
 D = 6  # parameter dimension of every belief below
@@ -24,7 +25,7 @@ def beliefs(dtype=np.float64, seed=0):
     cov = np.linalg.inv(W @ W.T + np.diag(psi))  # dense, in the test only
     lr = jr.LowRankState(jnp.asarray(mean, dtype), jnp.asarray(W, dtype), jnp.asarray(psi, dtype), 0, None)
     dense = jr.GaussianState(jnp.asarray(mean, dtype), jnp.asarray(cov, dtype), 0, None)
-    lap = jr.LaplaceResult(jnp.asarray(mean, dtype), jnp.asarray(cov, dtype), True, 3)
+    lap = jr.baselines.laplace.LaplaceResult(jnp.asarray(mean, dtype), jnp.asarray(cov, dtype), True, 3)
     return lr, dense, lap
 
 
@@ -315,7 +316,7 @@ def test_bad_arguments():
     X = inputs("glm")
     with pytest.raises(ValueError, match=r"X must have shape \(6,\) or \(n, 6\)"):
         jr.predictive(dense, X[:, :4])
-    with pytest.raises(ValueError, match="state must have fields"):
+    with pytest.raises(ValueError, match="state must be a GaussianState, LowRankState or DiagonalState"):
         jr.predictive(type("MeanOnly", (), {"mean": dense.mean})(), X)
     with pytest.raises(ValueError, match=r"state.cov must have shape \(6, 6\)"):
         jr.predictive(dense._replace(cov=dense.cov[:5]), X)

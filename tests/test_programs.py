@@ -1,5 +1,7 @@
 """Identical filters share one compiled program (jaxrvga._values): models and filters built twice
 from the same functions and options are equal, so ``jr.run`` compiles them once."""
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -68,17 +70,23 @@ def test_bound_and_same():
 
 # --------------------------------------------------------------------------- schemes and beliefs as values
 
+class Tempering(NamedTuple):
+    """The options of the tempered scheme: its own configuration value."""
+
+    alpha: float
+
+
 def _tempered_step(cfg, model, belief, prior, X, y):
     """A scheme written outside the library: the exact linear-Gaussian step with the likelihood
-    raised to the power ``cfg.jitter`` (a tempered, or power, posterior)."""
+    raised to the power ``cfg.alpha`` (a tempered, or power, posterior)."""
     inc = jr.schemes.exact_site(model, prior, X, y)
-    alpha = cfg.jitter
+    alpha = cfg.alpha
     new, ok = jr.schemes.absorb(belief, prior, inc._replace(c=alpha * inc.c, coef=alpha * inc.coef))
     return new, ok, jr.SolverInfo(jnp.asarray(True), jnp.zeros(()), jnp.zeros((), jnp.int32))
 
 
 def tempered(alpha):
-    return jr.schemes.Scheme("tempered", _tempered_step, jr.schemes.Config(jitter=alpha), "has_exact_update")
+    return jr.schemes.Scheme("tempered", _tempered_step, Tempering(alpha), "has_exact_update")
 
 
 def test_a_new_scheme_is_one_value():
@@ -96,7 +104,7 @@ def test_a_new_scheme_is_one_value():
     low = jr.build(jr.beliefs.LowRank(3, 0), tempered(0.5), model)
     got, _ = jr.run(low, low.init(jnp.zeros(3), jnp.zeros((3, 3)), jnp.ones(3)), Xs, ys)
     np.testing.assert_allclose(got.mean, ref.mean, rtol=1e-10)
-    np.testing.assert_allclose(jr.lowrank.to_dense_covariance(got.W, got.psi), ref.cov, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(jr.kernels.woodbury.to_dense_covariance(got.W, got.psi), ref.cov, rtol=1e-10, atol=1e-13)
     axes = np.eye(3)[rng.integers(0, 3, 30)] * rng.normal(size=(30, 1))
     ref, _ = jr.run(jr.kalman(1.0), jr.kalman(1.0).init(jnp.zeros(3), jnp.eye(3)), axes, ys)
     diag = jr.build(jr.beliefs.Diagonal(), tempered(0.5), model)

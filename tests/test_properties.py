@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from scipy.special import expit
 
 import jaxrvga as jr
-from jaxrvga import factor_analysis as fa
-from jaxrvga import lowrank
-from jaxrvga.implicit import solve_logistic
+from jaxrvga.kernels import factor_analysis as fa
+from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels.root_solvers import solve_logistic
 
 from conftest import rel, with_fa_step
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
-from jaxrvga import implicit, special
+from jaxrvga.kernels import root_solvers as implicit
+from jaxrvga.kernels import special
 
 
 def rel(a, b):
@@ -168,7 +169,7 @@ def test_check5_qkf_equals_jaakkola_jordan_form():
 
 def test_qkf_series_at_zero():
     """At xi = 0 the JJ coefficient (sig(xi) - 1/2)/xi is 0/0; its limit is 1/4."""
-    from jaxrvga.special import jj_lambda
+    from jaxrvga.kernels.special import jj_lambda
 
     def _jj_lambda(xi):  # R^{-1} = (sig(xi) - 1/2) / xi of [RVGA] eq. (90) = 2 lambda(xi)
         return 2.0 * jj_lambda(xi)
@@ -421,7 +422,7 @@ def test_laplace_is_map_with_inverse_hessian():
     d = 5
     X, y = logistic_data(rng, d, 200, scale=2.0)
     P0 = 9 * np.eye(d)
-    res = jr.laplace(jr.models.logistic(), X, y, np.zeros(d), P0)
+    res = jr.baselines.laplace.laplace(jr.models.logistic(), X, y, np.zeros(d), P0)
     assert bool(res.converged)
 
     def nlp(th):

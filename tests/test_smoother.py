@@ -64,7 +64,7 @@ def test_equals_a_numpy_rts_smoother(eta):
     np.testing.assert_allclose(means, want_means, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(covs, want_covs, rtol=1e-10, atol=1e-12)
     out = jr.rts_smoother(flt, means, covs)
-    assert isinstance(out, jr.Smoothed) and out.mean.shape == (T, D) and out.cov.shape == (T, D, D)
+    assert isinstance(out, jr.smoother.Smoothed) and out.mean.shape == (T, D) and out.cov.shape == (T, D, D)
     np.testing.assert_allclose(out.mean, want_smoothed_means, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(out.cov, want_smoothed_covs, rtol=1e-10, atol=1e-12)
     np.testing.assert_array_equal(out.mean[-1], means[-1])

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
-from jaxrvga import factor_analysis as fa
-from jaxrvga import lowrank
-from jaxrvga import online_em as oem
+from jaxrvga.baselines import fa_filters
+from jaxrvga.kernels import factor_analysis as fa
+from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.baselines import online_em as oem
 
 from conftest import FULL_FILTERS, LOGISTIC, LOGISTIC_FILTERS, LOWRANK_SCHEMES, lowrank_filter
 
@@ -158,13 +159,13 @@ def test_monte_carlo_rvga_needs_a_key():
 
 def test_laplace_validates_its_data():
     with pytest.raises(ValueError, match=r"^(X|prior_mean) must have"):
-        jr.laplace(LOGISTIC, np.ones((4, D + 1)), np.zeros(4), np.zeros(D), np.eye(D))
+        jr.baselines.laplace.laplace(LOGISTIC, np.ones((4, D + 1)), np.zeros(4), np.zeros(D), np.eye(D))
     with pytest.raises(ValueError, match=r"^y must contain labels"):
-        jr.laplace(LOGISTIC, np.ones((4, D)), np.array([0, 1, 2, 0.0]), np.zeros(D), np.eye(D))
+        jr.baselines.laplace.laplace(LOGISTIC, np.ones((4, D)), np.array([0, 1, 2, 0.0]), np.zeros(D), np.eye(D))
     with pytest.raises(ValueError, match=r"^y must have length 4"):
-        jr.laplace(LOGISTIC, np.ones((4, D)), np.zeros(5), np.zeros(D), np.eye(D))
+        jr.baselines.laplace.laplace(LOGISTIC, np.ones((4, D)), np.zeros(5), np.zeros(D), np.eye(D))
     with pytest.raises(ValueError, match=r"^prior_cov must be symmetric"):
-        jr.laplace(LOGISTIC, np.ones((4, D)), np.zeros(4), np.zeros(D), np.triu(np.ones((D, D))))
+        jr.baselines.laplace.laplace(LOGISTIC, np.ones((4, D)), np.zeros(4), np.zeros(D), np.triu(np.ones((D, D))))
 
 
 # ============================================================================ L-RVGA
@@ -350,12 +351,12 @@ def test_recursive_em_step_values_where_concrete():
 def test_fa_filters_validate_at_construction_and_init():
     W, psi = _factors()
     with pytest.raises(ValueError, match=r"^inner_loops must be a positive integer"):
-        fa.recursive_em(inner_loops=0)
+        fa_filters.recursive_em(inner_loops=0)
     with pytest.raises(ValueError, match=r"^process_noise must be >= 0"):
-        fa.recursive_em(mode="precision", process_noise=-0.1)
+        fa_filters.recursive_em(mode="precision", process_noise=-0.1)
     with pytest.raises(ValueError, match=r"unknown mode"):
-        fa.recursive_em(mode="variance")
-    for flt in (fa.recursive_em(), fa.online_fa_em(averaging=None)):
+        fa_filters.recursive_em(mode="variance")
+    for flt in (fa_filters.recursive_em(), fa_filters.online_fa_em(averaging=None)):
         with pytest.raises(ValueError, match=r"rank p = W.shape\[1\] must satisfy 1 <= p <= d"):
             flt.init(jnp.ones((2, 3)), jnp.ones(2))
         with pytest.raises(ValueError, match=r"^W must be \(d, p\) and psi \(d,\)"):
@@ -363,17 +364,17 @@ def test_fa_filters_validate_at_construction_and_init():
         with pytest.raises(ValueError, match=r"^psi must be positive"):
             flt.init(W, psi.at[0].set(0.0))
     with pytest.raises(ValueError, match=r"^online_fa_em: x must have shape \(5,\)"):
-        flt = fa.online_fa_em(averaging=None)
+        flt = fa_filters.online_fa_em(averaging=None)
         flt.update(flt.init(W, psi), jnp.ones(4))
     with pytest.raises(ValueError, match=r"unknown averaging"):
-        fa.online_fa_em(averaging="sometimes")
+        fa_filters.online_fa_em(averaging="sometimes")
 
 
 def test_online_fa_em_step_exponent_is_a_robbins_monro_exponent():
     """Cappe & Moulines need gamma_t = t^-kappa with kappa in (1/2, 1] (as online_em.cappe_moulines checks)."""
     for bad in (0.5, 1.5, 0.0):
         with pytest.raises(ValueError, match=r"^step_exponent must lie in \(0.5, 1\]"):
-            fa.online_fa_em(averaging=None, step_exponent=bad)
+            fa_filters.online_fa_em(averaging=None, step_exponent=bad)
 
 
 def test_batch_em_step_target_must_be_a_matching_symmetric_matrix():
@@ -536,11 +537,11 @@ def test_log_predictive_refuses_what_the_filters_refuse(name, call, argument, dt
 
 
 def test_log_predictive_takes_every_rule_up_to_its_maximum():
-    """``num_points`` up to :data:`jaxrvga.special.MAX_GAUSS_HERMITE` gives a finite value that agrees with 32 nodes."""
+    """``num_points`` up to :data:`jaxrvga.kernels.special.MAX_GAUSS_HERMITE` gives a finite value that agrees with 32 nodes."""
     state = jr.rvga(LOGISTIC).init(jnp.zeros(D), 2.0 * jnp.eye(D))
     x = jnp.array([1.0, -0.5, 0.3])
     ref = jr.log_predictive(state, x, 1.0, num_points=32)
-    top = jr.log_predictive(state, x, 1.0, num_points=jr.special.MAX_GAUSS_HERMITE)
+    top = jr.log_predictive(state, x, 1.0, num_points=jr.kernels.special.MAX_GAUSS_HERMITE)
     assert np.isfinite(top) and abs(top - ref) < 1e-12
     with pytest.raises(ValueError, match="^num_points must be at most"):
-        jr.special.gauss_hermite(jr.special.MAX_GAUSS_HERMITE + 1)
+        jr.kernels.special.gauss_hermite(jr.kernels.special.MAX_GAUSS_HERMITE + 1)

@@ -58,8 +58,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from .core import Filter, SolverInfo, solver_info, tree_where
-from .validation import all_finite, check_finite, check_float_array, check_vector, is_concrete
+from ..core import Filter, SolverInfo, solver_info, tree_where
+from ..validation import all_finite, check_finite, check_float_array, check_vector, is_concrete
+from .. import io
 
 
 class GMMParams(NamedTuple):
@@ -435,6 +436,11 @@ def incremental_em_decay(decay, burn_in: int = 20) -> Filter:
 
     return Filter(init, update, _check_stream)
 
+
+io.register(GMMParams, io.vectors_check("weights", "means", "variances"))
+io.register(GMMStats, io.vectors_check("s0", "s1", "s2"))
+for _state in (MixtureStatsState, TitteringtonState, IncrementalEMState):
+    io.register(_state)
 
 __all__ = ["GMMParams", "GMMStats", "IncrementalEMState", "MixtureStatsState", "TitteringtonState",
            "batch_mixture_em", "cappe_moulines", "check_params", "complete_data_fisher", "em_step",

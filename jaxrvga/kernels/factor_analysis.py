@@ -2,15 +2,12 @@ r"""Factor analysis (FA) of a symmetric matrix: ``S ~ W W^T + diag(psi)`` ([LRVG
 
 * :func:`recursive_em_step` - Algorithm 1 of [LRVGA]: FA of
   ``alpha (W_prev W_prev^T + diag(psi_prev)) + beta X X^T`` in O(d p (m + p)) without
-  any d x d matrix. It is the covariance stage of every L-RVGA filter.
-* :func:`recursive_em` - Algorithm 1 as a :class:`~jaxrvga.core.Filter` over a data stream,
-  accumulating a precision (``alpha = beta = 1``) or a moving-average covariance
-  (``alpha = (t-1)/t``, ``beta = 1/t``, [LRVGA] App. C eq. 101).
-* :func:`online_fa_em` - the online EM of Cappé & Moulines for FA ([LRVGA] App. E, eqs. 110-116).
+  any d x d matrix. It is the covariance stage of every L-RVGA filter (over a data stream:
+  :func:`jaxrvga.baselines.fa_filters.recursive_em`).
 * :func:`batch_em_step`, :func:`batch_em` - batch EM on a dense target ([LRVGA] eqs. 20-21;
   O(d^2 p), a baseline only).
 * :func:`ml_residuals` (App. B eqs. 73-77), :func:`fa_neg_log_lik` (eq. 13) and :func:`fa_kl`
-  (eq. 11; defined in :mod:`jaxrvga.metrics`, re-exported here).
+  (eq. 11).
 
 Algorithm 1 fits, at each step, the FA model to the target of [LRVGA] eq. (28) by the EM
 iteration of eqs. (20)-(21), with ``M = I_p + W^T Psi^{-1} W``:
@@ -54,10 +51,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
 
-from . import blocks, lowrank
-from .core import Filter
-from .metrics import fa_kl
-from .validation import all_finite, check_choice, check_cov, check_positive, is_concrete, positive_int
+from . import row_blocks
+from . import woodbury
+from ..validation import all_finite, check_cov, check_positive, is_concrete, positive_int
 
 #: Relative floor of ``psi`` in every EM map (module docstring).
 PSI_FLOOR = 1e-12
@@ -81,7 +77,7 @@ def _sym(A):
 
 def _e_step(W, psi):
     """``(Bt, M^{-1})`` with ``Bt = Psi^{-1} W M^{-1}`` (d x p), one Cholesky of ``M`` (p x p)."""
-    fac = lowrank.factorize(W, psi)
+    fac = woodbury.factorize(W, psi)
     return fac.gain(), _chol_inv(fac.chol)
 
 
@@ -222,11 +218,11 @@ def _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb: int, gram=None):
     """
     p = W_prev.shape[1]
     if gram is None:
-        G = lowrank.whitened_gram((W_prev, jnp.sqrt(beta / alpha) * X), psi_prev, nb=nb)
+        G = woodbury.whitened_gram((W_prev, jnp.sqrt(beta / alpha) * X), psi_prev, nb=nb)
     else:
         scale = jnp.concatenate([jnp.ones(p, gram.dtype), jnp.full(X.shape[1], jnp.sqrt(beta / alpha), gram.dtype)])
         G = scale[:, None] * gram * scale
-    lam, V = lowrank.symmetric_eigh(G)  # ascending
+    lam, V = woodbury.symmetric_eigh(G)  # ascending
     q = G.shape[0]
     Vp, Vr = V[:, q - p:], V[:, :q - p]
     top, bottom = jnp.sqrt(alpha), jnp.sqrt(beta)
@@ -239,7 +235,7 @@ def _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb: int, gram=None):
 
 def _last_sums(W_b, psi_b, out_gram: bool):
     """What the last pass sums: the whitened Gram ``W^T Psi^{-1} W`` of the result if asked for."""
-    return {"out": lowrank.whitened_gram(W_b, psi_b, nb=1)} if out_gram else {}
+    return {"out": woodbury.whitened_gram(W_b, psi_b, nb=1)} if out_gram else {}
 
 
 def _spectral_pass(W_prev, psi_prev, X, alpha, beta, floor, nb: int, gram, last: bool, store: bool, out_gram: bool):
@@ -264,11 +260,11 @@ def _spectral_pass(W_prev, psi_prev, X, alpha, beta, floor, nb: int, gram, last:
         return new, (_last_sums(W_b, psi_b, out_gram) if last else _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, False))
 
     if last:
-        new, grams = _last_pass(usable, lambda W_prev, psi_prev: blocks.block_map(warm, (W_prev, psi_prev, X), nb,
+        new, grams = _last_pass(usable, lambda W_prev, psi_prev: row_blocks.block_map(warm, (W_prev, psi_prev, X), nb,
                                                                                   in_place=1),
                                 W_prev, psi_prev, nb, out_gram)
     else:
-        new, grams = blocks.block_map(warm, (W_prev, psi_prev, X), nb)
+        new, grams = row_blocks.block_map(warm, (W_prev, psi_prev, X), nb)
     W, psi = new if len(new) == 2 else (None, new[0])
     return start, W, psi, dropped, grams, usable
 
@@ -282,7 +278,7 @@ def _last_pass(usable, run, W, psi, nb: int, out_gram: bool):
     overwrite it with NaN, and reports it (:class:`Projection` ``ok``). One conditional, so that
     the last pass still writes in place."""
     def keep(W, psi):
-        return (W, psi), ({"out": lowrank.whitened_gram(W, psi, nb=nb)} if out_gram else {})
+        return (W, psi), ({"out": woodbury.whitened_gram(W, psi, nb=nb)} if out_gram else {})
 
     return jax.lax.cond(usable, lambda W, psi: tuple(run(W, psi)), keep, W, psi)
 
@@ -294,7 +290,7 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
     Pass 0 sums the Grams of ``W_prev``. Pass k computes the rows of the iterate ``W_k``, writes
     ``psi_k = Diag(S) - rowdot(W_k, W_k C_k)`` and, unless it is the last, sums the Grams of
     ``W_k`` for the next loop in the same pass; the last pass writes ``W_K`` and ``psi_K`` in
-    place (:func:`jaxrvga.blocks.block_map`). So the rows are read once per loop. The rows of
+    place (:func:`jaxrvga.kernels.row_blocks.block_map`). So the rows are read once per loop. The rows of
     ``W_k`` come either
 
     * from the stored ``W_{k-1}``, rewritten in place (``store_iterate``: one more d x p array
@@ -323,7 +319,7 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
         gains.append(start)
         psis.append(psi)
     else:
-        grams = blocks.block_sum(lambda W_b, psi_b, X_b: _block_grams(W_b, psi_b, X_b, W_b, psi_b, True),
+        grams = row_blocks.block_sum(lambda W_b, psi_b, X_b: _block_grams(W_b, psi_b, X_b, W_b, psi_b, True),
                                  (W_prev, psi_prev, X), nb)
     offset = len(gains)
     for k in range(offset, offset + inner_loops):
@@ -344,7 +340,7 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
                 return finish(_stored_rows(W_b, psi_b, Wp_b, pp_b, X_b, KX, KP, KW), Wp_b, pp_b, X_b, dS_b)
 
             def stored(W, psi, rewrite=rewrite):
-                return blocks.block_map(rewrite, (W, psi, W_prev, psi_prev, X, diagS), nb, in_place=1)
+                return row_blocks.block_map(rewrite, (W, psi, W_prev, psi_prev, X, diagS), nb, in_place=1)
 
             if last:  # the stored iterate is overwritten; where not usable, W_prev is the result
                 (W, psi), grams = _last_pass(usable, lambda *_: stored(W, psi), W_prev, psi_prev, nb, out_gram)
@@ -356,7 +352,7 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
                 return finish(_iterate_rows(Wp_b, pp_b, X_b, psi_bs, terms), Wp_b, pp_b, X_b, dS_b)
 
             def iterate(W_prev, psi_prev, rewrite=rewrite, last=last):
-                return blocks.block_map(rewrite, (W_prev, psi_prev, X, diagS, *psis), nb, in_place=1 if last else 0)
+                return row_blocks.block_map(rewrite, (W_prev, psi_prev, X, diagS, *psis), nb, in_place=1 if last else 0)
 
             if last:
                 new, grams = _last_pass(usable, iterate, W_prev, psi_prev, nb, out_gram)
@@ -406,7 +402,7 @@ def _em_until(W, psi, grams, target, alpha, beta, floor, max_loops: int, nb: int
             sums.update(moved=jnp.sum((new_b - W_b) ** 2), size=jnp.sum(new_b ** 2))
             return (new_b, new_psi), sums
 
-        (W, psi), sums = blocks.block_map(rewrite, (W, psi) + tuple(target), nb, in_place=1)
+        (W, psi), sums = row_blocks.block_map(rewrite, (W, psi) + tuple(target), nb, in_place=1)
         change = jnp.sqrt(sums.pop("moved") / jnp.maximum(sums.pop("size"), jnp.finfo(W.dtype).tiny))
         return W, psi, sums, k + 1, change
 
@@ -443,7 +439,7 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     gives ``B = I - M^{-1}``, hence ``Q = alpha W + beta X A`` and
     ``C = alpha I + (1 - alpha) M^{-1} + beta A^T A``: two Grams instead of four. The iterates
     are recomputed row by row from ``W_prev`` rather than stored (:func:`_em_loops`), and every
-    pass streams over row blocks (:mod:`jaxrvga.blocks`). No 1/m normalisation is applied to a (d, m) ``X``: scale it by
+    pass streams over row blocks (:mod:`jaxrvga.kernels.row_blocks`). No 1/m normalisation is applied to a (d, m) ``X``: scale it by
     ``1/sqrt(m)`` (as eq. 46 does) or through ``beta``.
 
     Args:
@@ -457,8 +453,8 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
         pass, then one pass per loop that computes the iterate's rows, writes its ``psi`` and
         sums the next loop's Grams; same formulas), so that besides ``W_prev`` (rewritten in
         place into the result) only d-vectors and block-sized temporaries exist. ``None``
-        (default): blocks of :data:`jaxrvga.blocks.BLOCK_ROWS` rows when
-        ``d p >= BLOCK_MIN_ELEMENTS``, no blocking below (:func:`jaxrvga.blocks.num_blocks`).
+        (default): blocks of :data:`jaxrvga.kernels.row_blocks.BLOCK_ROWS` rows when
+        ``d p >= BLOCK_MIN_ELEMENTS``, no blocking below (:func:`jaxrvga.kernels.row_blocks.num_blocks`).
         ``0``: one block (the filters run by :mod:`jaxrvga.sharding` are rebuilt with it).
       store_iterate: with ``inner_loops > 1``, keep the iterate ``W_k`` between loops (one more
         d x p array) rather than recompute its rows from ``W_prev`` in each pass (O(inner_loops^2)
@@ -476,9 +472,9 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     check_nonnegative("beta", beta)
     diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
     floor = _floor(diagS, psi_floor)
-    nb = blocks.num_blocks(*W_prev.shape, block_rows)
+    nb = row_blocks.num_blocks(*W_prev.shape, block_rows)
     if store_iterate is None:
-        store_iterate = W_prev.size < blocks.BLOCK_MIN_ELEMENTS
+        store_iterate = W_prev.size < row_blocks.BLOCK_MIN_ELEMENTS
     return _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb, bool(store_iterate))[:2]
 
 
@@ -530,9 +526,9 @@ def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int 
         floor = _floor(diagS, psi_floor)
     else:  # the start alone needs only the mean of Diag(S), for the floor of psi
         diagS, floor = None, _floor_at(_mean_diag(W_prev, psi_prev, X, alpha, beta), psi_floor)
-    nb = blocks.num_blocks(*W_prev.shape, block_rows)
+    nb = row_blocks.num_blocks(*W_prev.shape, block_rows)
     if store_iterate is None:
-        store_iterate = W_prev.size < blocks.BLOCK_MIN_ELEMENTS
+        store_iterate = W_prev.size < row_blocks.BLOCK_MIN_ELEMENTS
     if gram is not None and jnp.shape(gram) != (W_prev.shape[1] + X.shape[1],) * 2:
         raise ValueError(f"gram must be the (p + m) x (p + m) Gram of [W_prev, X], got shape {jnp.shape(gram)}")
     out = _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops, nb,
@@ -557,6 +553,15 @@ def _check_em_inputs(W_prev, psi_prev, X):
         raise ValueError(f"the rank p = W_prev.shape[1] must satisfy 1 <= p <= d, got {W_prev.shape}")
     check_positive("psi_prev", psi_prev)
     return W_prev, psi_prev, X
+
+
+def _check_factors(W, psi):
+    W, psi = woodbury.check_factors(W, psi)
+    psi = psi.astype(W.dtype)
+    if not 1 <= W.shape[1] <= W.shape[0]:
+        raise ValueError(f"the rank p = W.shape[1] must satisfy 1 <= p <= d, got W {W.shape}")
+    check_positive("psi", psi)
+    return W, psi
 
 
 def batch_em_step(S, W, psi, *, psi_floor: float = PSI_FLOOR):
@@ -606,7 +611,7 @@ def ml_residuals(S, W, psi):
     ``(||W - S Lam^{-1} W|| / ||W||, ||psi - Diag(S - W W^T)|| / ||psi||)``. At a fixed point
     of EM both vanish (App. B, Proposition 1).
     """
-    rW = W - S @ lowrank.solve(W, psi, W)
+    rW = W - S @ woodbury.solve(W, psi, W)
     rpsi = psi - (jnp.diagonal(S) - _rowdot(W, W))
     return jnp.linalg.norm(rW) / jnp.linalg.norm(W), jnp.linalg.norm(rpsi) / jnp.linalg.norm(psi)
 
@@ -618,167 +623,31 @@ def fa_neg_log_lik(V, W, psi):
     ``fa_kl(S) + const`` with ``S = V^T V / n``. O(n d p + d p^2).
     """
     V = jnp.atleast_2d(V)
-    fac = lowrank.factorize(W, psi)
+    fac = woodbury.factorize(W, psi)
     quad = jnp.mean(fac.quad_form(V.T))
     return 0.5 * (quad + fac.logdet() + V.shape[1] * jnp.log(2.0 * jnp.pi))
 
 
-# --------------------------------------------------------------------------- stream filters
+def fa_kl(S, W, psi, logdet_S=None):
+    """``KL(N(0, S) || N(0, W W^T + diag(psi)))`` of [LRVGA] eq. (11), the y-axis of Fig. 1::
 
+        1/2 [ tr((W W^T + Psi)^{-1} S) + logdet(W W^T + Psi) - logdet S - d ]
 
-class FAState(NamedTuple):
-    """State of a recursive FA filter: ``W`` (d, p), ``psi`` (d,), ``step`` = samples seen."""
-
-    W: jax.Array
-    psi: jax.Array
-    step: jax.Array
-
-
-def _check_factors(W, psi):
-    W, psi = lowrank.check_factors(W, psi)
-    psi = psi.astype(W.dtype)
-    if not 1 <= W.shape[1] <= W.shape[0]:
-        raise ValueError(f"the rank p = W.shape[1] must satisfy 1 <= p <= d, got W {W.shape}")
-    check_positive("psi", psi)
-    return W, psi
-
-
-def recursive_em(inner_loops: int = 1, mode: str = "covariance", process_noise=None, *,
-                 psi_floor: float = PSI_FLOOR) -> Filter:
-    """Algorithm 1 of [LRVGA] run over a data stream ``x_1, x_2, ...`` as a :class:`Filter`.
-
-    ``mode="covariance"`` ([LRVGA] §5.1, App. C eq. 101): a moving-average second moment,
-    ``W_t W_t^T + Psi_t ~FA~ (t-1)/t (W_{t-1} W_{t-1}^T + Psi_{t-1}) + (1/t) x_t x_t^T``.
-    Because ``alpha_1 = 0`` the initial pair is only the EM starting point.
-
-    ``mode="precision"`` (eq. 26): accumulated information,
-    ``W_t W_t^T + Psi_t ~FA~ W_{t-1} W_{t-1}^T + Psi_{t-1} + x_t x_t^T`` (``alpha = beta = 1``).
-    ``process_noise = eta > 0`` makes it a fading-memory filter ([LRVGA] Remark 1):
-    ``P_{t|t-1} = P_{t-1} + eta P_{t-1}`` scales the previous precision by
-    ``alpha_t = 1 / (1 + eta)``.
-
-    ``init(W0, psi0) -> FAState``; ``update(state, x, y=None)`` with ``x`` (d,) or (d, m)
-    (``y`` is ignored; :func:`jaxrvga.run` needs some ``ys`` of matching length).
+    Woodbury: ``tr(Lam^{-1} S) = sum_i S_ii / psi_i - tr(M^{-1} B^T S B)``, ``B = Psi^{-1} W``, so the
+    cost is O(d^2 p) (one product ``S B``) and no d x d inverse is formed. ``logdet_S`` may be
+    passed when S is fixed across many calls; otherwise it is computed by Cholesky (S must be
+    positive definite). Equals the authors' ``KLDivergence_largeScale``.
     """
-    check_choice("mode", mode, ("covariance", "precision"))
-    inner_loops = positive_int("inner_loops", inner_loops)
-    if mode == "covariance" and process_noise is not None:
-        raise ValueError("process_noise applies to mode='precision' only")
-    check_nonnegative("process_noise", process_noise)
-    eta = 0.0 if process_noise is None else process_noise
-
-    def init(W, psi):
-        W, psi = _check_factors(W, psi)
-        return FAState(W, psi, jnp.asarray(0, jnp.int32))
-
-    def update(state, x, y=None):
-        del y
-        t = (state.step + 1).astype(state.W.dtype)
-        alpha, beta = ((t - 1) / t, 1 / t) if mode == "covariance" else (1 / (1 + eta), 1.0)
-        W, psi = recursive_em_step(state.W, state.psi, x, alpha, beta, inner_loops,
-                                   psi_floor=psi_floor)
-        return FAState(W, psi, state.step + 1)
-
-    return Filter(init, update)
-
-
-class OnlineFAState(NamedTuple):
-    """State of :func:`online_fa_em`.
-
-    ``W, psi``: the parameters used by the next E-step. ``S2`` (d, p), ``S3`` (p, p),
-    ``s1`` (d,): running sufficient statistics (eq. 110-111; ``S2`` is stored transposed).
-    ``W_avg, psi_avg``: the estimate to report (the Polyak-Ruppert average once averaging
-    has started, the current iterate before).
-    """
-
-    W: jax.Array
-    psi: jax.Array
-    S2: jax.Array
-    S3: jax.Array
-    s1: jax.Array
-    W_avg: jax.Array
-    psi_avg: jax.Array
-    step: jax.Array
-
-
-def online_fa_em(num_steps: Optional[int] = None, averaging: Optional[str] = "paper",
-                 average_start: Optional[int] = None, step_exponent: float = 0.6, *,
-                 psi_floor: float = PSI_FLOOR) -> Filter:
-    """Online EM of Cappé & Moulines (2009) for FA, as in [LRVGA] App. E (eqs. 102-116).
-
-    For the t-th sample ``v`` (0-based ``t = state.step``), with step
-    ``gamma_t = 1`` if ``t == 0`` else ``t^{-step_exponent}`` (eqs. 113-114, 0.6 in the paper):
-
-        M  = I_p + W^T Psi^{-1} W;   Ez = M^{-1} W^T Psi^{-1} v
-        S2 = (1 - gamma) S2 + gamma v Ez^T           (eq. 110; the paper's "mu_{t-1}" is S2)
-        S3 = (1 - gamma) S3 + gamma (M^{-1} + Ez Ez^T)
-        s1 = (1 - gamma) s1 + gamma v * v            (eq. 111)
-        W_new = S2 S3^{-1};   psi_new = s1 - rowdot(W_new, S2)
-
-    Averaging (eqs. 115-116, with the running average on the right-hand side):
-
-    * ``"paper"``: Polyak-Ruppert averaging of the iterates for ``t > average_start``
-      (default ``num_steps // 2``, i.e. t > N/2), kept in ``W_avg, psi_avg`` "in
-      post-processing": the E-step keeps using the un-averaged iterate.
-    * ``"code"``: the authors' code: averaging for ``t > average_start`` (default 500,
-      hard-coded there) and the *averaged* parameters are fed back into the next E-step.
-    * ``None``: no averaging.
-
-    One E/M iteration per sample, O(d p^2 + p^3) time, memory ~ 2 d p (``S2`` and ``W``).
-    ``init(W0, psi0)``; ``update(state, v, y=None)`` with ``v`` of shape (d,).
-    """
-    check_choice("averaging", averaging, ("paper", "code", None))
-    if not 0.5 < step_exponent <= 1.0:
-        raise ValueError(f"step_exponent must lie in (0.5, 1] (Robbins-Monro), got {step_exponent}")
-    if averaging == "paper":
-        if average_start is None:
-            if num_steps is None:
-                raise ValueError("online_fa_em(averaging='paper') needs num_steps (averaging starts "
-                                 "after num_steps // 2) or average_start")
-            average_start = int(num_steps) // 2
-    elif averaging == "code" and average_start is None:
-        average_start = 500
-
-    def init(W, psi):
-        W, psi = _check_factors(W, psi)
-        d, p = W.shape
-        zeros = jnp.zeros
-        # The averages start at (W, psi) but own their buffers: leaves that alias one another
-        # cannot be donated to jaxrvga.run(..., donate=True).
-        return OnlineFAState(W, psi, zeros((d, p), W.dtype), zeros((p, p), W.dtype),
-                             zeros((d,), W.dtype), jnp.array(W, copy=True), jnp.array(psi, copy=True),
-                             jnp.asarray(0, jnp.int32))
-
-    def update(state, v, y=None):
-        del y
-        v = jnp.asarray(v, dtype=state.W.dtype)
-        if v.shape != state.psi.shape:
-            raise ValueError(f"online_fa_em: x must have shape {state.psi.shape}, got {v.shape}")
-        t = state.step
-        tf = t.astype(v.dtype)
-        gamma = jnp.where(t == 0, 1.0, jnp.maximum(tf, 1.0) ** (-step_exponent))
-        fac = lowrank.factorize(state.W, state.psi)
-        Minv = _chol_inv(fac.chol)
-        Ez = Minv @ ((v / state.psi) @ state.W)
-        S2 = (1 - gamma) * state.S2 + gamma * jnp.outer(v, Ez)
-        S3 = (1 - gamma) * state.S3 + gamma * (Minv + jnp.outer(Ez, Ez))
-        s1 = (1 - gamma) * state.s1 + gamma * v * v
-        W_new = S2 @ _chol_inv(jnp.linalg.cholesky(S3))
-        psi_new = jnp.maximum(s1 - _rowdot(W_new, S2), _floor(s1, psi_floor))
-
-        if averaging is None:
-            W_avg, psi_avg = W_new, psi_new
-        else:
-            t_tilde = jnp.maximum(tf - average_start, 1.0)
-            on = t > average_start
-            w = jnp.where(on, (t_tilde - 1) / t_tilde, 0.0)
-            W_avg = w * state.W_avg + (1 - w) * W_new
-            psi_avg = w * state.psi_avg + (1 - w) * psi_new
-        W_next, psi_next = (W_avg, psi_avg) if averaging == "code" else (W_new, psi_new)
-        return OnlineFAState(W_next, psi_next, S2, S3, s1, W_avg, psi_avg, t + 1)
-
-    return Filter(init, update)
+    S = jnp.asarray(S)
+    fac = woodbury.factorize(W, psi)
+    B = fac.Wp  # Psi^{-1} W
+    trace = (jnp.sum(jnp.diagonal(S) / fac.psi)
+             - jnp.trace(cho_solve((fac.chol, True), B.T @ (S @ B))))
+    logdet_lam = fac.logdet()
+    if logdet_S is None:
+        logdet_S = 2.0 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(S))))
+    return 0.5 * (trace + logdet_lam - logdet_S - S.shape[-1])
 
 
 __all__ = ["PSI_FLOOR", "recursive_em_step", "spectral_em_step", "Projection", "batch_em_step", "batch_em",
-           "ml_residuals", "fa_neg_log_lik", "FAState", "recursive_em", "OnlineFAState", "online_fa_em"]
+           "ml_residuals", "fa_neg_log_lik", "fa_kl", "check_nonnegative"]

@@ -30,9 +30,11 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import solve_triangular
 
-from . import lowrank, special
+from ..kernels import woodbury
+from ..kernels import special
+from ..kernels.factor_analysis import fa_kl
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -172,14 +174,14 @@ def mc_kl_logistic_fa(mean, W, psi, z, X, y, prior_mean, prior_cov, *,
                       return_stderr: bool = False):
     """MC-KL of a factor-analysis belief, **dense** evaluation (the authors' ``divergenceLargeScale``).
 
-    Forms ``P = (W W^T + diag(psi))^{-1}`` (:func:`jaxrvga.lowrank.to_dense_covariance`) and its
+    Forms ``P = (W W^T + diag(psi))^{-1}`` (:func:`jaxrvga.kernels.woodbury.to_dense_covariance`) and its
     Cholesky factor, so the samples ``mu + chol(P) z_m`` use the base normals ``z`` exactly as the
     full-covariance :func:`mc_kl_logistic` does: an FA belief and a full belief with equal
     ``(mu, P)`` get equal estimates (common random numbers across both kinds of algorithm).
     O(d^3) time and O(d^2) memory: for d up to a few thousand; beyond that use
     :func:`mc_kl_logistic_fa_sampled`.
     """
-    return mc_kl_logistic(mean, lowrank.to_dense_covariance(W, psi), z, X, y, prior_mean,
+    return mc_kl_logistic(mean, woodbury.to_dense_covariance(W, psi), z, X, y, prior_mean,
                           prior_cov, return_stderr=return_stderr)
 
 
@@ -187,15 +189,15 @@ def mc_kl_logistic_fa_sampled(key, mean, W, psi, num: int, X, y, prior_mean, pri
                               return_stderr: bool = False):
     """MC-KL of a factor-analysis belief with the ensemble sampler of [LRVGA] Proposition 1.
 
-    Samples come from ``jaxrvga.lowrank.sample(key, mean, W, psi, num)`` in O(num d p + d p^2);
-    the entropy uses the determinant lemma (:func:`jaxrvga.lowrank.logdet`):
+    Samples come from ``jaxrvga.kernels.woodbury.sample(key, mean, W, psi, num)`` in O(num d p + d p^2);
+    the entropy uses the determinant lemma (:func:`jaxrvga.kernels.woodbury.logdet`):
     ``-1/2 logdet(W W^T + Psi) + d/2 (1 + log 2 pi)``. Nothing of size d x d is formed. Reuse the
     same ``key`` across algorithms and time steps for common random numbers. Not number-for-number
     equal to the dense :func:`mc_kl_logistic_fa` (another transformation of the base normals), but
     equal in law.
     """
-    thetas = lowrank.sample(key, mean, W, psi, num)
-    entropy = gaussian_entropy(-lowrank.logdet(W, psi), thetas.shape[-1])
+    thetas = woodbury.sample(key, mean, W, psi, num)
+    entropy = gaussian_entropy(-woodbury.logdet(W, psi), thetas.shape[-1])
     return _mc_kl_from_samples(lambda th: logistic_log_posterior(th, X, y, prior_mean, prior_cov),
                                thetas, entropy, return_stderr)
 
@@ -220,27 +222,6 @@ def gaussian_kl(m1, P1, m2, P2):
     return 0.5 * (_chol_logdet(L2) - _chol_logdet(L1) - d + jnp.sum(A * A) + jnp.sum(w * w))
 
 
-def fa_kl(S, W, psi, logdet_S=None):
-    """``KL(N(0, S) || N(0, W W^T + diag(psi)))`` of [LRVGA] eq. (11), the y-axis of Fig. 1::
-
-        1/2 [ tr((W W^T + Psi)^{-1} S) + logdet(W W^T + Psi) - logdet S - d ]
-
-    Woodbury: ``tr(Lam^{-1} S) = sum_i S_ii / psi_i - tr(M^{-1} B^T S B)``, ``B = Psi^{-1} W``, so the
-    cost is O(d^2 p) (one product ``S B``) and no d x d inverse is formed. ``logdet_S`` may be
-    passed when S is fixed across many calls; otherwise it is computed by Cholesky (S must be
-    positive definite). Equals the authors' ``KLDivergence_largeScale``.
-    """
-    S = jnp.asarray(S)
-    fac = lowrank.factorize(W, psi)
-    B = fac.Wp  # Psi^{-1} W
-    trace = (jnp.sum(jnp.diagonal(S) / fac.psi)
-             - jnp.trace(cho_solve((fac.chol, True), B.T @ (S @ B))))
-    logdet_lam = fac.logdet()
-    if logdet_S is None:
-        logdet_S = _chol_logdet(jnp.linalg.cholesky(S))
-    return 0.5 * (trace + logdet_lam - logdet_S - S.shape[-1])
-
-
 # ---------------------------------------------------------------------------------------------
 # Predictive scores
 # ---------------------------------------------------------------------------------------------
@@ -259,7 +240,7 @@ def logistic_log_loss(mean, cov, X, y, reduction: str = "mean"):
     """Predictive log-loss (negative log predictive probability, natural log) of a logistic belief.
 
     The predictive probability is the inverse-probit closed form of
-    :func:`jaxrvga.special.logistic_predictive` ([RVGA] eqs. 62-63),
+    :func:`jaxrvga.kernels.special.logistic_predictive` ([RVGA] eqs. 62-63),
     ``p(y = 1 | x) = sig(k a)``, ``a = x^T mu``, ``k = k(x^T P x)``; the loss
     ``-[y log sig(k a) + (1 - y) log sig(-k a)]`` is evaluated in log space, so it stays finite
     for confident predictions where ``1 - p`` rounds to 0. ``X`` (n, d), ``y`` (n,) in {0, 1}.

@@ -69,10 +69,12 @@ import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.stats import norm
 
-from . import metrics, special
-from .models import Family, Model, _linear_predict
-from .validation import (check_batch_problem, check_cov, check_finite, check_float_array, check_positive,
+from . import metrics
+from ..kernels import special
+from ..models import Family, Model, _linear_predict
+from ..validation import (check_batch_problem, check_cov, check_finite, check_float_array, check_positive,
                          check_tolerance, check_vector, is_concrete, positive_int)
+from .. import io
 
 # ---------------------------------------------------------------------------------------------
 # Likelihoods and their Gaussian expectations
@@ -667,6 +669,11 @@ def se_kernel(X1, X2=None, lengthscale=1.0, variance=1.0):
     d2 = jnp.sum(A**2, 1)[:, None] + jnp.sum(B**2, 1)[None, :] - 2.0 * A @ B.T
     return variance * jnp.exp(-0.5 * jnp.maximum(d2, 0.0))
 
+
+_RESULT_SCALARS = ("iterations", "converged", "residual", "elbo", "r", "rejected")
+io.register(KLProxResult, io.moments_check(("alpha", "gamma"), scalars=_RESULT_SCALARS))
+io.register(KernelResult, io.moments_check(("var", "alpha", "gamma", "gt"), cov="chol", scalars=_RESULT_SCALARS,
+                                           like_mean=("var",)))
 
 __all__ = ["KLProxResult", "KernelResult", "elbo", "expectation", "fit", "fit_kernel",
            "laplace_likelihood", "laplace_likelihood_family", "predict", "proximal_point_step",

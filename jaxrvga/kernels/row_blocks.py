@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .validation import positive_int
+from ..validation import positive_int
 
 #: Target rows per block for large problems.
 BLOCK_ROWS = 8192

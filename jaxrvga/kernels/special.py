@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .validation import positive_int
+from ..validation import positive_int
 
 #: beta = sqrt(8 / pi): sig(a) ~= Phi(a / beta) ([RVGA] eq. 57).
 PROBIT_BETA = math.sqrt(8.0 / math.pi)
@@ -178,3 +178,8 @@ def log_softmax(eta):
     others = jnp.arange(eta.shape[-1]) != a
     rest = jnp.sum(jnp.where(others, jnp.exp(eta - top), 0.0), axis=-1, keepdims=True)
     return eta - top - jnp.log1p(rest)
+
+
+__all__ = ["PROBIT_BETA", "MAX_GAUSS_HERMITE", "sigmoid", "sig1", "sig2", "jj_lambda", "probit_k",
+           "probit_moments", "logistic_predictive", "check_num_points", "gauss_hermite", "sqrt0",
+           "gaussian_expectation_1d", "probit_predictive", "softmax_probit", "log_softmax"]

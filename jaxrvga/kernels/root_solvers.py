@@ -37,9 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .core import SolverInfo
+from ..core import SolverInfo
 from .special import PROBIT_BETA, probit_k, sig1, sigmoid
-from .validation import check_float_array
+from ..validation import check_float_array
 
 _REFINE_SWEEPS = 8
 _NEWTON_ITERS = 30
@@ -569,3 +569,7 @@ def _glm_minimiser_jvp(ell, max_iter, primals, tangents):
     H = jax.hessian(_glm_objective(ell, *primals))(z)
     _, dg = jax.jvp(lambda *p: jax.grad(_glm_objective(ell, *p))(z), primals, tangents)
     return (z, it), (-_newton_step(dg, H), np.zeros(np.shape(it), jax.dtypes.float0))
+
+
+__all__ = ["residuals", "scaled_residual", "coarse_box", "refine_box", "residuals_and_jacobian",
+           "solve_logistic", "solve_glm"]

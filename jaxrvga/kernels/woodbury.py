@@ -30,8 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from . import blocks
-from .validation import check_float_array, check_positive, check_vector, positive_int
+from . import row_blocks
+from ..validation import check_float_array, check_positive, check_vector, positive_int
 
 
 def _tmatmul(v, W):
@@ -141,7 +141,7 @@ def whitened_gram(W, psi, block_rows=None, nb=None):
     """``W^T Psi^{-1} W`` as the exactly symmetric Gram ``B^T B``, ``B = W / sqrt(psi)``.
 
     ``W`` may be a tuple of column blocks (:func:`_tmatmul`). Large ``W`` are streamed over row
-    blocks (:func:`jaxrvga.blocks.num_blocks`, or ``nb`` of them), so ``B`` never exists as a
+    blocks (:func:`jaxrvga.kernels.row_blocks.num_blocks`, or ``nb`` of them), so ``B`` never exists as a
     whole ``d x p`` array.
     """
     parts = W if isinstance(W, tuple) else (W,)
@@ -151,8 +151,8 @@ def whitened_gram(W, psi, block_rows=None, nb=None):
         return B.T @ B
 
     if nb is None:
-        nb = blocks.num_blocks(psi.shape[0], width(W), block_rows)
-    return blocks.block_sum(gram, (psi, *parts), nb)
+        nb = row_blocks.num_blocks(psi.shape[0], width(W), block_rows)
+    return row_blocks.block_sum(gram, (psi, *parts), nb)
 
 
 def bordered_gram(gram, W, psi, X, rhs=None, block_rows=None):
@@ -171,8 +171,8 @@ def bordered_gram(gram, W, psi, X, rhs=None, block_rows=None):
         Vt = jnp.concatenate([X_b.T] + [r[None, :] for r in rhs_b], axis=0) / psi_b
         return Vt @ W_b, Vt @ X_b  # (m [+ 1], q), (m [+ 1], m)
 
-    nb = blocks.num_blocks(psi.shape[0], W.shape[1] + m, block_rows)
-    VW, VX = blocks.block_sum(border, (psi, W, X) + (() if rhs is None else (rhs,)), nb)
+    nb = row_blocks.num_blocks(psi.shape[0], W.shape[1] + m, block_rows)
+    VW, VX = row_blocks.block_sum(border, (psi, W, X) + (() if rhs is None else (rhs,)), nb)
     XX = 0.5 * (VX[:m] + VX[:m].T)
     bordered = jnp.block([[gram, VW[:m].T], [VW[:m], XX]])
     return bordered if rhs is None else (bordered, jnp.concatenate([VW[m], VX[m]]))

@@ -11,12 +11,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-from ._values import Static, by_value
-from .models import Model
-from .validation import check_batch_problem, check_cov, check_vector, is_concrete
+from .._values import Static, by_value
+from ..models import Model
+from ..validation import check_batch_problem, check_cov, check_vector, is_concrete
+from .. import io
 
 
 class LaplaceResult(NamedTuple):
@@ -108,5 +108,7 @@ def _laplace_newton(log_lik, X, y, mu0, P0, max_iter, tol):
 @functools.partial(jax.jit, static_argnums=0)
 def _laplace_jit(model: Static, *args):
     return _laplace_newton(model.value.log_lik, *args)
+
+io.register(LaplaceResult, io.moments_check(scalars=("converged", "iterations")))
 
 __all__ = ["laplace", "LaplaceResult"]

@@ -54,9 +54,10 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import gammaln, xlogy
 
 from . import metrics
-from .special import jj_lambda
-from .models import Model
-from .validation import check_batch_problem, check_vector, is_concrete
+from ..kernels.special import jj_lambda
+from ..models import Model
+from ..validation import check_batch_problem, check_vector, is_concrete
+from .. import io
 
 
 class Conjugate(NamedTuple):
@@ -98,7 +99,7 @@ def jj_conjugate(xi) -> Conjugate:
     = (1/2 - y) eta + log(2 cosh(eta/2))``. The function ``t -> log(2 cosh(sqrt(t)/2))`` is
     concave, so its tangent at ``t = xi^2`` bounds it from above:
     ``log(2 cosh(eta/2)) <= log(2 cosh(xi/2)) + c (eta^2 - xi^2)``, ``c = tanh(xi/2) / (4 xi)``
-    (:func:`jaxrvga.special.jj_lambda`, the ``-eta`` of [RVGA] eq. 83).
+    (:func:`jaxrvga.kernels.special.jj_lambda`, the ``-eta`` of [RVGA] eq. 83).
     Taking ``E_{N(eta | h, rho)}`` (``E eta^2 = h^2 + rho``) gives the convex LVB::
 
         f(h, rho) = (1/2 - y) h + c (h^2 + rho) + log(2 cosh(xi/2)) - c xi^2   >= E[-log p]
@@ -439,6 +440,9 @@ def lvb_elbo(conj: Conjugate, W, y, prior_mean, prior_cov, mean, cov):
     rho = jnp.einsum("nl,lk,nk->n", W, cov, W)
     return -metrics.gaussian_kl(mean, cov, prior_mean, prior_cov) - jnp.sum(conj.f(h, rho, y))
 
+
+io.register(DualResult, io.moments_check(("alpha", "lam", "xi"),
+                                         scalars=("value", "iterations", "converged", "residual")))
 
 __all__ = ["Conjugate", "DualResult", "dual_objective", "fenchel_young_gap", "fit",
            "gaussian_conjugate", "jj_conjugate", "lvb_elbo", "poisson_conjugate"]

@@ -1,0 +1,134 @@
+"""The contract every belief satisfies and the steps they share."""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import jax
+import jax.numpy as jnp
+
+from ..validation import check_finite, check_vector
+
+
+@runtime_checkable
+class Belief(Protocol):
+    """The contract every belief satisfies (:class:`Dense`, :class:`LowRank`, :class:`Diagonal`); the
+    schemes and the guard of :mod:`jaxrvga.filters` use nothing else. ``state_type`` is the
+    NamedTuple of its states (fields ``mean``, ``step``, ``info``, ``key`` and the belief's own)."""
+
+    state_type: type
+
+    def init(self, mean, *factors, key=None):
+        """The initial state from the mean and the belief's own factors (checked where concrete)."""
+
+    def predict(self, state, dynamics):
+        """The prediction step under :class:`~jaxrvga.dynamics.Dynamics`, exact."""
+
+    def marginal(self, state, X):
+        """``(X mean, diag(X P X^T))`` for inputs ``X`` ((m, d), or one input (d,))."""
+
+    def sandwich(self, state, J):
+        """``J P J^T`` (k, k) for ``J`` (k, d), symmetrised."""
+
+    def solve(self, state, g):
+        """``P g``."""
+
+    def noise(self, key, num: int, dim: int, dtype):
+        """Base noise of :meth:`draw`."""
+
+    def draw(self, state, noise):
+        """Draws of ``theta`` (num, d) from base noise: common random numbers across passes."""
+
+    def sample(self, state, key, num: int):
+        """``num`` independent exact draws of ``theta``, (num, d) (for Monte-Carlo estimates)."""
+
+    def add(self, state, X, c):
+        """The precision step ``P^{-1} + X diag(c) X^T`` (as the belief keeps it): ``(state, ok)``."""
+
+    def absorb(self, prior, X, c, g, prior_gain: bool = False):
+        """:meth:`add` and the mean step ``mu + P g``: ``(state, ok)``."""
+
+    def finish(self, state):
+        """The belief's projection of a step's result: ``(state, (dropped, em_loops, projected))``;
+        ``projected`` is False where the projection could not be computed (a gain not finite) and
+        the unprojected factors were kept, so that the guard keeps the prior (:func:`no_projection`)."""
+
+    def settle(self, prior, new, ok):
+        """:meth:`finish` of ``new`` where ``ok``, else ``prior``: ``(state, (dropped, em_loops, projected))``."""
+
+    def checked_fields(self, state):
+        """The arrays whose finiteness the guard checks, the mean first."""
+
+    def positive(self, state):
+        """Whether the belief's variances are positive (a traced bool, O(d)): checked by the guard on
+        every state it keeps and every prediction."""
+
+
+def _symmetric(S):
+    """``(S + S^T) / 2``."""
+    return 0.5 * (S + S.T)
+
+
+def antithetic_normals(key, num: int, dim: int, dtype):
+    """``num`` standard normal rows of length ``dim`` in antithetic pairs ``(z, -z)``."""
+    half = jax.random.normal(key, ((num + 1) // 2, dim), dtype)
+    return jnp.concatenate([half, -half])[:num]
+
+
+def no_projection(dtype):
+    """The report ``(dropped, em_loops, projected) = (0, 0, True)`` of a step whose belief projected
+    nothing (``projected``: False only where a projection failed and kept its input)."""
+    return jnp.zeros((), dtype), jnp.zeros((), jnp.int32), jnp.asarray(True)
+
+
+def add_then_solve(belief, prior, X, c, g, prior_gain: bool = False):
+    """``belief.add`` then the mean step ``mu + P g`` (``P`` the new covariance, or the prior's with
+    ``prior_gain``). Returns ``(state, ok)``."""
+    pre, ok = belief.add(prior, X, c)
+    return pre._replace(mean=prior.mean + belief.solve(prior if prior_gain else pre, g)), ok
+
+
+def finish_or_keep(belief, prior, new, ok):
+    """``belief.finish(new)`` where ``ok``, else ``prior`` (its key advanced to ``new``'s); returns
+    ``(state, (dropped, em_loops, projected))``.
+
+    One conditional, so that a low-rank projection can rewrite the prior's ``W`` and ``psi`` in
+    place (no second d x p buffer): when ``new`` holds them in its pending factor, they enter the
+    branch once, through ``new`` (passed twice, XLA copies them, and the projection's row-block loop
+    then copied ``psi`` in every block).
+    """
+    shared = isinstance(getattr(new, "W", None), tuple) and new.W[0] is prior.W and new.psi is prior.psi
+    rest = prior._replace(W=None, psi=None) if shared else prior
+
+    def keep(new, rest):
+        back = rest._replace(W=new.W[0], psi=new.psi) if shared else rest
+        return back._replace(key=new.key), no_projection(prior.mean.dtype)
+
+    return jax.lax.cond(ok, lambda new, rest: belief.finish(new), keep, new, rest)
+
+
+def _check_mean(mean):
+    """A finite real vector with at least one entry."""
+    mean = check_finite("mean", check_vector("mean", mean))
+    if mean.shape[0] == 0:
+        raise ValueError("mean must have at least one entry (d >= 1)")
+    return mean
+
+
+def psi_min(dtype):
+    """The absolute floor of ``psi`` after a prediction step: ``sqrt(tiny)`` of ``dtype`` (1e-19 in
+    float32), so that ``1 / psi`` and the whitened Gram of a unit-scale ``W`` stay finite."""
+    return jnp.sqrt(jnp.finfo(dtype).tiny).astype(dtype)
+
+
+def _resolved(chol, gram):
+    """Every pivot of the Cholesky factor of ``M = I + gram`` exceeds the rounding of its diagonal.
+
+    The exact pivots of ``M >= I`` are >= 1; one below ``2 q eps M_jj`` is rounding noise (a new
+    column in the span of the others at a scale the dtype cannot resolve, e.g. ``psi = 1e-30``), so
+    the Woodbury solve is meaningless there and the step is refused (and flagged). NaN fails too.
+    """
+    eps = jnp.finfo(chol.dtype).eps
+    return jnp.all(jnp.diagonal(chol) ** 2 >= 2 * chol.shape[0] * eps * (1.0 + jnp.diagonal(gram)))
+
+
+__all__ = ['Belief', 'antithetic_normals', 'no_projection', 'add_then_solve', 'finish_or_keep', 'psi_min']

@@ -1,0 +1,101 @@
+"""Reading a state as a belief: :func:`of_state`, exact draws (:func:`sample`, :func:`draws`)."""
+from __future__ import annotations
+
+
+import jax
+import jax.numpy as jnp
+
+from .. import noise as noise_belief
+from ..validation import check_cov, check_finite, check_float_array, check_key, check_positive, positive_int
+from .dense import Dense, GaussianState
+from .diagonal import Diagonal, DiagonalState
+from .lowrank import LowRank, LowRankState
+
+
+def _read_lowrank(state, mean):
+    W = check_finite("state.W", check_float_array("state.W", state.W))
+    psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
+    return LowRank(W.shape[-1]), LowRankState(mean, W, psi, None, None, None, state.gram)
+
+
+def _read_diagonal(state, mean):
+    psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
+    if psi.shape != mean.shape:
+        raise ValueError(f"state.psi must have shape {mean.shape} to match the mean, got {psi.shape}")
+    return Diagonal(), DiagonalState(mean, psi, None, None)
+
+
+def _read_dense(state, mean):
+    d = mean.shape[0]
+    cov = check_float_array("state.cov", state.cov)
+    if cov.shape != (d, d):
+        raise ValueError(f"state.cov must have shape {(d, d)} to match the mean, got {cov.shape}")
+    return Dense(), GaussianState(mean, check_cov("state.cov", cov, d, semidefinite=True), None, None)
+
+
+#: The reader of each belief's state type.
+_READERS = {LowRankState: _read_lowrank, DiagonalState: _read_diagonal, GaussianState: _read_dense}
+
+
+def of_state(state):
+    """Returns ``(belief, state)``: the belief that reads ``state``, and ``state`` as that belief's
+    state type (mean and belief arrays only: ``step``, ``info``, ``key`` and ``noise`` are ``None``).
+
+    The library's states are read by their type (:class:`GaussianState` by :class:`Dense`,
+    :class:`LowRankState` by :class:`LowRank`, :class:`DiagonalState` by :class:`Diagonal`); any
+    other object must have fields ``(mean, cov)`` and neither ``W`` nor ``psi`` (a batch result such
+    as :class:`jaxrvga.baselines.laplace.LaplaceResult`) and is read by :class:`Dense`. Checked where
+    concrete: a finite mean and ``W``, ``psi > 0``, ``cov`` symmetric positive semidefinite, shapes
+    (``ValueError`` naming the field). Predictions (:mod:`jaxrvga.predictive`) ask this belief.
+    """
+    if not hasattr(state, "mean"):
+        raise ValueError(f"state must be a Gaussian belief with a mean, got {type(state).__name__}")
+    mean = check_finite("state.mean", check_float_array("state.mean", state.mean))
+    if mean.ndim != 1:
+        raise ValueError(f"state.mean must be a vector, got shape {mean.shape}")
+    reader = next((read for cls, read in _READERS.items() if isinstance(state, cls)), None)
+    if reader is None:
+        if not hasattr(state, "cov") or hasattr(state, "W") or hasattr(state, "psi"):
+            raise ValueError("state must be a GaussianState, LowRankState or DiagonalState, or an object with "
+                             f"fields (mean, cov) and no W or psi (a batch result), got {type(state).__name__} "
+                             f"with fields {getattr(state, '_fields', None)}")
+        reader = _read_dense
+    return reader(state, mean)
+
+
+def draws(belief, state, stats, key, num: int, scale=1.0):
+    """``(thetas (num, d), s2 (num,) or None)``: exact draws of ``N(mean, scale P)`` of ``belief`` (its
+    :meth:`Belief.sample`) from ``state``; where the state has the statistics ``stats`` of a learned
+    noise variance (:class:`~jaxrvga.core.NoiseStats`), ``s2 ~ InvGamma(shape, rate)`` and then
+    ``theta = mean + sqrt(scale s2) z``, ``z`` a draw of ``N(0, P)``, i.e. ``theta | s2 ~ N(mean, s2
+    scale P)`` (:mod:`jaxrvga.noise`)."""
+    if stats is None and isinstance(scale, (int, float)) and scale == 1.0:
+        return belief.sample(state, key, num), None
+    if stats is None:
+        k_theta, s2 = key, None
+        spread = jnp.sqrt(jnp.full((num, 1), scale, state.mean.dtype))
+    else:
+        k_theta, k_s2 = jax.random.split(key)
+        s2 = noise_belief.sample_variance(stats, k_s2, num)
+        spread = jnp.sqrt(scale * s2)[:, None]
+    return state.mean + spread * (belief.sample(state, k_theta, num) - state.mean), s2
+
+
+def sample(state, key, num: int):
+    """``num`` independent exact draws of ``theta`` from the belief ``state``, shape (num, d).
+
+    ``state``: any belief :func:`of_state` reads: a dense state or any object with ``(mean, cov)``
+    (:class:`jaxrvga.LaplaceResult`), a low-rank state (drawn by the corrected Proposition 1 of
+    [LRVGA], ``x + L (e - W^T x)``, in O(num d p + d p^2): no d x d array) or a diagonal state. A state
+    whose model learns its noise variance (a ``noise`` field that is not ``None``, :mod:`jaxrvga.noise`)
+    is the belief ``theta | s2 ~ N(mean, s2 P)``, ``s2 ~ InvGamma(shape, rate)``: each draw takes its
+    own ``s2``. ``key``: a PRNG key (:func:`jax.random.key` or :func:`jax.random.PRNGKey`); ``num`` a
+    positive int. Jits and vmaps over states and keys (a fleet: ``jax.vmap(jr.sample, (0, 0, None))``).
+    """
+    belief, st = of_state(state)
+    key = check_key(key, required=True, needed_by="sample")
+    num = positive_int("num", num)
+    return draws(belief, st, noise_belief.stats_of(state), key, num)[0]
+
+
+__all__ = ['of_state', 'draws', 'sample']

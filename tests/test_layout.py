@@ -1,0 +1,134 @@
+"""The package's layout by role: the filter layer, the numerical kernels, the papers' baselines.
+
+Static checks of what ``docs/architecture.md`` promises: which wing imports which, a small top
+level, an ``__all__`` in every module; and that the published names and files written before the
+layout still work.
+"""
+import ast
+import importlib
+import json
+import pkgutil
+import types
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrvga as jr
+from jaxrvga import io
+
+PACKAGE = Path(jr.__file__).parent
+
+
+def _modules():
+    return [m.name for m in pkgutil.walk_packages(jr.__path__, "jaxrvga.")]
+
+
+def _imported(path: Path) -> set:
+    """Absolute names of the package's modules that the file imports (``jaxrvga.x.y``)."""
+    here = ["jaxrvga", *path.relative_to(PACKAGE).parent.parts]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = here[:len(here) - node.level + 1]
+            mod = ".".join(base + ([node.module] if node.module else []))
+            found |= {mod} if node.module else {f"{mod}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxrvga"):
+            found.add(node.module)
+    return found
+
+
+def _wing(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).parts
+    return parts[0] if len(parts) > 1 else "filters"
+
+
+def test_every_module_lists_its_public_names():
+    for name in _modules():
+        module = importlib.import_module(name)
+        assert hasattr(module, "__all__"), f"{name} has no __all__"
+        missing = [n for n in module.__all__ if not hasattr(module, n)]
+        assert not missing, f"{name}.__all__ names what it lacks: {missing}"
+
+
+def test_the_filter_layer_never_imports_the_baselines_and_the_kernels_only_the_kernels():
+    for path in PACKAGE.rglob("*.py"):
+        wing, imported = _wing(path), _imported(path)
+        if wing == "filters" and path.name != "__init__.py":
+            assert not any(m.startswith("jaxrvga.baselines") for m in imported), path
+        if wing == "kernels":
+            outside = {m for m in imported if not m.startswith("jaxrvga.kernels")}
+            # the kernels' only way up: the validation helpers and SolverInfo of the core
+            assert outside <= {"jaxrvga.validation", "jaxrvga.core"}, (path, outside)
+
+
+def test_the_top_level_is_small():
+    values = [getattr(jr, n) for n in jr.__all__]
+    modules = [v for v in values if isinstance(v, types.ModuleType)]
+    assert len(values) - len(modules) <= 30 and len(modules) <= 10, (len(values), len(modules))
+
+
+def test_the_published_names_keep_working():
+    """``jr.lowrank`` and ``jr.factor_analysis`` (the published API) are the kernels' modules."""
+    assert jr.lowrank is jr.kernels.woodbury and jr.factor_analysis is jr.kernels.factor_analysis
+    W, psi = jr.lowrank.init_factors(jax.random.PRNGKey(0), 6, 2, 0.5)
+    draws = jr.lowrank.sample(jax.random.PRNGKey(1), jnp.zeros(6), W, psi, 4)
+    assert W.shape == (6, 2) and psi.shape == (6,) and draws.shape == (4, 6)
+    W2, psi2 = jr.factor_analysis.recursive_em_step(W, psi, jnp.ones(6), 1.0, 1.0, 2)
+    assert W2.shape == (6, 2) and bool(jnp.all(psi2 > 0))
+
+
+def _rewrite_module(path: Path, old: str, new: str):
+    """The same file with every stored class module ``new`` replaced by ``old``."""
+    with np.load(path, allow_pickle=False) as npz:
+        entries = {k: npz[k] for k in npz.files}
+    meta = json.loads(str(entries[io.META_KEY]))
+
+    def rename(node):
+        if isinstance(node, dict):
+            if node.get("module") == new:
+                node["module"] = old
+            for v in node.values():
+                rename(v)
+        elif isinstance(node, list):
+            for v in node:
+                rename(v)
+    rename(meta)
+    entries[io.META_KEY] = np.array(json.dumps(meta))
+    np.savez(path, **entries)
+
+
+@pytest.mark.parametrize("old, make", [
+    ("jaxrvga.batch", lambda: jr.baselines.laplace.LaplaceResult(jnp.zeros(2), jnp.eye(2), jnp.asarray(True),
+                                                                 jnp.asarray(3))),
+    ("jaxrvga.factor_analysis", lambda: jr.baselines.fa_filters.recursive_em().init(jnp.ones((4, 1)), jnp.ones(4))),
+])
+def test_files_written_before_the_layout_still_load(tmp_path, old, make):
+    state = make()
+    path = tmp_path / "state.npz"
+    io.save(path, state)
+    _rewrite_module(path, old, type(state).__module__)
+    loaded = io.load(path)
+    assert type(loaded) is type(state)
+    for a, b in zip(loaded, state):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_state_is_read_by_its_type_and_an_ambiguous_object_is_refused():
+    """The library's states are read by their type; another object only as a dense batch result."""
+    from typing import NamedTuple
+
+    class Other(NamedTuple):
+        mean: jax.Array
+        cov_last: jax.Array
+        psi: jax.Array
+
+    mean = jnp.zeros(3)
+    low = jr.beliefs.LowRankState(mean, jnp.ones((3, 1)), jnp.ones(3), None, None)
+    assert isinstance(jr.beliefs.of_state(low)[0], jr.beliefs.LowRank)
+    lap = jr.baselines.laplace.LaplaceResult(mean, jnp.eye(3), jnp.asarray(True), jnp.asarray(1))
+    assert isinstance(jr.beliefs.of_state(lap)[0], jr.beliefs.Dense)
+    with pytest.raises(ValueError, match="GaussianState, LowRankState or DiagonalState"):
+        jr.beliefs.of_state(Other(mean, jnp.eye(3), jnp.ones(3)))
