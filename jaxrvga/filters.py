@@ -38,8 +38,9 @@ advances, ``info.converged`` is False). ``info.dropped`` reports, for low-rank b
 fraction of the step's whitened curvature that rank p could not keep.
 
 ``x`` is (d,) with a scalar ``y``, or a minibatch (m, d) with ``y`` (m,) (GLMs; the implicit
-scheme takes one observation); nonlinear models take any ``x`` pytree their ``h`` accepts, and a
-minibatch through :func:`jaxrvga.models.minibatch`.
+scheme takes one observation), either of them sparse (:class:`~jaxrvga.models.SparseRow`: its
+nnz non-zeros, scattered into the dense row inside the step); nonlinear models take any ``x``
+pytree their ``h`` accepts, and a minibatch through :func:`jaxrvga.models.minibatch`.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ from .beliefs import Belief, Dense, Diagonal, LowRank, PublishedLowRank
 from .core import Filter
 from .dynamics import Dynamics, dynamics
 from .kernels.factor_analysis import PSI_FLOOR
-from .models import Model
+from .models import Model, SparseRow
 from .schemes import MAX_MOVE, MOMENT_JITTER  # noqa: F401  (their former home: jaxrvga.filters.MAX_MOVE)
 from .validation import all_finite, check_choice, check_key, is_concrete, positive_int
 
@@ -236,20 +237,25 @@ def check_observation(state, x, y, model: Model):
 
 
 def _glm_inputs(state, x, y, model):
-    """``x`` (d,) with scalar ``y``, or (m, d) with ``y`` (m,); returns ``(X (m, d), y (m,))`` in the state's dtype."""
-    d = state.mean.shape[0]
-    x = jnp.asarray(x)
-    if jnp.iscomplexobj(x) or jnp.iscomplexobj(jnp.asarray(y)):
+    """``x`` (d,) with scalar ``y``, or (m, d) with ``y`` (m,), or a :class:`~jaxrvga.models.SparseRow`
+    of shape (nnz,) or (m, nnz); returns ``(X (m, d), y (m,))`` in the state's dtype (a sparse ``x``
+    scattered into its dense rows)."""
+    d, dtype = state.mean.shape[0], state.mean.dtype
+    sparse = isinstance(x, SparseRow)
+    x = x.checked("x", d, dtype) if sparse else jnp.asarray(x)
+    if jnp.iscomplexobj(x.values if sparse else x) or jnp.iscomplexobj(jnp.asarray(y)):
         raise ValueError("x and y must be real")
-    if x.ndim not in (1, 2) or x.shape[-1] != d:
+    if sparse and x.ndim > 2:
+        raise ValueError(f"x: a SparseRow must have shape (nnz,) or (m, nnz), got {x.shape}")
+    if not sparse and (x.ndim not in (1, 2) or x.shape[-1] != d):
         raise ValueError(f"x must have shape ({d},) or (m, {d}) to match the state, got {x.shape}")
     want = () if x.ndim == 1 else x.shape[:1]
     if jnp.shape(y) != want:
         raise ValueError(f"y must have shape {want} to match x of shape {x.shape} for the {model.kind} "
                          f"model, got {jnp.shape(y)}")
     model.family.check_y("y", y)
-    dtype = state.mean.dtype
-    return jnp.atleast_2d(x.astype(dtype)), jnp.reshape(jnp.asarray(y, dtype), (-1,))
+    X = x.todense(d, dtype) if sparse else x.astype(dtype)
+    return jnp.atleast_2d(X), jnp.reshape(jnp.asarray(y, dtype), (-1,))
 
 
 def _check_y_shape(model: Model, name: str, y, eta_shape, time_axis: bool = False):
@@ -280,9 +286,14 @@ def _check_data(model: Model, state, xs, ys):
     """Data-set check run by :func:`jaxrvga.run` before it scans (never under jit)."""
     if model.is_glm:
         d = state.mean.shape[0]
-        shape = jnp.shape(xs)
-        if len(shape) not in (2, 3) or shape[-1] != d:
-            raise ValueError(f"xs must have shape (T, {d}) or (T, m, {d}) to match the state, got {shape}")
+        if isinstance(xs, SparseRow):
+            shape = xs.checked("xs", d).shape
+            if len(shape) not in (2, 3):
+                raise ValueError(f"xs: a SparseRow stream must have shape (T, nnz) or (T, m, nnz), got {shape}")
+        else:
+            shape = jnp.shape(xs)
+            if len(shape) not in (2, 3) or shape[-1] != d:
+                raise ValueError(f"xs must have shape (T, {d}) or (T, m, {d}) to match the state, got {shape}")
         if jnp.shape(ys) != shape[:-1]:
             raise ValueError(f"ys must have shape {shape[:-1]} to match xs, got {jnp.shape(ys)}")
     model.family.check_y("ys", ys)

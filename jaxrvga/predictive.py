@@ -121,7 +121,8 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
       state: a dense state or :class:`jaxrvga.LaplaceResult` (``mean``, ``cov``) or a low-rank state
         (``mean``, ``W``, ``psi``), or a :func:`~jaxrvga.model_average` state (the mixture of its
         members' predictives: :func:`jaxrvga.average.mixture_moments`).
-      X: for a GLM (logistic, linear-Gaussian, Poisson, ``glm``) one input (d,) or a batch (n, d);
+      X: for a GLM (logistic, linear-Gaussian, Poisson, ``glm``) one input (d,) or a batch (n, d),
+        or a :class:`~jaxrvga.models.SparseRow` of shape (nnz,) or (n, nnz) (scattered into (n, d));
         for a nonlinear model a batch: a pytree whose leaves share a leading axis n.
       model: the observation model; ``None`` is the logistic model. A
         :func:`~jaxrvga.models.minibatch` model predicts as the model of one input it maps.
@@ -156,7 +157,9 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
     belief, st = beliefs.of_state(state)  # the predictions ask the belief
     stats = noise.stats_of(state, model.family.learned_noise)
     d = st.mean.shape[0]
-    if model.is_glm:
+    if model.is_glm and isinstance(X, models.SparseRow):
+        X = _sparse_inputs(X, d, st.mean.dtype)
+    elif model.is_glm:
         X = check_float_array("X", X)
         if X.ndim not in (1, 2) or X.shape[-1] != d:
             raise ValueError(f"X must have shape ({d},) or (n, {d}) to match the state, got {X.shape}{hint}")
@@ -172,6 +175,14 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
     if jax.eval_shape(model.predict, st.mean, x0).shape == ():  # scalar predictor: (n,)
         return Predictive(out.mean[:, 0], out.var[:, 0])
     return out
+
+
+def _sparse_inputs(X, d: int, dtype):
+    """The dense rows (d,) or (n, d) of sparse GLM inputs ``X`` (a :class:`~jaxrvga.models.SparseRow`)."""
+    X = X.checked("X", d, dtype)
+    if X.ndim > 2:
+        raise ValueError(f"X: a SparseRow must have shape (nnz,) or (n, nnz), got {X.shape}")
+    return X.todense(d, dtype)
 
 
 def _gaussian_log_density(y, m, V):

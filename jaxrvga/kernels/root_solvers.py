@@ -129,32 +129,36 @@ def refine_box(box, alpha0, nu0, y, sweeps: int = _REFINE_SWEEPS):
 def _safeguarded_newton(fun, lo, hi, max_iter, active=True):
     """Root of an increasing scalar function on ``[lo, hi]`` with ``fun(lo) <= 0 <= fun(hi)``.
 
-    ``fun(z) -> (value, derivative)``. A Newton step is taken only when it stays inside
-    the current bracket and is less than half the step before last (the rule of
-    Numerical Recipes' ``rtsafe``); otherwise the bracket is bisected, so the bracket
-    shrinks geometrically and always contains a root. With ``active`` False the loop runs
-    no iteration (under ``vmap`` a loop runs only while some element is active).
+    ``fun(z) -> (value, derivative, aux)``; returns ``(z, aux)``, ``aux`` that of the last
+    evaluation, at ``z``. A Newton step is taken only when it stays inside the current bracket
+    and is less than half the step before last (the rule of Numerical Recipes' ``rtsafe``);
+    otherwise the bracket is bisected, so the bracket shrinks geometrically and always contains
+    a root. The loop's first trip evaluates the midpoint, so that ``fun`` is traced once (half
+    the program of an evaluation before the loop). With ``active`` False the loop makes that
+    trip only (under ``vmap`` a loop runs only while some element is active).
     """
     z0 = 0.5 * (lo + hi)
-    v0, d0 = fun(z0)
     xtol = 4 * jnp.finfo(z0.dtype).eps  # run to machine precision: the bracket is cheap
 
     def cond(c):
-        it, lo, hi, z, v, _, _ = c
-        return active & (it < max_iter) & (v != 0) & (hi - lo > xtol * (1.0 + jnp.abs(z)))
+        it, lo, hi, z, v = c[:5]
+        return (it == 0) | (active & (it <= max_iter) & (v != 0) & (hi - lo > xtol * (1.0 + jnp.abs(z))))
 
     def body(c):
-        it, lo, hi, z, v, dv, dx_old = c
-        lo = jnp.where(v < 0, z, lo)
-        hi = jnp.where(v > 0, z, hi)
+        it, lo, hi, z, v, dv, dx_old, _ = c
+        first = it == 0  # z is the midpoint, not yet evaluated
+        lo = jnp.where(~first & (v < 0), z, lo)
+        hi = jnp.where(~first & (v > 0), z, hi)
         newton = z - v / jnp.where(dv > 0, dv, 1.0)
         ok = (dv > 0) & (newton > lo) & (newton < hi) & (2.0 * jnp.abs(newton - z) < jnp.abs(dx_old))
-        z_new = jnp.where(ok, newton, 0.5 * (lo + hi))
-        v, dv = fun(z_new)
-        return it + 1, lo, hi, z_new, v, dv, jnp.abs(z_new - z) * jnp.where(ok, 1.0, 2.0)
+        z_new = jnp.where(first, z, jnp.where(ok, newton, 0.5 * (lo + hi)))
+        v, dv, aux = fun(z_new)
+        dx = jnp.where(first, dx_old, jnp.abs(z_new - z) * jnp.where(ok, 1.0, 2.0))
+        return it + 1, lo, hi, z_new, v, dv, dx, aux
 
-    out = lax.while_loop(cond, body, (0, lo, hi, z0, v0, d0, hi - lo))
-    return out[3]
+    v0, d0, aux0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(fun, z0))
+    out = lax.while_loop(cond, body, (0, lo, hi, z0, v0, d0, hi - lo, aux0))
+    return out[3], out[7]
 
 
 def _bracketed_solve(alpha0, nu0, y, active=True):
@@ -172,9 +176,9 @@ def _bracketed_solve(alpha0, nu0, y, active=True):
             k = probit_k(nu)
             u = k * a
             val = a - alpha0 + nu0 * _sig_minus_y(u, y, sigmoid(u), sigmoid(jnp.abs(u)), sigmoid(-jnp.abs(u)))
-            return val, 1.0 + nu0 * k * sig1(u)
+            return val, 1.0 + nu0 * k * sig1(u), ()
 
-        return _safeguarded_newton(fa, a_lo, a_hi, _BRACKET_ITERS, active)
+        return _safeguarded_newton(fa, a_lo, a_hi, _BRACKET_ITERS, active)[0]
 
     def G(log_nu):
         nu = jnp.exp(log_nu)
@@ -184,11 +188,10 @@ def _bracketed_solve(alpha0, nu0, y, active=True):
         (fa, fn), (ga, gn) = jax.jacfwd(lambda z: jnp.stack(residuals(z[0], z[1], alpha0, nu0, y)))(
             jnp.stack([a, nu]))
         dG = (gn - ga * fn / fa) * nu
-        return g, jnp.maximum(dG, 0.0)
+        return g, jnp.maximum(dG, 0.0), a  # alpha(nu) rides along: no third inner solve
 
-    log_nu = _safeguarded_newton(G, jnp.log(n_lo), jnp.log(n_hi), _BRACKET_ITERS, active)
-    nu = jnp.exp(log_nu)
-    return alpha_of(nu), nu
+    log_nu, alpha = _safeguarded_newton(G, jnp.log(n_lo), jnp.log(n_hi), _BRACKET_ITERS, active)
+    return alpha, jnp.exp(log_nu)
 
 
 def residuals_and_jacobian(alpha, log_nu, alpha0, nu0, y):
