@@ -74,7 +74,7 @@ def run_case(model, d, p, loops, dtype, budget, repeat=3):
     """Time one case; returns a dict of figures."""
     steps = num_steps(d, p, loops, budget)
     X, y = problem(d, steps, dtype, model)
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), d, p, 1.0, dtype=dtype)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), d, p, 1.0, dtype=dtype)
     W0, psi0 = np.asarray(W0), np.asarray(psi0)
     make, np_step = MODELS[model]
     flt = make(p, loops)

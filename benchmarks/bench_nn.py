@@ -120,7 +120,7 @@ def lrvga_run(h, theta0, scheme, batch=1, **options):
     model = jr.models.nonlinear(h, jr.models.bernoulli())
     batched = model if batch == 1 else jr.models.minibatch(model)
     flt = jr.lrvga(batched, rank=RANK, scheme=scheme, **options)
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), theta0.shape[0], RANK, PRIOR_VAR)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), theta0.shape[0], RANK, PRIOR_VAR)
     state = flt.init(theta0, W0, psi0, **({"key": jax.random.PRNGKey(2)} if scheme == "sampled" else {}))
 
     def run(state, xs, ys):

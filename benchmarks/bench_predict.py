@@ -46,7 +46,7 @@ def _cases(d_kalman: int, d_lowrank: int, rank: int, T: int):
     y = (rng.random(T) < 0.5).astype(np.float32)
     model = jr.models.logistic()
     flt = jr.lrvga(model, rank, scheme="ekf")
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(0), d_lowrank, rank, 1.0, dtype=jnp.float32)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(0), d_lowrank, rank, 1.0, dtype=jnp.float32)
     lowrank = (flt, jr.lrvga(model, rank, scheme="ekf", additive_noise=1e-4), model,
                flt.init(jnp.zeros(d_lowrank, jnp.float32), W0, psi0), X, y)
     return {f"kalman d={d_kalman}": kalman, f"lrvga d={d_lowrank} p={rank}": lowrank}

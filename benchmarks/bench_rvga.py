@@ -123,7 +123,7 @@ def compile_table(dtype):
     }
     lr = getattr(jr, "lrvga", None)
     if lr is not None:
-        W0, psi0 = jr.kernels.woodbury.init_factors(key, 20, 5, 10.0)
+        W0, psi0 = jr.lowrank.init_factors(key, 20, 5, 10.0)
         for scheme in ("implicit", "explicit", "extragrad", "sampled"):
             cases[f"lrvga {scheme}"] = (lr(jr.models.logistic(), rank=5, scheme=scheme), (W0, psi0, key))
     for name, (flt, extra) in cases.items():

@@ -84,7 +84,7 @@ def lowrank_row(d, p, repeat, block_rows=None):
     """Time per step of the default low-rank filter (``block_rows`` as there), one pass over ``W``
     and XLA's temporary memory of the run as a multiple of the state."""
     flt = jr.lrvga(jr.models.logistic(), rank=p, block_rows=block_rows)
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(0), d, p, 1.0, dtype=jnp.float32)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(0), d, p, 1.0, dtype=jnp.float32)
     state = flt.init(jnp.zeros(d, jnp.float32), W0, psi0)
     xs, ys = glm_stream(jax.random.PRNGKey(1), d)
     step = best_seconds(filter_run(flt), state, (xs, ys), repeat) / STEPS
@@ -177,7 +177,7 @@ def network_rows(name, make, n, repeat):
     model = jr.models.nonlinear(h, jr.models.categorical(10))
     adam = best_seconds(adam_run(h), theta0, (xs, ys), repeat) / n
     rows = [{"network": name, "d": theta0.size, "method": "adam (batch 1)", "ms/image": 1e3 * adam, "x adam": 1.0}]
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(3), theta0.size, 10, 0.1, dtype=jnp.float32)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(3), theta0.size, 10, 0.1, dtype=jnp.float32)
     filters = {"low rank 10": (jr.lrvga(model, rank=10), (W0, psi0)),
                "low rank 10, buffer 40": (jr.lrvga(model, rank=10, buffer=40), (W0, psi0)),
                "diagonal": (jr.diag_rvga(model), (0.1,))}

@@ -196,13 +196,13 @@ def _viewcode_own_module(app, modname, fullname):
 # README.md links the package's modules by their files (``[jaxrvga/filters.py](jaxrvga/filters.py)``),
 # which GitHub shows; the pages that include it link their API pages instead (its links to docs/
 # pages are made relative by the include's ``:relative-docs: docs/``).
-_MODULE_FILE_LINK = re.compile(r"\]\(jaxrvga/([a-z_]+)\.py\)")
+_MODULE_FILE_LINK = re.compile(r"\]\(jaxrvga/([a-z_/]+?)(?:/__init__)?\.py\)")
 
 
 def _module_links_to_api_pages(app, relative_path, parent_docname, content):
     """In an included README.md, a link to ``jaxrvga/<name>.py`` goes to the page of ``jaxrvga.<name>``."""
     if relative_path.name == "README.md":
-        content[0] = _MODULE_FILE_LINK.sub(r"](api/jaxrvga.\1.rst)", content[0])
+        content[0] = _MODULE_FILE_LINK.sub(lambda m: f"](api/jaxrvga.{m[1].replace('/', '.')}.rst)", content[0])
 
 
 def setup(app):

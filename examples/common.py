@@ -1,6 +1,7 @@
 """Shared pieces of the examples: data, a prior for the weights of a network, scores.
 
-The expected calibration error of the digits examples is :func:`jaxrvga.baselines.metrics.ece`.
+The expected calibration error of the digits examples is
+:func:`jaxrvga.baselines.metrics.ece`.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def lowrank_init(flt, theta0, rank: int, prior_var: float, key):
     schemes ignore it).
     """
     kw, ks = jax.random.split(key)
-    W0, psi0 = jr.kernels.woodbury.init_factors(kw, theta0.shape[0], rank, prior_var,
+    W0, psi0 = jr.lowrank.init_factors(kw, theta0.shape[0], rank, prior_var,
                                        dtype=theta0.dtype)
     return flt.init(theta0, W0, psi0, key=ks)
 

@@ -34,7 +34,7 @@ SCALES = (1.0, 0.3, 0.1)
 
 
 def _ece(probs, labels):
-    """:func:`jaxrvga.baselines.metrics.ece` of probabilities of class 1, computed in float64."""
+    """:func:`jaxrvga.baselines.metrics.ece` of probabilities of class 1, in float64."""
     return ece(np.asarray(probs, np.float64), labels)
 
 
@@ -49,7 +49,7 @@ def dispersion(state, h, X, y, key, num_samples: int = 512) -> dict:
            "diagonal_share": float(jnp.median(jnp.sum(J**2 / state.psi, axis=1) / v)),
            "median_psi": float(jnp.median(state.psi))}
     for c in SCALES:
-        th = jr.kernels.woodbury.sample(key, state.mean, state.W / np.sqrt(c), state.psi / c,
+        th = jr.lowrank.sample(key, state.mean, state.W / np.sqrt(c), state.psi / c,
                                num_samples)
         eta = jax.vmap(lambda t: jax.vmap(h, in_axes=(None, 0))(t, X))(th)  # (S, n)
         lin = m + (th - state.mean) @ J.T

@@ -20,7 +20,7 @@ Methods, all returning a Gaussian ``N(mean, cov)``:
 
 * ``R-VGA``: ``jr.rvga(logistic, "implicit")``, one pass, full covariance ([RVGA] eqs. 69-77).
 * ``L-RVGA p``: ``lrvga(logistic, rank=p, scheme="implicit")``, one pass, 1 EM inner loop,
-  trace-matched initialisation ``jr.kernels.woodbury.init_factors`` ([LRVGA] App. D), p in {2, 10}.
+  trace-matched initialisation ``jr.lowrank.init_factors`` ([LRVGA] App. D), p in {2, 10}.
 * ``KL-prox``: ``jr.baselines.klprox.fit`` (batch, [KLPROX] eqs. 16-17, the paper's r = 0.8 with the
   library's default ELBO-vetted step control, which shrinks ``1 - r_k`` where the fixed step would
   lower the ELBO), with the same 64-node Gauss-Hermite expectations as the ELBO below, so it
@@ -197,7 +197,7 @@ def make_fitters(d: int, sigma0: float) -> dict[str, Callable]:
         return dict(mean=final.mean, cov=final.cov, ok=ok, iterations=jnp.asarray(1), residual=res)
 
     def fit_lr(p):
-        W0, psi0 = jr.kernels.woodbury.init_factors(key, d, p, sigma0**2)
+        W0, psi0 = jr.lowrank.init_factors(key, d, p, sigma0**2)
 
         @jax.jit
         def fit(X, y, mu0, P0):

@@ -54,7 +54,7 @@ def linear_table(ranks, N):
     m, P = exact_posterior(X, y, prior_var)
     rows = []
     for p in ranks:
-        W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(0), d, p, prior_var=prior_var)
+        W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(0), d, p, prior_var=prior_var)
         for name, kw in VARIANTS.items():
             if p + kw.get("buffer", 0) > d:
                 continue  # the buffer's columns do not fit beside rank p
@@ -91,7 +91,7 @@ def mlp_table(quick):
     full = jr.ekf(model)
     s, _ = jr.run(full, full.init(theta0, jnp.eye(d)), Xtr, ytr)
     rows = [("full-covariance EKF", rmse(s.mean), bool(s.info.converged))]
-    W0, psi0 = jr.kernels.woodbury.init_factors(key, d, 10, prior_var=1.0)
+    W0, psi0 = jr.lowrank.init_factors(key, d, 10, prior_var=1.0)
     for name, kw in VARIANTS.items():
         flt = jr.lrvga(model, rank=10, scheme="ekf", **kw)
         s, info = jr.run(flt, flt.init(theta0, W0, psi0), Xtr, ytr, trace_fn=jr.trace_info)
@@ -106,7 +106,7 @@ def sampled_table():
     y = X @ rng.normal(size=d) + rng.normal(size=N)
     m, _ = exact_posterior(X, y, 1.0)
     model = jr.models.nonlinear(lambda th, x: x @ th)
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(0), d, p, prior_var=1.0)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(0), d, p, prior_var=1.0)
     rows = [("exact posterior", float(np.linalg.norm(m)))]
     for name in ("published", "default"):
         flt = jr.lrvga(model, rank=p, scheme="sampled", **VARIANTS[name])

@@ -10,7 +10,7 @@ Methods (each filter makes one online pass over the 1258 training digits, one at
 
 * ``EKF``: ``jr.ekf(model)``, full 650 x 650 covariance ([RVGA] Thm 3, eqs. 54-55).
 * ``L-RVGA ekf`` / ``L-RVGA sampled``: ``jr.lrvga(model, rank=p, scheme=...)``, p = 10 (the
-  library's default projection), trace-matched start ``jr.kernels.woodbury.init_factors``.
+  library's default projection), trace-matched start ``jr.lowrank.init_factors``.
 * ``... published``: the same with ``published=True`` (the paper's algorithm).
 * ``sklearn``: ``LogisticRegression`` (lbfgs, multinomial), batch, ``fit_intercept=False`` on the
   same intercept column and ``C = v``: its objective ``C sum_n loss_n + |w|^2 / 2`` is the negative
@@ -92,7 +92,7 @@ def make_methods(d: int, rank: int) -> dict[str, Method]:
 
     def low_rank(flt, sampled):
         def init(v):
-            W0, psi0 = jr.kernels.woodbury.init_factors(k_init, D, rank, v)
+            W0, psi0 = jr.lowrank.init_factors(k_init, D, rank, v)
             return flt.init(jnp.zeros(D), W0, psi0, key=k_run if sampled else None)
         return Method(flt, init)
 

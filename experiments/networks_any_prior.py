@@ -102,7 +102,7 @@ def initial_state(flt, theta0, prior_var, dense):
     d = theta0.shape[0]
     if dense:
         return flt.init(theta0, prior_var * jnp.eye(d, dtype=theta0.dtype))
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), d, RANK, prior_var=prior_var)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), d, RANK, prior_var=prior_var)
     return flt.init(theta0, W0.astype(theta0.dtype), psi0.astype(theta0.dtype))
 
 

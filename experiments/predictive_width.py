@@ -198,7 +198,7 @@ def run_task(task, priors, n_train=None, rank=RANK, scheme=None, dtype=jnp.float
 
 
 def _init(flt, theta0, v, rank):
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), theta0.shape[0], rank, prior_var=v)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), theta0.shape[0], rank, prior_var=v)
     return flt.init(theta0, W0.astype(theta0.dtype), psi0.astype(theta0.dtype))
 
 

@@ -1,4 +1,4 @@
-"""The papers' baselines and helpers that are not the filter layer.
+"""The baselines of the papers and the helpers that are not the filter layer.
 
 What the reproductions of ``experiments/`` compare the filters with, and the data and scores they
 use. The filter layer (:mod:`jaxrvga.filters`, :mod:`jaxrvga.beliefs`, ...) never imports this

@@ -1,4 +1,4 @@
-"""The factor-analysis filters of [LRVGA]'s EM comparison (Fig. 1, App. C and E), over a data stream.
+"""The factor-analysis filters of the EM comparison of [LRVGA] (Fig. 1, App. C and E), over a stream.
 
 * :func:`recursive_em` - Algorithm 1 (:func:`~jaxrvga.kernels.factor_analysis.recursive_em_step`)
   as a :class:`~jaxrvga.core.Filter`, accumulating a precision (``alpha = beta = 1``) or a
