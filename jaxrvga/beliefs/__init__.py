@@ -25,8 +25,9 @@ reads a state, which is how :mod:`jaxrvga.predictive` asks it):
 
 For the low-rank belief, ``add`` keeps the sum exactly, as the factors ``[W, X diag(sqrt c)]`` of a
 higher rank, so that the mean step that follows uses the unprojected precision (by Woodbury, still
-no d x d array); ``finish`` projects back to rank p by factor analysis ([LRVGA] eq. 8, Algorithm 1,
-from the spectral warm start of :func:`jaxrvga.kernels.factor_analysis.spectral_em_step`).
+no d x d array; a factor at least d wide by the d x d whitened precision, where Woodbury cancels);
+``finish`` projects back to rank p by factor analysis ([LRVGA] eq. 8, Algorithm 1, from the
+spectral warm start of :func:`jaxrvga.kernels.factor_analysis.spectral_em_step`).
 :class:`Diagonal` keeps only the diagonal of the sum but likewise takes the mean step with the sum
 itself (Woodbury through an m x m matrix).
 :class:`PublishedLowRank` is the published scheme instead: ``add`` projects at once (Algorithm 1

@@ -145,7 +145,12 @@ class LowRank(NamedTuple):
         return state._replace(W=W, psi=psi, gram=gram)
 
     def marginal(self, state, X):
-        """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d), by Woodbury ([LRVGA] eq. 27)."""
+        """``(X mean, diag(X P X^T))`` for inputs ``X`` (m, d), by Woodbury ([LRVGA] eq. 27), or, where
+        ``W`` has at least d columns, through the d x d whitened precision (:func:`_wide_factor`)."""
+        if _is_wide(state.W, state.psi):
+            chol, _ = _wide_factor(state.psi, state.W)
+            b = jax.scipy.linalg.solve_triangular(chol, (X / jnp.sqrt(state.psi)).T, lower=True)
+            return X @ state.mean, jnp.sum(b * b, axis=0)
         return X @ state.mean, woodbury.factorize(state.W, state.psi, state.gram).quad_form(X.T)
 
     def sandwich(self, state, J):
@@ -153,7 +158,11 @@ class LowRank(NamedTuple):
         return _symmetric(J @ self.solve(state, J.T))
 
     def solve(self, state, g):
-        """``P g`` by Woodbury ([LRVGA] eq. 27), O(d p^2) (O(d p) with a cached Gram)."""
+        """``P g`` by Woodbury ([LRVGA] eq. 27), O(d p^2) (O(d p) with a cached Gram); where ``W`` has at
+        least d columns (full rank, or a pending factor ``[W, X]`` wider than d), through the d x d
+        whitened precision instead (:func:`_wide_factor`), which does not cancel."""
+        if _is_wide(state.W, state.psi):
+            return _wide_solve(state.psi, state.W, g)[0]
         return woodbury.factorize(state.W, state.psi, state.gram).solve(g)
 
     def noise(self, key, num: int, dim: int, dtype):
@@ -217,11 +226,18 @@ class LowRank(NamedTuple):
         With the cached Gram, ``W^T Psi^{-1} [X sqrt(c), g]`` is one pass over ``W`` that gives
         both the border of the Gram and the projection of ``g``
         (:func:`jaxrvga.kernels.woodbury.bordered_gram`); the mean step is a second pass (``W`` times a
-        vector). Returns ``(state, ok)``.
+        vector). Where the factor has at least d columns (``rank = d``, or ``d`` below ``p + m``), the
+        step is solved with the d x d whitened precision instead (:func:`_wide_factor`): the Woodbury
+        form cancels there. Returns ``(state, ok)``.
         """
         if prior.gram is None:
             return add_then_solve(self, prior, X, c, g, prior_gain)
         root = self._pending_root(prior, X, c)
+        if _is_wide(prior.W if prior_gain else (prior.W, root), prior.psi):
+            gram = woodbury.bordered_gram(prior.gram, prior.W, prior.psi, root, block_rows=self.block_rows)
+            pre = prior._replace(W=(prior.W, root), gram=gram)
+            step, resolved = _wide_solve(prior.psi, prior.W if prior_gain else pre.W, g)
+            return pre._replace(mean=prior.mean + step), resolved
         gram, Lg = woodbury.bordered_gram(prior.gram, prior.W, prior.psi, root, g, self.block_rows)
         pre = prior._replace(W=(prior.W, root), gram=gram)
         source, projection = (prior, Lg[:prior.gram.shape[0]]) if prior_gain else (pre, Lg)
@@ -387,6 +403,39 @@ def _buffer_fill(gram, rank: int, width: int):
     """Columns of the buffer in use: one past the last column of ``W[:, rank:width]`` with a nonzero Gram diagonal."""
     used = jnp.diagonal(gram)[rank:width] > 0
     return jnp.max(jnp.where(used, jnp.arange(1, width - rank + 1), 0), initial=0)
+
+
+
+def _is_wide(W, psi) -> bool:
+    """Whether the factor ``W`` (or the tuple of its column blocks) has at least as many columns as
+    ``psi`` has rows (a trace-time decision on shapes: full rank, or a pending factor wider than d)."""
+    return woodbury.width(W) >= psi.shape[0]
+
+
+def _wide_factor(psi, W):
+    """``(chol, gram)``: the Cholesky factor of the d x d whitened precision ``I + B B^T`` and
+    ``gram = B B^T``, ``B = diag(psi)^{-1/2} [W]`` (``W`` a factor or a tuple of its column blocks),
+    O(d^2 q) for q >= d columns: for a factor at least as wide as d.
+
+    The Woodbury form ``P v = Psi^{-1} v - Psi^{-1} L M^{-1} L^T Psi^{-1} v`` subtracts two terms
+    of the prior's scale: where the whitened curvature ``x^T P_0 x / s^2`` along ``v`` exceeds
+    ``1 / eps``, they agree to every digit and the step is rounding noise. With q >= d the columns
+    of ``L`` are dependent, so ``M = I + L^T Psi^{-1} L`` (q x q) is ``I`` plus a singular Gram and no
+    solve in its coordinates recovers the step; the d x d ``I + B B^T`` is the whitened precision
+    itself, and its Cholesky solve is backward stable (exact at d = 1), at O(d^2 q) <= O(d q^2).
+    """
+    R = jnp.concatenate(W, axis=1) if isinstance(W, tuple) else W
+    B = R / jnp.sqrt(psi)[:, None]
+    gram = B @ B.T
+    return jnp.linalg.cholesky(gram + jnp.eye(gram.shape[0], dtype=gram.dtype)), gram
+
+
+def _wide_solve(psi, W, g):
+    """``((W W^T + diag(psi))^{-1} g, resolved)`` through :func:`_wide_factor` (``g`` (d,) or (d, k));
+    ``resolved`` as :func:`~jaxrvga.beliefs.base._resolved`."""
+    chol, gram = _wide_factor(psi, W)
+    scale = jnp.sqrt(psi) if g.ndim == 1 else jnp.sqrt(psi)[:, None]
+    return jax.scipy.linalg.cho_solve((chol, True), g / scale) / scale, _resolved(chol, gram)
 
 
 __all__ = ['LowRankState', 'LowRank', 'PublishedLowRank', 'LOWRANK_DTYPES']

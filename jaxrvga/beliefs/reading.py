@@ -1,4 +1,4 @@
-"""Reading a state as a belief (of_state, by the type of the state) and exact draws of it (sample, draws).
+"""Reading a state as a belief (of_state, by the type of the state) and exact draws of it (sample, draws)."""
 from __future__ import annotations
 
 
