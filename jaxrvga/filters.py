@@ -267,7 +267,7 @@ def _check_y_shape(model: Model, name: str, y, eta_shape, time_axis: bool = Fals
     shape = tuple(jnp.shape(y))
     eta_shape = tuple(eta_shape)
     one = (shape[:1] if time_axis else ()) + (1,)
-    if model.family.name == "categorical":
+    if model.family.vector_output:
         if shape == eta_shape[:-1]:
             return
         if shape == eta_shape:

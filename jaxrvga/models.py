@@ -40,6 +40,9 @@ class _FamilyFields(NamedTuple):
     fisher_root: Optional[Callable] = None
     fixed_variance: bool = False
     learned_noise: bool = False
+    predictive: Optional[Callable] = None
+    log_predictive: Optional[Callable] = None
+    vector_output: bool = False
 
 
 class Family(_FamilyFields):
@@ -67,6 +70,14 @@ class Family(_FamilyFields):
       the unit in which the state's covariance is kept.
     * ``check_y(name, y) -> y`` raises ``ValueError`` naming ``name`` on impossible values. It sees
       concrete or traced ``y`` and checks values only where they are concrete.
+    * ``predictive(family, m, v) -> (mean, var, total)``: the predictive of ``y`` for
+      ``eta ~ N(m, v)`` in closed form: ``E[E[y | eta]]``, ``Var[E[y | eta]]`` and ``Var(y)``
+      (``v`` (..., K, K) for a vector output). ``None``: by Gauss-Hermite quadrature.
+    * ``log_predictive(family, y, m, V) -> log E[p(y | eta)]`` for the components ``eta ~ N(m, V)``
+      of one observation (``m`` (k,), ``V`` (k, k)) jointly, in closed form; ``None``: each
+      component by quadrature. :mod:`jaxrvga.predictive` uses both.
+    * ``vector_output``: ``eta`` holds the K logits of one observation (:func:`categorical`): its
+      predictive covariance is kept whole and its ``y`` is a label or a one-hot row.
 
     Elementwise families (every family here except :func:`categorical`) treat the components of
     ``eta`` and ``y`` independently: ``mean``, ``variance`` and ``fisher`` return arrays of the shape
@@ -77,11 +88,11 @@ class Family(_FamilyFields):
     __slots__ = ()
 
     def __new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root=None, fixed_variance=False,
-                learned_noise=False):
+                learned_noise=False, predictive=None, log_predictive=None, vector_output=False):
         if fisher_root is None:
             fisher_root = _DiagonalRoot(fisher)
         return super().__new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root, bool(fixed_variance),
-                               bool(learned_noise))
+                               bool(learned_noise), predictive, log_predictive, bool(vector_output))
 
     @property
     def root_diagonal(self) -> Optional[Callable]:
@@ -128,6 +139,42 @@ def _identity(eta):
     return eta
 
 
+def gaussian_log_density(y, m, V):
+    """``log N(y | m, V)`` for ``y``, ``m`` (k,) and ``V`` (k, k), by a Cholesky factor of ``V``."""
+    L = jnp.linalg.cholesky(V)
+    z = jax.scipy.linalg.solve_triangular(L, y - m, lower=True)
+    return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diagonal(L))) - 0.5 * y.shape[0] * jnp.log(2.0 * jnp.pi)
+
+
+def _gaussian_predictive(family, m, v):
+    return m, v, v + family.variance(m)
+
+
+def _gaussian_log_predictive(family, y, m, V):
+    return gaussian_log_density(y, m, V + jnp.diag(family.variance(m)))
+
+
+def _bernoulli_predictive(family, m, v):  # [RVGA] eqs. 62-63
+    p, var = special.probit_predictive(m, v)
+    return p, var, p * (1.0 - p)
+
+
+def _poisson_predictive(family, m, v):  # E[e^a] = exp(m + v/2), Var[e^a] = (e^v - 1) exp(2m + v)
+    rate = jnp.exp(m + 0.5 * v)
+    var = jnp.expm1(v) * rate**2
+    return rate, var, var + rate
+
+
+def _categorical_predictive(family, m, V):  # the pairwise inverse probit
+    p, var = special.softmax_probit(m, V)
+    return p, var, p * (1.0 - p)
+
+
+def _categorical_log_predictive(family, y, m, V):
+    p, _ = special.softmax_probit(m, V)
+    return family.log_prob(y, jnp.log(p))
+
+
 def _any_y(name, y):
     return y
 
@@ -151,6 +198,8 @@ def gaussian(noise_var=1.0) -> Family:
         check_y=_any_y,
         fixed_variance=True,
         learned_noise=learned,
+        predictive=_gaussian_predictive,
+        log_predictive=_gaussian_log_predictive,
     )
 
 
@@ -167,6 +216,7 @@ def bernoulli() -> Family:
         variance=special.sig1,
         fisher=special.sig1,
         check_y=check_labels01,
+        predictive=_bernoulli_predictive,
     )
 
 
@@ -183,6 +233,7 @@ def poisson_family() -> Family:
         variance=jnp.exp,
         fisher=jnp.exp,
         check_y=check_counts,
+        predictive=_poisson_predictive,
     )
 
 
@@ -266,6 +317,9 @@ def categorical(num_classes: int) -> Family:
         fisher=_categorical_fisher,
         check_y=Bound(_check_class_labels, K),
         fisher_root=_categorical_fisher_root,
+        predictive=_categorical_predictive,
+        log_predictive=_categorical_log_predictive,
+        vector_output=True,
     )
 
 
@@ -515,7 +569,7 @@ def poisson() -> Model:
 
 def glm(family: Family, num_points: int = 32) -> Model:
     """A generalised linear model ``eta = x^T theta`` with any family; expectations by Gauss-Hermite."""
-    if family.name == "categorical":
+    if family.vector_output:
         raise ValueError("family: a categorical output needs K logits, not one linear predictor; "
                          "use softmax_regression(dim, num_classes) or nonlinear(h, categorical(K))")
     expected = Bound(_gauss_hermite_expected_log_lik, family, num_points)

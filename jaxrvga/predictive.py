@@ -55,20 +55,11 @@ def _component_variance(family, eta):
 
 
 def _gaussian_moments(family, m, v, noise: bool):
-    """Predictive moments of ``y`` for ``eta ~ N(m, v)`` (``v`` (..., K, K) for a categorical family)."""
-    name = family.name
-    if name == "bernoulli":  # [RVGA] eqs. 62-63
-        p, var = special.probit_predictive(m, v)
-        return Predictive(p, p * (1.0 - p) if noise else var)
-    if name == "poisson":  # E[e^a] = exp(m + v/2), Var[e^a] = (e^v - 1) exp(2m + v)
-        rate = jnp.exp(m + 0.5 * v)
-        var = jnp.expm1(v) * rate**2
-        return Predictive(rate, var + rate if noise else var)
-    if name == "gaussian":
-        return Predictive(m, v + family.variance(m) if noise else v)
-    if name == "categorical":
-        p, var = special.softmax_probit(m, v)
-        return Predictive(p, p * (1.0 - p) if noise else var)
+    """Predictive moments of ``y`` for ``eta ~ N(m, v)`` (``v`` (..., K, K) for a vector output): the
+    family's closed form (``Family.predictive``), else Gauss-Hermite quadrature."""
+    if family.predictive is not None:
+        mean, var, total = family.predictive(family, m, v)
+        return Predictive(mean, total if noise else var)
     e1 = special.gaussian_expectation_1d(family.mean, m, v)
     var = jnp.maximum(special.gaussian_expectation_1d(lambda a: family.mean(a) ** 2, m, v) - e1**2, 0.0)
     if noise:
@@ -78,8 +69,8 @@ def _gaussian_moments(family, m, v, noise: bool):
 
 def _linearised(model, belief, st, X, full=None, scale=1.0):
     """``(m, v)`` of ``eta = h(theta, x) ~ N(h(mean, x), scale J P J^T)`` for each leading-axis entry of
-    ``X``; ``v`` the diagonal, or the whole matrix where ``full`` (default: for a categorical family)."""
-    full = model.family.name == "categorical" if full is None else full
+    ``X``; ``v`` the diagonal, or the whole matrix where ``full`` (default: for a vector output)."""
+    full = model.family.vector_output if full is None else full
     d = st.mean.shape[0]
 
     def one(x):
@@ -185,13 +176,6 @@ def _sparse_inputs(X, d: int, dtype):
     return X.todense(d, dtype)
 
 
-def _gaussian_log_density(y, m, V):
-    """``log N(y | m, V)`` for ``y``, ``m`` (k,) and ``V`` (k, k), by a Cholesky factor of ``V``."""
-    L = jnp.linalg.cholesky(V)
-    z = jax.scipy.linalg.solve_triangular(L, y - m, lower=True)
-    return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diagonal(L))) - 0.5 * y.shape[0] * jnp.log(2.0 * jnp.pi)
-
-
 def _quadrature_log_density(family, y, m, v, num_points: int):
     """``log E_{eta ~ N(m, v)}[p(y | eta)]`` elementwise, by Gauss-Hermite quadrature in log space."""
     z, w = special.gauss_hermite(num_points)
@@ -202,14 +186,10 @@ def _quadrature_log_density(family, y, m, v, num_points: int):
 
 def _log_density_given_eta(family, y, m, V, num_points: int):
     """``log E[p(y | eta)]`` summed over the inputs, for ``eta ~ N(m, V)`` per input (``m`` (n, k), ``V``
-    (n, k, k)): Gaussian in closed form, categorical by the pairwise probit, others by quadrature
-    of each component."""
-    if family.name == "gaussian":
-        noise = jax.vmap(jnp.diag)(family.variance(m))
-        return jnp.sum(jax.vmap(_gaussian_log_density)(jnp.reshape(y, m.shape), m, V + noise))
-    if family.name == "categorical":
-        p, _ = special.softmax_probit(m, V)
-        return jnp.sum(family.log_prob(y, jnp.log(p)))
+    (n, k, k)): the family's closed form (``Family.log_predictive``), else each component by quadrature."""
+    if family.log_predictive is not None:
+        y = y if family.vector_output else jnp.reshape(y, m.shape)
+        return jnp.sum(jax.vmap(lambda *a: family.log_predictive(family, *a))(y, m, V))
     v = jnp.diagonal(V, axis1=-2, axis2=-1)
     return jnp.sum(_quadrature_log_density(family, jnp.reshape(y, m.shape), m, v, num_points))
 
@@ -277,8 +257,8 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
     if model.is_glm:
         X = x
         m = X @ st.mean
-        if family.name == "gaussian":
-            return _gaussian_log_density(y, m, scale * belief.sandwich(st, X) + jnp.diag(family.variance(m)))
+        if family.log_predictive is not None:  # jointly over the minibatch: one observation of k components
+            return family.log_predictive(family, y, m, scale * belief.sandwich(st, X))
         return jnp.sum(_quadrature_log_density(family, y, m, scale * belief.marginal(st, X)[1], num_points))
     if model.per_input is not None:  # a minibatch model: x is a batch already
         model = model._replace(predict=model.per_input, per_input=None)

@@ -344,3 +344,26 @@ def test_invalid_beliefs_raise_where_concrete():
             jr.predictive(state, X)
     out = jr.predictive(dense._replace(cov=0 * dense.cov), X)
     assert np.all(np.asarray(out.var) >= 0)
+
+
+def test_a_family_brings_its_own_predictive():
+    """Family behaviour is a value of the family, not a branch on its name: a Gaussian family renamed
+    keeps its closed forms (equal to the original), and one without them is integrated by
+    quadrature (equal to the closed forms to quadrature accuracy)."""
+    lr, dense, _ = beliefs()
+    X = inputs("glm")
+    y = np.linspace(-1.0, 1.0, X.shape[0])
+    base = jr.models.gaussian(0.3)
+    renamed = base._replace(name="my gaussian")
+    bare = renamed._replace(predictive=None, log_predictive=None)
+    h = lambda th, x: jnp.tanh(x @ th)  # noqa: E731
+    want_moments = jr.predictive(dense, X, jr.models.nonlinear(h, base), observation_noise=True)
+    want_log = jr.log_predictive(dense, X[0], y[0], jr.models.nonlinear(h, base))
+    got = jr.predictive(dense, X, jr.models.nonlinear(h, renamed), observation_noise=True)
+    assert np.array_equal(got.mean, want_moments.mean) and np.array_equal(got.var, want_moments.var)
+    assert jr.log_predictive(dense, X[0], y[0], jr.models.nonlinear(h, renamed)) == want_log
+    quad = jr.predictive(dense, X, jr.models.nonlinear(h, bare), observation_noise=True)
+    np.testing.assert_allclose(quad.mean, want_moments.mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(quad.var, want_moments.var, rtol=1e-8)
+    np.testing.assert_allclose(jr.log_predictive(dense, X[0], y[0], jr.models.nonlinear(h, bare), num_points=64),
+                               want_log, rtol=1e-8)
