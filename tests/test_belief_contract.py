@@ -46,6 +46,14 @@ BELIEFS = {"dense": (beliefs.Dense(), lambda b: b.init(MEAN, COV)),
            "diagonal": (beliefs.Diagonal(), lambda b: b.init(MEAN, VAR0))}
 
 
+def test_every_belief_of_the_package_is_in_the_conformance_list():
+    """A belief added to ``jaxrvga.beliefs`` (a class with a ``state_type``) fails here until it has an
+    entry in :data:`BELIEFS`, so that every test below runs on it."""
+    classes = {getattr(beliefs, n) for n in beliefs.__all__}
+    package = {c for c in classes if isinstance(c, type) and hasattr(c, "state_type")}
+    assert package == {type(b) for b, _ in BELIEFS.values()}
+
+
 @pytest.fixture(params=list(BELIEFS))
 def belief_and_state(request):
     belief, init = BELIEFS[request.param]
