@@ -15,9 +15,11 @@ donated, compile time excluded (one warm-up run) and the best of ``--repeat`` ru
 * **Diagonal**: ``jr.diag_rvga(logistic)`` at d = 1e7.
 * **Networks**: an MLP 784-256-256-10 (269,322 weights) and a LeNet-5 CNN (61,706 weights), the
   10-class categorical model, on random 28 x 28 images (time only: no accuracy is claimed here,
-  see ``benchmarks/bench_nn`` for scores): the default filter (``moment_ekf``) at rank 10, with a
-  buffer of 40 columns, the diagonal belief, and optax Adam (batch 1) in the same process; time
-  per image and its ratio to Adam.
+  see ``benchmarks/bench_images`` for scores on real digits): the methods of
+  ``benchmarks.bench_images.METHODS`` (Adam with batch 1 and 16; the default filter
+  (``moment_ekf``) at rank 10, with a buffer of 40 columns, the EKF, the empirical Fisher and
+  minibatches of 16; the diagonal belief) in the same process; time per image and its ratio to
+  Adam (batch 1).
 """
 from __future__ import annotations
 
@@ -29,7 +31,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.flatten_util import ravel_pytree
 
 import jaxrvga as jr
@@ -39,7 +40,7 @@ from jaxrvga.kernels.row_blocks import BLOCK_ROWS
 STEPS = 20
 SIZES = {"full": {"dims": (100_000, 1_000_000, 10_000_000), "ranks": (1, 10, 50), "diag": 10_000_000, "images": 200,
                   "hidden": (256, 256)},
-         "tiny": {"dims": (1_000,), "ranks": (1, 2), "diag": 1_000, "images": 4, "hidden": (8,)}}
+         "tiny": {"dims": (1_000,), "ranks": (1, 2), "diag": 1_000, "images": 16, "hidden": (8,)}}
 
 
 def gpu_or_exit(tiny: bool):
@@ -156,35 +157,28 @@ def lenet(key):
     return theta0, h
 
 
-def adam_run(h):
-    """``run(theta, xs, ys) -> theta``: one pass of Adam (batch 1) on the categorical log-loss."""
-    opt = optax.adam(1e-3)
-
-    def step(carry, xy):
-        theta, s = carry
-        g = jax.grad(lambda t: optax.softmax_cross_entropy_with_integer_labels(h(t, xy[0]), xy[1]))(theta)
-        upd, s = opt.update(g, s, theta)
-        return (optax.apply_updates(theta, upd), s), None
-
-    return jax.jit(lambda theta, xs, ys: jax.lax.scan(step, (theta, opt.init(theta)), (xs, ys))[0][0])
-
-
-def network_rows(name, make, n, repeat):
-    """Time per image of the network filters and Adam on ``n`` random images."""
+def network_rows(name, make, n, repeat, methods=None):
+    """Time per image of the networks' methods on ``n`` random images: every method of
+    :data:`benchmarks.bench_images.METHODS` (or ``methods``, a list of its entries), the
+    filters' state donated, Adam (batch 1) first and the ratios to it."""
+    from benchmarks import bench_images as bi
     theta0, h = make(jax.random.PRNGKey(0))
     xs = jax.random.uniform(jax.random.PRNGKey(1), (n, 28, 28), jnp.float32)
     ys = jax.random.randint(jax.random.PRNGKey(2), (n,), 0, 10)
-    model = jr.models.nonlinear(h, jr.models.categorical(10))
-    adam = best_seconds(adam_run(h), theta0, (xs, ys), repeat) / n
-    rows = [{"network": name, "d": theta0.size, "method": "adam (batch 1)", "ms/image": 1e3 * adam, "x adam": 1.0}]
-    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(3), theta0.size, 10, 0.1, dtype=jnp.float32)
-    filters = {"low rank 10": (jr.lrvga(model, rank=10), (W0, psi0)),
-               "low rank 10, buffer 40": (jr.lrvga(model, rank=10, buffer=40), (W0, psi0)),
-               "diagonal": (jr.diag_rvga(model), (0.1,))}
-    for method, (flt, factors) in filters.items():
-        state = flt.init(theta0, *factors)
-        t = best_seconds(filter_run(flt), state, (xs, ys), repeat) / n
-        rows.append({"network": name, "d": theta0.size, "method": method, "ms/image": 1e3 * t, "x adam": t / adam})
+    rows, adam = [], None
+    for method, kind, options in bi.METHODS if methods is None else methods:
+        if kind == "adam":
+            run = jax.jit(bi.adam_pass(h, options["lr"], options["batch"]))
+            t = best_seconds(run, theta0, (xs, ys), repeat)
+        else:
+            flt, state, _ = bi.make_filter(h, theta0, kind, options)
+            run = jax.jit(bi.filter_pass(flt, options.get("batch", 1)), donate_argnums=0)
+            t = best_seconds(run, state, (xs, ys), repeat)
+        batch = options.get("batch", 1)
+        t /= n // batch * batch  # the images a pass takes (whole minibatches)
+        adam = t if adam is None else adam
+        rows.append({"network": name, "d": theta0.size, "method": method, "ms/image": 1e3 * t,
+                     "x adam": t / adam})
     return rows
 
 

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks import gpu
+from benchmarks import bench_images, gpu
 from jaxrvga.kernels import row_blocks as blocks
 
 
@@ -24,12 +24,20 @@ def test_rows_at_toy_sizes():
     for row in rows:
         assert row["ms/step"] > 0 and row["temp / state"] > 0
     assert rows[1]["belief"] == "low rank, row blocks of 16"
-    nets = gpu.network_rows("MLP", lambda key: gpu.mlp(key, (4,)), 2, 1)
-    assert [r["method"] for r in nets] == ["adam (batch 1)", "low rank 10", "low rank 10, buffer 40", "diagonal"]
-    assert nets[0]["x adam"] == 1.0 and all(r["ms/image"] > 0 for r in nets)
+    nets = gpu.network_rows("MLP", lambda key: gpu.mlp(key, (4,)), 16, 1)
+    assert [r["method"] for r in nets] == [name for name, _, _ in bench_images.METHODS]
+    assert nets[0]["method"] == "Adam, batch 1" and nets[0]["x adam"] == 1.0
+    assert all(r["ms/image"] > 0 for r in nets)
     assert nets[0]["d"] == 784 * 4 + 4 + 4 * 10 + 10
     table = gpu.table(nets)
-    assert table.count("\n") == len(nets) + 1 and "| MLP | 3,190 | adam (batch 1) |" in table
+    assert table.count("\n") == len(nets) + 1 and "| MLP | 3,190 | Adam, batch 1 |" in table
+
+
+def test_lenet_rows_at_a_few_images():
+    methods = [m for m in bench_images.METHODS if m[0] in ("Adam, batch 1", "L-RVGA default (moment_ekf)")]
+    nets = gpu.network_rows("LeNet-5", gpu.lenet, 2, 1, methods=methods)
+    assert [r["method"] for r in nets] == ["Adam, batch 1", "L-RVGA default (moment_ekf)"]
+    assert nets[1]["d"] == 61_706 and nets[1]["ms/image"] > 0 and nets[1]["x adam"] > 0
 
 
 def test_lenet_has_the_lenet5_shape():

