@@ -264,6 +264,31 @@ def _root_rows(root, eta):
     return R.reshape((R.shape[0],) + eta.shape)
 
 
+def _per_input_blocks(model, root, eta, theta) -> bool:
+    """Whether :func:`linearise` takes the rows of a root of K x K blocks (the categorical family)
+    per input of a :func:`~jaxrvga.models.minibatch` model (:func:`_per_input_root_rows`)."""
+    return (model.per_input is not None and eta.ndim == 2 and eta.size < theta.shape[0]
+            and jax.eval_shape(root, eta).shape == eta.shape + eta.shape[-1:])
+
+
+def _per_input_root_rows(model, theta, x, R, dlogp):
+    """``(C, grad)`` of :func:`linearise` for a minibatch of m inputs with Fisher blocks ``R`` (m, K, K):
+    the K rows of ``R_i J_i`` from one pullback through input i alone (K cotangents), mapped over
+    the inputs, and the gradient from one pullback of the minibatch. The same rows as the
+    pullbacks of the whole minibatch with the block-diagonal cotangents of :func:`_root_rows`,
+    each of which ran the backward pass of all m inputs for the one that is not zero (m times the
+    work). The rows are mapped out as the columns of ``C^T`` (d, m, K), the layout of the step's
+    factor ``X = C^T``: XLA then transposes them once (as rows (m K, d) they were transposed
+    into X for each of its consumers, and the step took twice as long: BENCHMARKS.md)."""
+    def one(xi, Ri):
+        _, pullback = jax.vjp(lambda th: model.per_input(th, xi), theta)
+        return jax.vmap(lambda u: pullback(u)[0], out_axes=1)(Ri)  # (d, K)
+
+    columns = jax.vmap(one, out_axes=1)(x, R)  # (d, m, K)
+    _, pullback = jax.vjp(lambda th: model.predict(th, x), theta)
+    return columns.reshape(columns.shape[0], -1).T, pullback(dlogp)[0]
+
+
 def _observation_rows(score, eta, coupled: bool):
     """The score split into one cotangent of ``eta`` per observation (r, *eta.shape): per component
     (elementwise families), or per row of K logits (``coupled``, the categorical family)."""
@@ -336,6 +361,8 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False):
         J = _jacobian_rows(model, theta, x, eta)  # (n, d)
         weights = jnp.ravel(dlogp) if empirical else jnp.ravel(diag)
         return weights[:, None] * J, jnp.ravel(dlogp) @ J
+    if not empirical and _per_input_blocks(model, root, eta, theta):
+        return _per_input_root_rows(model, theta, x, root(eta), dlogp)
     U = _observation_rows(dlogp, eta, diag is None) if empirical else _root_rows(root, eta)
     if U.shape[0] <= theta.shape[0]:
         _, pullback = jax.vjp(eta_of, theta)

@@ -19,6 +19,6 @@ def test_lowrank_long_float32_streams_hold_under_sse4_2():
     """The sampled scheme (issue 36's failure) and the EKF over 1e5 float32 steps, every property asserted there."""
     env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_cpu_max_isa=SSE4_2").strip())
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_reliability.py",
-                          "-k", "lrvga_1e5 and (sampled or ekf)"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+                          "-k", "lrvga_1e5 and (sampled or ekf) and not moment_ekf"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert "2 passed" in run.stdout
