@@ -22,20 +22,20 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 #: Seconds per file, measured (the files of one shard in one process, two shards on 2 cores); only
 #: their ratios matter.
-WEIGHTS = {"test_reliability": 257, "test_experiments_lrvga": 167, "test_filters": 152, "test_lrvga": 147,
-           "test_examples": 112, "test_autodiff": 105, "test_rvga": 84, "test_evidence": 71,
-           "test_experiments_rvga": 71, "test_lrvga_buffer": 67, "test_klprox": 62,
-           "test_experiments_default_figs": 54, "test_tuning_free": 53, "test_validation": 52,
-           "test_diagonal": 50, "test_headtohead": 48, "test_io": 41, "test_predictive": 40,
-           "test_em_tolerance": 38, "test_experiments_default": 37, "test_gpu_benchmark": 37,
-           "test_online_em": 37, "test_reference": 33, "test_networks": 33, "test_factor_analysis": 32,
-           "test_average": 31, "test_noise": 30, "test_multiclass": 29, "test_readme": 29, "test_fuzz": 29,
-           "test_dynamics": 28, "test_core": 26, "test_other_isa": 26, "test_sharding": 25,
-           "test_properties": 23, "test_models": 23, "test_dual": 22, "test_masked_update": 22,
-           "test_multiprocess": 18, "test_metrics": 17, "test_traces": 17, "test_guard": 16,
-           "test_lowrank": 15, "test_docs": 14, "test_programs": 11, "test_belief_contract": 10,
-           "test_sample": 9, "test_run_all": 8, "test_data": 4, "test_batch": 4, "test_smoother": 3,
-           "test_error_hints": 2}
+WEIGHTS = {"test_reliability": 243, "test_experiments_lrvga": 170, "test_lrvga": 143, "test_filters": 132,
+           "test_autodiff": 101, "test_examples": 101, "test_rvga": 94, "test_sparse_inputs": 91,
+           "test_evidence": 72, "test_experiments_rvga": 64, "test_klprox": 62, "test_validation": 59,
+           "test_lrvga_buffer": 56, "test_tuning_free": 55, "test_experiments_default_figs": 52,
+           "test_diagonal": 46, "test_bench_images": 44, "test_experiments_default": 38, "test_headtohead": 38,
+           "test_io": 37, "test_predictive": 36, "test_em_tolerance": 36, "test_multiclass": 32,
+           "test_reference": 32, "test_online_em": 31, "test_gpu_benchmark": 30, "test_factor_analysis": 29,
+           "test_average": 28, "test_minibatch_projection": 28, "test_readme": 27, "test_networks": 27,
+           "test_fuzz": 27, "test_dynamics": 26, "test_sharding": 25, "test_other_isa": 25, "test_dual": 23,
+           "test_core": 23, "test_noise": 23, "test_models": 21, "test_masked_update": 20, "test_metrics": 18,
+           "test_properties": 18, "test_multiprocess": 17, "test_guard": 16, "test_docs": 15,
+           "test_lowrank": 15, "test_belief_contract": 12, "test_traces": 11, "test_reliability_fullrank": 10,
+           "test_programs": 9, "test_run_all": 8, "test_sample": 8, "test_smoother": 6, "test_batch": 5,
+           "test_layout": 4, "test_data": 3, "test_error_hints": 2}
 DEFAULT_WEIGHT = 12
 
 
