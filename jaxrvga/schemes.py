@@ -264,11 +264,12 @@ def _root_rows(root, eta):
     return R.reshape((R.shape[0],) + eta.shape)
 
 
-def _per_input_blocks(model, root, eta, theta) -> bool:
-    """Whether :func:`linearise` takes the rows of a root of K x K blocks (the categorical family)
-    per input of a :func:`~jaxrvga.models.minibatch` model (:func:`_per_input_root_rows`)."""
-    return (model.per_input is not None and eta.ndim == 2 and eta.size < theta.shape[0]
-            and jax.eval_shape(root, eta).shape == eta.shape + eta.shape[-1:])
+def _per_input_blocks(model, eta, theta) -> bool:
+    """Whether :func:`linearise` takes the rows of a root of K x K blocks (a vector-output family,
+    ``Family.vector_output``) per input of a :func:`~jaxrvga.models.minibatch` model
+    (:func:`_per_input_root_rows`)."""
+    return (model.per_input is not None and model.family.vector_output and eta.ndim == 2
+            and eta.size < theta.shape[0])
 
 
 def _per_input_root_rows(model, theta, x, R, dlogp):
@@ -361,7 +362,7 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False):
         J = _jacobian_rows(model, theta, x, eta)  # (n, d)
         weights = jnp.ravel(dlogp) if empirical else jnp.ravel(diag)
         return weights[:, None] * J, jnp.ravel(dlogp) @ J
-    if not empirical and _per_input_blocks(model, root, eta, theta):
+    if not empirical and _per_input_blocks(model, eta, theta):
         return _per_input_root_rows(model, theta, x, root(eta), dlogp)
     U = _observation_rows(dlogp, eta, diag is None) if empirical else _root_rows(root, eta)
     if U.shape[0] <= theta.shape[0]:
