@@ -70,7 +70,7 @@ _FACTORIES = {"exact": schemes.exact, "implicit": schemes.implicit, "explicit": 
 SCHEMES = tuple(_FACTORIES)
 #: The options of the schemes that the factories take by name (:func:`scheme_named`).
 SCHEME_OPTIONS = ("num_iters", "num_samples", "curvature", "max_iter", "correction", "update_cov_twice", "tol",
-                  "jitter", "max_move", "frozen_noise")
+                  "jitter", "max_move", "frozen_noise", "fisher_rank")
 #: The options of the prediction step (:func:`jaxrvga.dynamics.dynamics`).
 DYNAMICS_OPTIONS = tuple(inspect.signature(dynamics).parameters)
 

@@ -85,11 +85,13 @@ class Implicit(NamedTuple):
 
 class Linearised(NamedTuple):
     """Options of ``ekf`` and ``moment_ekf``: the curvature, the moment likelihood's ``jitter``
-    (0: the EKF) and ``max_move``."""
+    (0: the EKF), ``max_move`` and ``fisher_rank`` (None: every direction of a vector output's
+    Fisher, :func:`linearise`)."""
 
     curvature: str = "ggn"
     jitter: float = 0.0
     max_move: Optional[float] = None
+    fisher_rank: Optional[int] = None
 
 
 class Iterated(NamedTuple):
@@ -249,17 +251,17 @@ def _root_rows(root, eta):
     """Rows of a root of the Fisher as cotangents of ``eta``: ``U`` (r, *eta.shape), ``sum_r U_r U_r^T = F``.
 
     Elementwise families: ``R = root(ravel(eta))``. Roots that map logits (..., K) to blocks
-    (..., K, K) (the categorical family, per observation of a minibatch): one block per leading
-    index, laid out block-diagonally.
+    (..., r, K) (the categorical family, per observation of a minibatch; ``r = K`` or the
+    ``fisher_rank`` of :func:`linearise`): one block per leading index, laid out block-diagonally.
     """
     blocks = jax.eval_shape(root, eta).shape
-    if eta.ndim >= 2 and blocks == eta.shape + eta.shape[-1:]:
-        R = root(eta)  # (B..., K, K)
+    if eta.ndim >= 2 and len(blocks) == eta.ndim + 1 and blocks[:-2] == eta.shape[:-1]:
+        R = root(eta)  # (B..., r, K)
         lead = int(np.prod(eta.shape[:-1]))
-        K = eta.shape[-1]
-        R = R.reshape(lead, K, K)
+        r, K = blocks[-2:]
+        R = R.reshape(lead, r, K)
         U = jnp.einsum("ab,ark->arbk", jnp.eye(lead, dtype=R.dtype), R)
-        return U.reshape((lead * K,) + eta.shape)
+        return U.reshape((lead * r,) + eta.shape)
     R = root(jnp.ravel(eta))
     return R.reshape((R.shape[0],) + eta.shape)
 
@@ -299,16 +301,21 @@ def _observation_rows(score, eta, coupled: bool):
     return U.reshape((n,) + eta.shape)
 
 
-def _coupled_moments(family, eta, dlogp, jitter):
+def _coupled_moments(family, eta, dlogp, jitter, rank=None):
     """A root of ``V (V + jitter I)^{-1} V`` and the score ``V (V + jitter I)^{-1} d log p / d eta``
     for a family whose ``variance`` is a (..., K, K) matrix equal to its Fisher (the categorical
-    family's canonical link), by the eigen-decomposition of ``V`` per observation."""
-    lam, Q = woodbury.symmetric_eigh(family.variance(eta))
+    family's canonical link), by the eigen-decomposition of ``V`` per observation; ``jitter = 0``:
+    ``V`` itself and the score unchanged. ``rank``: the root's rows of the ``rank`` largest
+    eigenvalues alone (:func:`linearise`)."""
+    lam, Q = woodbury.symmetric_eigh(family.variance(eta))  # ascending
     lam = jnp.maximum(lam, 0.0)
-    shrink = lam / (lam + jnp.asarray(jitter, lam.dtype))
+    shrink = lam / (lam + jnp.asarray(jitter, lam.dtype)) if jitter else jnp.ones_like(lam)
     root = (jnp.sqrt(lam * shrink)[..., :, None] * jnp.swapaxes(Q, -1, -2))
-    score = jnp.einsum("...ij,...j->...i", Q, shrink * jnp.einsum("...ji,...j->...i", Q, dlogp))
-    return (lambda e: root), score
+    if rank is not None:
+        root = root[..., -rank:, :]
+    if jitter:
+        dlogp = jnp.einsum("...ij,...j->...i", Q, shrink * jnp.einsum("...ji,...j->...i", Q, dlogp))
+    return (lambda e: root), dlogp
 
 
 def _pullback_rows(f, theta, shape, dtype):
@@ -329,7 +336,7 @@ def _jacobian_rows(model, theta, x, eta):
     return rows(x).reshape(eta.size, theta.shape[0])
 
 
-def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False):
+def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False, fisher_rank=None):
     """``(C, grad)`` at ``theta``: ``C = R J`` (r, d) with ``R^T R = F`` (GGN, [LRVGA] eq. 41), ``grad log p``.
 
     ``R`` is the family's ``fisher_root`` (the full Fisher of a categorical output, per observation).
@@ -339,7 +346,11 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False):
 
     ``jitter > 0``: the moment-matched Gaussian likelihood (:func:`moment_weights`): ``F`` and the
     score scaled by ``V (V + jitter)^{-1}``. ``empirical``: ``C`` holds one gradient row per
-    observation (the empirical Fisher ``sum_i g_i g_i^T``) instead of ``R J``.
+    observation (the empirical Fisher ``sum_i g_i g_i^T``) instead of ``R J``. ``fisher_rank = r``
+    (a vector output's K x K Fisher, :attr:`~jaxrvga.models.Family.vector_output`): ``R`` holds the
+    rows of the r largest eigenvalues of each observation's ``F`` alone, so that ``C^T C <= J^T F J``
+    (a curvature that never exceeds the GGN) from r pullbacks per observation instead of K; the
+    gradient is unchanged. ``r = K - 1`` is exact for the categorical family (``F 1 = 0``).
     """
     def eta_of(th):
         return model.predict(th, x)
@@ -356,8 +367,8 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False):
         s = moment_weights(model.family, eta, jitter)
         dlogp, diag = dlogp * s, diag * jnp.sqrt(s)
         root = lambda e: jnp.diag(jnp.ravel(diag))  # noqa: E731
-    elif jitter:
-        root, dlogp = _coupled_moments(model.family, eta, dlogp, jitter)
+    elif jitter or fisher_rank is not None:
+        root, dlogp = _coupled_moments(model.family, eta, dlogp, jitter, fisher_rank)
     if diag is not None and eta.size <= theta.shape[0]:
         J = _jacobian_rows(model, theta, x, eta)  # (n, d)
         weights = jnp.ravel(dlogp) if empirical else jnp.ravel(diag)
@@ -372,10 +383,10 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False):
     return U.reshape(U.shape[0], -1) @ J, jnp.ravel(dlogp) @ J
 
 
-def ekf_site(model, q, x, y, jitter=0.0, empirical=False):
+def ekf_site(model, q, x, y, jitter=0.0, empirical=False, fisher_rank=None):
     """Any model linearised at the mean: ``X = J^T R^T``, ``g = J^T d log p / d eta`` ([RVGA] eqs. 54-55);
-    ``jitter``, ``empirical``: :func:`linearise`."""
-    C, grad = linearise(model, q.mean, x, y, jitter, empirical)
+    ``jitter``, ``empirical``, ``fisher_rank``: :func:`linearise`."""
+    C, grad = linearise(model, q.mean, x, y, jitter, empirical, fisher_rank)
     return Increment(C.T, g=grad)
 
 
@@ -524,8 +535,15 @@ def _step_qkf(cfg, model, belief, prior, X, y):
 
 def _step_ekf(cfg, model, belief, prior, x, y):
     """``ekf`` (``jitter = 0``) and ``moment_ekf``: linearised at the mean."""
-    site = ekf_glm_site if model.is_glm else ekf_site
-    inc = site(model, prior, x, y, cfg.jitter, cfg.curvature == "empirical")
+    empirical = cfg.curvature == "empirical"
+    if cfg.fisher_rank is None:
+        site = ekf_glm_site if model.is_glm else ekf_site
+        inc = site(model, prior, x, y, cfg.jitter, empirical)
+    elif model.is_glm or not model.family.vector_output:
+        raise ValueError(f"fisher_rank: the {model.family.name!r} family has no K x K Fisher per observation to "
+                         "truncate (each output is one curvature column already); leave fisher_rank=None")
+    else:
+        inc = ekf_site(model, prior, x, y, cfg.jitter, empirical, cfg.fisher_rank)
     return _absorb(cfg, belief, prior, inc, solver_info(prior.mean.dtype))
 
 
@@ -594,20 +612,36 @@ def extragrad(*, correction: bool = True, update_cov_twice: bool = True, max_mov
     return Scheme("extragrad", _step_moments, cfg, "is_glm")
 
 
-def ekf(*, curvature: str = "ggn", max_move=MAX_MOVE) -> Scheme:
+def ekf(*, curvature: str = "ggn", max_move=MAX_MOVE, fisher_rank: Optional[int] = None) -> Scheme:
     """The extended Kalman step, linearised at the mean ([RVGA] Thm 3, eqs. 54-55, 81): curvature
-    ``J^T F J`` (``"ggn"``) or one gradient column per observation (``"empirical"``)."""
-    cfg = Linearised(_curvature(curvature, ("ggn", "empirical")), 0.0, _max_move(max_move))
+    ``J^T F J`` (``"ggn"``) or one gradient column per observation (``"empirical"``);
+    ``fisher_rank``: the leading directions of a vector output's Fisher alone (:func:`linearise`)."""
+    cfg = Linearised(_curvature(curvature, ("ggn", "empirical")), 0.0, _max_move(max_move),
+                     _fisher_rank(fisher_rank, curvature))
     return Scheme("ekf", _step_ekf, cfg)
 
 
-def moment_ekf(*, jitter: float = MOMENT_JITTER, curvature: str = "ggn", max_move=MAX_MOVE) -> Scheme:
+def moment_ekf(*, jitter: float = MOMENT_JITTER, curvature: str = "ggn", max_move=MAX_MOVE,
+               fisher_rank: Optional[int] = None) -> Scheme:
     """The EKF of a Gaussian likelihood with the output's mean and variance ``+ jitter``
-    (:func:`moment_weights`), linearised at the mean: the default for nonlinear models."""
+    (:func:`moment_weights`), linearised at the mean: the default for nonlinear models;
+    ``fisher_rank``: as :func:`ekf`."""
     if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 < jitter < np.inf:
         raise ValueError(f"jitter must be a number > 0, got {jitter!r}")
-    cfg = Linearised(_curvature(curvature, ("ggn", "empirical")), float(jitter), _max_move(max_move))
+    cfg = Linearised(_curvature(curvature, ("ggn", "empirical")), float(jitter), _max_move(max_move),
+                     _fisher_rank(fisher_rank, curvature))
     return Scheme("moment_ekf", _step_ekf, cfg)
+
+
+def _fisher_rank(rank, curvature):
+    """``rank``: None or an integer >= 1, with the GGN curvature (the empirical one has no root to cut)."""
+    if rank is None:
+        return None
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
+        raise ValueError(f"fisher_rank must be an integer >= 1 or None, got {rank!r}")
+    if curvature != "ggn":
+        raise ValueError(f"fisher_rank truncates the GGN's Fisher; curvature={curvature!r} has none")
+    return int(rank)
 
 
 def qkf(*, max_move=MAX_MOVE) -> Scheme:
