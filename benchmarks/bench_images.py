@@ -19,13 +19,16 @@ optax Adam on the log-loss (batch 1, lr 1e-3; batch 16, lr 3e-3); ``jr.lrvga(mod
 with its default scheme for a network (``moment_ekf``), with ``buffer=`` (curvature columns held
 unprojected: a categorical image brings 10), the EKF, the empirical Fisher
 (``curvature="empirical"``: one column per image), minibatches of 16 images
-(``jr.models.minibatch``: one linearisation at the mean for the 16); ``jr.diag_rvga``. Prior
+(``jr.models.minibatch``: one linearisation at the mean for the 16), ``fisher_rank=1`` (the
+leading direction of each image's 10 x 10 Fisher alone: one column per image, a curvature below
+the GGN), ``jr.model_average`` of the default filter over its predictive scales (one log
+predictive per image more); ``jr.diag_rvga``. Prior
 ``N(theta0, PRIOR_VAR I)``. Compile time is excluded and reported apart; a run is timed
 ``--repeat`` times in interleaved rounds (every method once a round), its best kept; Adam's
 short run is repeated within its turn (:mod:`benchmarks.bench_nn`'s rule).
 
 Reported per method: test accuracy and test NLPD (the mean of ``-log p(y | x)``: the filters'
-own linearised predictive ``jr.log_predictive``, Adam's ``softmax(h(theta, x))``), the time per
+own predictive ``jr.log_predictive``: the linearised one, or the model average's mixture; Adam's ``softmax(h(theta, x))``), the time per
 training image, its ratio to Adam (batch 1) timed in the same process, the peak resident set
 during the timed runs and its rise above the level before them (``/proc/self/statm`` sampled
 every ms), XLA's temporary buffers, and the floating-point operations per image by XLA's count of
@@ -56,7 +59,7 @@ MIN_ROUND_S = 0.25
 EXTRA = 'pip install -e ".[images]"'
 QUICK = {"train": 160, "test": 200}
 # name, kind, options: Adam (lr, batch); filters: scheme (None: the default), batch and the
-# filter's own keywords (buffer, curvature)
+# filter's own keywords (buffer, curvature, fisher_rank); average: jr.model_average of it
 METHODS = [
     ("Adam, batch 1", "adam", {"lr": 1e-3, "batch": 1}),
     ("Adam, batch 16", "adam", {"lr": 3e-3, "batch": 16}),
@@ -64,6 +67,10 @@ METHODS = [
     ("L-RVGA default, buffer=40", "lrvga", {"buffer": 40}),
     ("L-RVGA ekf, buffer=40", "lrvga", {"scheme": "ekf", "buffer": 40}),
     ("L-RVGA default, batch 16", "lrvga", {"batch": 16}),
+    ("L-RVGA default, model average", "lrvga", {"average": True}),
+    ("L-RVGA default, fisher_rank=1, buffer=40", "lrvga", {"fisher_rank": 1, "buffer": 40}),
+    ("L-RVGA default, fisher_rank=1, batch 16, buffer=16", "lrvga",
+     {"fisher_rank": 1, "batch": 16, "buffer": 16}),
     ("L-RVGA empirical, buffer=10", "lrvga",
      {"scheme": "ekf", "curvature": "empirical", "buffer": 10}),
     ("L-RVGA empirical, batch 16, buffer=16", "lrvga",
@@ -124,18 +131,26 @@ def batches(xs, ys, batch):
 
 def make_filter(h, theta0, kind, options):
     """``(filter, state, model)``: the filter of ``kind`` ("lrvga" or "diag") with ``options``
-    (``scheme``, ``batch`` and the filter's keywords), its prior state and the one-image model."""
+    (``scheme``, ``batch``, ``average`` and the filter's keywords), its prior state and the
+    one-image model. ``average``: :func:`jaxrvga.model_average` of the one filter over its
+    predictive scales (the predictive that the uncertainty guide recommends)."""
     options = dict(options)
     scheme, batch = options.pop("scheme", None), options.pop("batch", 1)
+    average = options.pop("average", False)
     model = jr.models.nonlinear(h, jr.models.categorical(NUM_CLASSES))
     fed = model if batch == 1 else jr.models.minibatch(model)
     if kind == "diag":
         flt = jr.diag_rvga(fed, scheme=scheme, **options)
-        return flt, flt.init(theta0, PRIOR_VAR), model
-    flt = jr.lrvga(fed, rank=RANK, scheme=scheme, **options)
-    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), theta0.shape[0], RANK,
-                                       PRIOR_VAR, dtype=theta0.dtype)
-    return flt, flt.init(theta0, W0, psi0), model
+        state = flt.init(theta0, PRIOR_VAR)
+    else:
+        flt = jr.lrvga(fed, rank=RANK, scheme=scheme, **options)
+        W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), theta0.shape[0], RANK,
+                                           PRIOR_VAR, dtype=theta0.dtype)
+        state = flt.init(theta0, W0, psi0)
+    if average:
+        flt = jr.model_average(flt)
+        state = flt.init(jax.tree_util.tree_map(lambda a: a[None], state))
+    return flt, state, model
 
 
 def filter_pass(flt, batch):
@@ -207,9 +222,14 @@ def adam_scores(h):
 # --------------------------------------------------------------------------- operation counts
 
 def columns_per_step(options):
-    """Curvature columns that one update brings: 10 per image (the categorical Fisher's root),
-    one per image with the empirical Fisher."""
-    per_image = 1 if options.get("curvature") == "empirical" else NUM_CLASSES
+    """Curvature columns that one update brings per image: the categorical Fisher's root, 10 rows
+    (``ekf``) or the 9 with curvature (``moment_ekf``, ``Family.null_directions``); ``fisher_rank``
+    with that option; one with the empirical Fisher."""
+    if options.get("curvature") == "empirical":
+        per_image = 1
+    else:
+        moment = options.get("scheme") in (None, "moment_ekf")
+        per_image = options.get("fisher_rank", NUM_CLASSES - 1 if moment else NUM_CLASSES)
     return per_image * options.get("batch", 1)
 
 

@@ -43,6 +43,7 @@ class _FamilyFields(NamedTuple):
     predictive: Optional[Callable] = None
     log_predictive: Optional[Callable] = None
     vector_output: bool = False
+    null_directions: int = 0
 
 
 class Family(_FamilyFields):
@@ -78,6 +79,10 @@ class Family(_FamilyFields):
       component by quadrature. :mod:`jaxrvga.predictive` uses both.
     * ``vector_output``: ``eta`` holds the K logits of one observation (:func:`categorical`): its
       predictive covariance is kept whole and its ``y`` is a label or a one-hot row.
+    * ``null_directions``: of a vector output, how many directions of ``eta`` carry no curvature in
+      any observation's Fisher (:func:`categorical`: 1, the common shift of the logits). The
+      moment-matched EKF keeps the ``K - null_directions`` leading rows of each observation's root
+      (:func:`jaxrvga.schemes.linearise`), the same curvature in fewer columns.
 
     Elementwise families (every family here except :func:`categorical`) treat the components of
     ``eta`` and ``y`` independently: ``mean``, ``variance`` and ``fisher`` return arrays of the shape
@@ -88,11 +93,16 @@ class Family(_FamilyFields):
     __slots__ = ()
 
     def __new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root=None, fixed_variance=False,
-                learned_noise=False, predictive=None, log_predictive=None, vector_output=False):
+                learned_noise=False, predictive=None, log_predictive=None, vector_output=False, null_directions=0):
         if fisher_root is None:
             fisher_root = _DiagonalRoot(fisher)
+        if isinstance(null_directions, bool) or not isinstance(null_directions, (int, np.integer)) or not (
+                0 <= null_directions and (vector_output or null_directions == 0)):
+            raise ValueError(f"null_directions must be an integer >= 0, and 0 for an elementwise family; got "
+                             f"{null_directions!r}")
         return super().__new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root, bool(fixed_variance),
-                               bool(learned_noise), predictive, log_predictive, bool(vector_output))
+                               bool(learned_noise), predictive, log_predictive, bool(vector_output),
+                               int(null_directions))
 
     @property
     def root_diagonal(self) -> Optional[Callable]:
@@ -320,6 +330,7 @@ def categorical(num_classes: int) -> Family:
         predictive=_categorical_predictive,
         log_predictive=_categorical_log_predictive,
         vector_output=True,
+        null_directions=1,
     )
 
 

@@ -305,9 +305,9 @@ def _coupled_moments(family, eta, dlogp, jitter, rank=None):
     """A root of ``V (V + jitter I)^{-1} V`` and the score ``V (V + jitter I)^{-1} d log p / d eta``
     for a family whose ``variance`` is a (..., K, K) matrix equal to its Fisher (the categorical
     family's canonical link), by the eigen-decomposition of ``V`` per observation; ``jitter = 0``:
-    ``V`` itself and the score unchanged. ``rank``: the root's rows of the ``rank`` largest
+    a root of the Fisher and the score unchanged. ``rank``: the root's rows of the ``rank`` largest
     eigenvalues alone (:func:`linearise`)."""
-    lam, Q = woodbury.symmetric_eigh(family.variance(eta))  # ascending
+    lam, Q = woodbury.symmetric_eigh(family.variance(eta) if jitter else family.fisher(eta))  # ascending
     lam = jnp.maximum(lam, 0.0)
     shrink = lam / (lam + jnp.asarray(jitter, lam.dtype)) if jitter else jnp.ones_like(lam)
     root = (jnp.sqrt(lam * shrink)[..., :, None] * jnp.swapaxes(Q, -1, -2))
@@ -350,7 +350,8 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False, fisher_ra
     (a vector output's K x K Fisher, :attr:`~jaxrvga.models.Family.vector_output`): ``R`` holds the
     rows of the r largest eigenvalues of each observation's ``F`` alone, so that ``C^T C <= J^T F J``
     (a curvature that never exceeds the GGN) from r pullbacks per observation instead of K; the
-    gradient is unchanged. ``r = K - 1`` is exact for the categorical family (``F 1 = 0``).
+    gradient is unchanged. ``r = K - 1`` is exact for the categorical family (``F 1 = 0``), and
+    the moment-matched root (``jitter > 0``) keeps ``K - Family.null_directions`` rows by default.
     """
     def eta_of(th):
         return model.predict(th, x)
@@ -368,6 +369,8 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False, fisher_ra
         dlogp, diag = dlogp * s, diag * jnp.sqrt(s)
         root = lambda e: jnp.diag(jnp.ravel(diag))  # noqa: E731
     elif jitter or fisher_rank is not None:
+        if fisher_rank is None and model.family.null_directions:  # the same curvature in fewer columns
+            fisher_rank = eta.shape[-1] - model.family.null_directions
         root, dlogp = _coupled_moments(model.family, eta, dlogp, jitter, fisher_rank)
     if diag is not None and eta.size <= theta.shape[0]:
         J = _jacobian_rows(model, theta, x, eta)  # (n, d)

@@ -64,10 +64,13 @@ def test_truncated_curvature_is_the_leading_eigen_part(jitter, m, r):
     assert gap.min() > -1e-12
 
 
+@pytest.mark.parametrize("scheme", ["moment_ekf", "ekf"])
 @pytest.mark.parametrize("belief", ["dense", "lowrank", "diagonal"])
-def test_all_but_the_null_direction_is_exact(belief):
-    """Five steps of the default scheme (``moment_ekf``) on minibatches of 3, with ``fisher_rank = K - 1``,
-    equal those without it to 1e-10: the categorical Fisher's null direction holds no curvature."""
+def test_all_but_the_null_direction_is_exact(belief, scheme):
+    """Five steps on minibatches of 3 with K - 1 rows per image equal those with all K rows to 1e-10:
+    the categorical Fisher's null direction holds no curvature. ``moment_ekf`` keeps K - 1 rows by
+    default (``Family.null_directions``; all K with ``fisher_rank=K``), ``ekf`` the family's K x K
+    root (K - 1 rows with ``fisher_rank=K - 1``)."""
     theta, h = _network()
     model = jr.models.minibatch(jr.models.nonlinear(h, jr.models.categorical(K)))
     rng = np.random.default_rng(2)
@@ -76,6 +79,7 @@ def test_all_but_the_null_direction_is_exact(belief):
     d = theta.shape[0]
 
     def run(**opt):
+        opt["scheme"] = scheme
         if belief == "dense":
             flt = jr.rvga(model, **opt)
             state = flt.init(theta, 0.5 * jnp.eye(d))
@@ -87,7 +91,7 @@ def test_all_but_the_null_direction_is_exact(belief):
             state = flt.init(theta, jnp.full(d, 0.5))
         return jr.scan(flt, state, xs, ys)[0]
 
-    a, b = run(), run(fisher_rank=K - 1)
+    a, b = (run(fisher_rank=K), run()) if scheme == "moment_ekf" else (run(), run(fisher_rank=K - 1))
     np.testing.assert_allclose(b.mean, a.mean, rtol=0, atol=1e-10)
     spread = {"dense": lambda s: (s.cov,), "lowrank": lambda s: (outer(s.W), s.psi), "diagonal": lambda s: (s.psi,)}
     for u, v in zip(spread[belief](a), spread[belief](b)):
@@ -116,6 +120,22 @@ def test_one_direction_runs_in_float32_and_keeps_a_wider_belief():
     assert bool(jnp.any(step_r.psi < step_full.psi * (1 - 1e-3)))  # and some curvature was left out
 
 
+@pytest.mark.parametrize("m", [None, 3])
+def test_moment_root_keeps_the_rows_with_curvature(m):
+    """``moment_ekf``'s root of a categorical output has K - 1 rows per observation (the family's
+    ``null_directions = 1``), the EKF's K (the family's own root), the empirical Fisher one."""
+    theta, h = _network()
+    base = jr.models.nonlinear(h, jr.models.categorical(K))
+    model = base if m is None else jr.models.minibatch(base)
+    x, y = _data(m)
+    n = 1 if m is None else m
+    assert base.family.null_directions == 1 and jr.models.logistic().family.null_directions == 0
+    assert schemes.linearise(model, theta, x, y, 0.1)[0].shape[0] == (K - 1) * n
+    assert schemes.linearise(model, theta, x, y, 0.1, fisher_rank=K)[0].shape[0] == K * n
+    assert schemes.linearise(model, theta, x, y)[0].shape[0] == K * n
+    assert schemes.linearise(model, theta, x, y, 0.1, empirical=True)[0].shape[0] == n
+
+
 def test_refused():
     theta, h = _network()
     with pytest.raises(ValueError, match="fisher_rank must be an integer"):
@@ -128,3 +148,8 @@ def test_refused():
     state = logistic.init(jnp.zeros(3), jnp.zeros((3, 1)), jnp.ones(3))
     with pytest.raises(ValueError, match="no K x K Fisher"):
         logistic.update(state, jnp.ones(3), 1.0)
+    family = jr.models.categorical(3)
+    with pytest.raises(ValueError, match="null_directions"):
+        jr.models.Family(*family[:-2], False, 1)   # an elementwise family has none
+    with pytest.raises(ValueError, match="null_directions"):
+        jr.models.Family(*family[:-1], -1)
