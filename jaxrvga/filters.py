@@ -152,10 +152,11 @@ def _zero_unless(finite, x):
     """``x`` where ``finite``, else zeros of its shapes, by ``lax.cond`` (the same values and
     derivatives as the ``where`` of :func:`_clean_data`; under ``vmap`` it is that ``where``).
 
-    XLA fuses a ``where`` into each of its consumers, and a low-rank step reads ``x`` both as a column
-    (the pending factor ``X``) and as a row (``x^T mean``): two materialised d-vectors, held through
-    the projection (BENCHMARKS.md, "Memory at d = 1e6"). The conditional's result is one buffer that
-    both read. Small inputs keep the ``where``: the conditional costs about 50 ns a step."""
+    XLA fuses a ``where`` into each of its consumers, and a low-rank step reads ``x`` in two shapes
+    (a ``(d, 1)`` column and a ``(1, d)`` row): two materialised d-vectors besides ``x``, held through
+    the projection (BENCHMARKS.md, "Memory of the guarded step back to its floor"). The conditional's
+    result is one buffer that both read. Small inputs keep the ``where``: the conditional costs about
+    50 ns a step (2.5 % of a d = 10 step)."""
     return jax.lax.cond(finite, lambda x: x, lambda x: jax.tree_util.tree_map(jnp.zeros_like, x), x)
 
 
