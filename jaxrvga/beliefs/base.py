@@ -49,7 +49,8 @@ class Belief(Protocol):
 
     def finish(self, state):
         """The belief's projection of a step's result: ``(state, (dropped, em_loops, projected))``,
-        the mean left as it is (the same array); ``projected`` is False where the projection could not be computed (a gain not finite) and
+        the mean left as it is (the same array: the guard chooses it outside, :func:`finish_or_keep`);
+        ``projected`` is False where the projection could not be computed (a gain not finite) and
         the unprojected factors were kept, so that the guard keeps the prior (:func:`no_projection`)."""
 
     def settle(self, prior, new, ok):
