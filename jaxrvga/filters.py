@@ -126,18 +126,38 @@ def _guarded(belief, prior, new, ok, info, certified: bool = False, noise=None):
     return out._replace(step=prior.step + 1, info=info)
 
 
+#: Inputs of at least this many elements are cleaned by a conditional instead of a ``where``
+#: (:func:`_clean_data`).
+CLEAN_BY_COND_MIN_ELEMENTS = 1 << 16
+
+
 def _clean_data(x, y):
     """The guard's double ``where`` on the data: ``(x, y, finite)``, ``x`` and ``y`` replaced by zeros
     (a step that changes nothing) where any entry is NaN or inf. The step is then skipped by
     :func:`_guarded` as before, and its discarded branch, computed from finite data, has finite
     derivatives: ``jax.grad`` through a run with such a step is the derivative of keeping the
-    belief (a NaN in a discarded branch would otherwise reach the gradient as ``0 * inf``)."""
+    belief (a NaN in a discarded branch would otherwise reach the gradient as ``0 * inf``).
+
+    A large ``x`` (:data:`CLEAN_BY_COND_MIN_ELEMENTS`) is chosen by a conditional (:func:`_zero_unless`)."""
     finite = all_finite(*jax.tree_util.tree_leaves((x, y)))
 
     def zero(a):
         return jnp.where(finite, a, jnp.zeros_like(a))
 
-    return jax.tree_util.tree_map(zero, x), zero(y), finite
+    large = sum(jnp.size(a) for a in jax.tree_util.tree_leaves(x)) >= CLEAN_BY_COND_MIN_ELEMENTS
+    return (_zero_unless(finite, x) if large else jax.tree_util.tree_map(zero, x)), zero(y), finite
+
+
+def _zero_unless(finite, x):
+    """``x`` where ``finite``, else zeros of its shapes, by ``lax.cond`` (the same values and
+    derivatives as the ``where`` of :func:`_clean_data`; under ``vmap`` it is that ``where``).
+
+    XLA fuses a ``where`` into each of its consumers, and a low-rank step reads ``x`` in two shapes
+    (a ``(d, 1)`` column and a ``(1, d)`` row): two materialised d-vectors besides ``x``, held through
+    the projection (BENCHMARKS.md, "Memory of the guarded step back to its floor"). The conditional's
+    result is one buffer that both read. Small inputs keep the ``where``: the conditional costs about
+    50 ns a step (2.5 % of a d = 10 step)."""
+    return jax.lax.cond(finite, lambda x: x, lambda x: jax.tree_util.tree_map(jnp.zeros_like, x), x)
 
 
 def _predict(spec, state):

@@ -141,3 +141,22 @@ def test_predictive_and_save_load(belief_and_state, tmp_path):
     assert type(back) is type(state)
     for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(state)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_finish_that_moves_the_mean_is_refused():
+    """The guard chooses the mean by a ``where`` outside its conditional (``beliefs.base.finish_or_keep``:
+    as the conditional's output it was copied and held through a projection), which relies on
+    ``Belief.finish`` leaving the mean as it is; a belief whose ``finish`` moves it is refused."""
+    class Moving(beliefs.Diagonal):
+        __slots__ = ()
+
+        def finish(self, state):
+            out, report = super().finish(state)
+            return out._replace(mean=out.mean + 1.0), report
+
+    flt = jr.build(Moving(), jr.schemes.exact(), jr.models.linear_gaussian(1.0))
+    state = flt.init(MEAN, VAR0)
+    with pytest.raises(ValueError, match="finish changed the mean"):
+        flt.update(state, np.ones(D), 1.0)
+    plain = jr.build(beliefs.Diagonal(), jr.schemes.exact(), jr.models.linear_gaussian(1.0))
+    assert np.all(np.isfinite(plain.update(state, np.ones(D), 1.0).mean))

@@ -380,6 +380,30 @@ def test_jaxpr_of_fa_filters_has_no_d_by_d_intermediate(name):
     assert _big_vars(jaxpr.jaxpr, d) == []
 
 
+@pytest.mark.parametrize("model", ["linear", "logistic"])
+def test_default_update_memory_at_a_blocked_size(model):
+    """The default L-RVGA update with 3 EM loops at a blocked size (compiled only, state donated):
+    ``W`` and ``psi`` are written into the donated state and XLA's own account of the temporaries
+    stays under ``inner_loops + 6`` d-vectors: those of the projection's kernel
+    (``test_recursive_em_step_memory``: ``Diag(S)``, one ``psi`` per pass, the new ``psi``), the
+    pending column ``x sqrt(c)``, the copy of it that the row-block loop takes, the new mean, and
+    block-sized temporaries (under one d-vector). Two more were held before: the new mean returned
+    by the guard's conditional (copied into its result) and the guard's ``where`` on ``x``, which
+    XLA materialised once per shape it is read in (``jaxrvga.filters._zero_unless``)."""
+    from jaxrvga.kernels import row_blocks
+
+    d, p, loops = 1 << 19, 8, 3
+    assert row_blocks.num_blocks(d, p) > 1 and d >= jr.filters.CLEAN_BY_COND_MIN_ELEMENTS
+    flt = jr.lrvga(models.linear_gaussian(1.0) if model == "linear" else models.logistic(), rank=p,
+                   inner_loops=loops)
+    state = jax.eval_shape(lambda: flt.init(jnp.zeros(d), jnp.ones((d, p)), jnp.ones(d)))
+    S = jax.ShapeDtypeStruct
+    mem = jax.jit(flt.update, donate_argnums=0).lower(state, S((d,), jnp.float64), S((), jnp.float64)) \
+        .compile().memory_analysis()
+    assert mem.alias_size_in_bytes >= 8 * d * (p + 2)  # mean, W and psi are written into the state
+    assert mem.temp_size_in_bytes < (loops + 6) * d * 8
+
+
 def test_big_var_detector_catches_a_dense_matrix():
     d = 20_000
     jaxpr = jax.make_jaxpr(lambda x: jnp.sum(jnp.outer(x, x) @ x))(jax.ShapeDtypeStruct((d,), jnp.float32))

@@ -48,7 +48,8 @@ class Belief(Protocol):
         """:meth:`add` and the mean step ``mu + P g``: ``(state, ok)``."""
 
     def finish(self, state):
-        """The belief's projection of a step's result: ``(state, (dropped, em_loops, projected))``;
+        """The belief's projection of a step's result: ``(state, (dropped, em_loops, projected))``,
+        the mean left as it is (the same array: the guard chooses it outside, :func:`finish_or_keep`);
         ``projected`` is False where the projection could not be computed (a gain not finite) and
         the unprojected factors were kept, so that the guard keeps the prior (:func:`no_projection`)."""
 
@@ -94,16 +95,29 @@ def finish_or_keep(belief, prior, new, ok):
     One conditional, so that a low-rank projection can rewrite the prior's ``W`` and ``psi`` in
     place (no second d x p buffer): when ``new`` holds them in its pending factor, they enter the
     branch once, through ``new`` (passed twice, XLA copies them, and the projection's row-block loop
-    then copied ``psi`` in every block).
+    then copied ``psi`` in every block). The mean is chosen by a ``where`` outside the conditional
+    (:func:`_finish_keeping_mean`): as an output of the conditional it was copied into the branch's
+    result and held through the projection (one d-vector more at the peak).
     """
     shared = isinstance(getattr(new, "W", None), tuple) and new.W[0] is prior.W and new.psi is prior.psi
-    rest = prior._replace(W=None, psi=None) if shared else prior
+    rest = prior._replace(W=None, psi=None, mean=None) if shared else prior._replace(mean=None)
 
     def keep(new, rest):
         back = rest._replace(W=new.W[0], psi=new.psi) if shared else rest
         return back._replace(key=new.key), no_projection(prior.mean.dtype)
 
-    return jax.lax.cond(ok, lambda new, rest: belief.finish(new), keep, new, rest)
+    out, report = jax.lax.cond(ok, lambda new, rest: _finish_keeping_mean(belief, new), keep, new, rest)
+    return out._replace(mean=jnp.where(ok, new.mean, prior.mean)), report
+
+
+def _finish_keeping_mean(belief, state):
+    """``belief.finish(state)`` with the mean taken out (``None``) of the result, which the contract
+    (:meth:`Belief.finish`) says is ``state.mean`` itself; a ``finish`` that changes the mean is refused."""
+    out, report = belief.finish(state)
+    if out.mean is not state.mean:
+        raise ValueError(f"{type(belief).__name__}.finish changed the mean; a belief's projection must leave the "
+                         f"mean as it is (the guard does not check it again)")
+    return out._replace(mean=None), report
 
 
 def _check_mean(mean):
