@@ -250,11 +250,12 @@ def flops_per_image(h, theta0, kind, options, xs, ys):
     if kind == "diag" or buffer < m:
         return total / batch
     d = theta0.shape[0]
+    W, psi = (state.members.W[0], state.members.psi[0]) if options.get("average") else (state.W, state.psi)
     pending = jnp.zeros((d, buffer + m), theta0.dtype)
     gram = jnp.eye(RANK + buffer + m, dtype=theta0.dtype)
     projection = xla_flops(
         lambda W, psi, X, G: fa.spectral_em_step(W, psi, X, 1.0, 1.0, 0, gram=G, details=True),
-        state.W[:, :RANK], state.psi, pending, gram)
+        W[:, :RANK], psi, pending, gram)
     return (total - projection + projection / (buffer // m + 1)) / batch
 
 

@@ -85,7 +85,9 @@ def test_columns_and_flops_of_a_buffered_step():
     buffered = bi.flops_per_image(h, theta0, "lrvga", {"buffer": 40}, xs, ys)
     adam = bi.flops_per_image(h, theta0, "adam", {"lr": 1e-3, "batch": 1}, xs, ys)
     assert 0 < adam < plain and 0 < buffered
-    assert plain > theta0.size * (bi.RANK + 10) ** 2 / 2   # the projection's d (p + K)^2 at least
+    assert plain > theta0.size * (bi.RANK + 9) ** 2   # the projection's 2 d (p + K - 1)^2 flops, half of them
+    averaged = bi.flops_per_image(h, theta0, "lrvga", {"fisher_rank": 1, "buffer": 4, "average": True}, xs, ys)
+    assert 0 < averaged < plain   # one column an image, projected once every 5 images, and a log predictive
 
 
 def test_digits_split_and_scale(monkeypatch):
