@@ -153,3 +153,18 @@ def test_refused():
         jr.models.Family(*family[:-2], False, 1)   # an elementwise family has none
     with pytest.raises(ValueError, match="null_directions"):
         jr.models.Family(*family[:-1], -1)
+
+
+def test_kept_fraction_of_the_benchmark_grows_with_the_rank():
+    """benchmarks/fisher_rank_error.py: the kept part of each image's curvature trace lies in (0, 1] and
+    does not decrease with r; here K = 4, so r = 3 = K - 1 keeps all of it."""
+    from benchmarks import fisher_rank_error as fre
+
+    theta, h = _network()
+    model = jr.models.nonlinear(h, jr.models.categorical(K))
+    rng = np.random.default_rng(5)
+    x, y = jnp.asarray(rng.normal(size=(6, 3))), jnp.asarray(rng.integers(0, K, size=6))
+    k = np.asarray(fre.kept_fraction(model)(theta, x, y))
+    assert k.shape == (6, len(fre.RANKS)) and fre.RANKS == (1, 2, 3)
+    assert np.all(k > 0) and np.all(np.diff(k, axis=1) >= -1e-12)
+    np.testing.assert_allclose(k[:, -1], 1.0, rtol=1e-10)
