@@ -371,6 +371,8 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False, fisher_ra
     elif jitter or fisher_rank is not None:
         if fisher_rank is None and model.family.null_directions:  # the same curvature in fewer columns
             fisher_rank = eta.shape[-1] - model.family.null_directions
+        elif fisher_rank is not None and fisher_rank > eta.shape[-1]:
+            raise ValueError(f"fisher_rank={fisher_rank} exceeds the {eta.shape[-1]} outputs of one observation")
         root, dlogp = _coupled_moments(model.family, eta, dlogp, jitter, fisher_rank)
     if diag is not None and eta.size <= theta.shape[0]:
         J = _jacobian_rows(model, theta, x, eta)  # (n, d)

@@ -137,6 +137,8 @@ def test_moment_root_keeps_the_rows_with_curvature(m):
 
 
 def test_refused():
+    """Bad values, the empirical curvature, a family without a K x K Fisher, more rows than outputs,
+    and a family's bad ``null_directions``."""
     theta, h = _network()
     with pytest.raises(ValueError, match="fisher_rank must be an integer"):
         jr.schemes.ekf(fisher_rank=0)
@@ -148,6 +150,9 @@ def test_refused():
     state = logistic.init(jnp.zeros(3), jnp.zeros((3, 1)), jnp.ones(3))
     with pytest.raises(ValueError, match="no K x K Fisher"):
         logistic.update(state, jnp.ones(3), 1.0)
+    wide = jr.diag_rvga(jr.models.nonlinear(h, jr.models.categorical(K)), fisher_rank=K + 1)
+    with pytest.raises(ValueError, match="exceeds the 4 outputs"):
+        wide.update(wide.init(theta, jnp.full(theta.shape[0], 0.5)), *_data())
     family = jr.models.categorical(3)
     with pytest.raises(ValueError, match="null_directions"):
         jr.models.Family(*family[:-2], False, 1)   # an elementwise family has none
