@@ -22,7 +22,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 #: Seconds per file, measured (the files of one shard in one process, two shards on 2 cores); only
 #: their ratios matter.
-WEIGHTS = {"test_reliability": 243, "test_experiments_lrvga": 170, "test_lrvga": 143, "test_filters": 132,
+WEIGHTS = {"test_reliability": 243, "test_experiments_lrvga": 170, "test_lrvga": 143, "test_filters": 112,
            "test_autodiff": 101, "test_examples": 101, "test_rvga": 94, "test_sparse_inputs": 91,
            "test_evidence": 72, "test_experiments_rvga": 64, "test_klprox": 62, "test_validation": 59,
            "test_lrvga_buffer": 56, "test_tuning_free": 55, "test_experiments_default_figs": 52,

@@ -193,8 +193,9 @@ def test_low_rank_skips_and_flags_non_finite_input(scheme):
     flt = jr.lrvga(model, rank=2, scheme=scheme)
     W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), D, 2, prior_var=2.0)
     state = flt.init(jnp.ones(D), W0, psi0, key=jax.random.PRNGKey(0))
+    update = jax.jit(flt.update)  # one compiled update for both inputs (not one per operation)
     for x in (jnp.full(D, jnp.nan), jnp.full(D, 1e200)):
-        new = flt.update(state, x, 1.0)
+        new = update(state, x, 1.0)
         assert not bool(new.info.converged) and int(new.step) == 1
         for field in ("mean", "W", "psi"):
             np.testing.assert_array_equal(getattr(new, field), getattr(state, field))
@@ -255,11 +256,11 @@ def test_categorical_minibatch_ekf_is_the_information_form_update():
         g += J.T @ (np.eye(K)[int(y[i])] - p)
     cov = np.linalg.inv(prec)
     dense = jr.rvga(model, "ekf")
-    a = dense.update(dense.init(mu, P0), X, y)
+    a = jax.jit(dense.update)(dense.init(mu, P0), X, y)
     np.testing.assert_allclose(a.cov, cov, rtol=0, atol=1e-12)
     np.testing.assert_allclose(a.mean, mu + cov @ g, rtol=0, atol=1e-12)
     low = jr.lrvga(model, rank=d * K, scheme="ekf")
-    b = low.update(low.init(mu, *full_rank_factors(P0)), X, y)
+    b = jax.jit(low.update)(low.init(mu, *full_rank_factors(P0)), X, y)
     np.testing.assert_allclose(b.mean, mu + cov @ g, rtol=0, atol=1e-10)
     np.testing.assert_allclose(dense_cov(b), cov, rtol=0, atol=1e-10)
 
@@ -360,7 +361,11 @@ def test_linearise_of_an_elementwise_family_is_the_jacobian_scaled_by_the_fisher
     """One pullback per output gives ``C = diag(sqrt F) J`` and ``grad = J^T d log p / d eta``, the
     general form (a root given as a matrix, one more pullback for the gradient) and the Jacobian's;
     so does a :func:`~jaxrvga.models.minibatch` model, differentiated per input."""
-    from jaxrvga.schemes import linearise
+    from jaxrvga.schemes import linearise as eager_linearise
+
+    def linearise(model, theta, x, y):  # one compiled program per model (not one per operation)
+        return jax.jit(lambda *args: eager_linearise(model, *args))(theta, x, y)
+
     fam = {"bernoulli": jr.models.bernoulli(), "poisson": jr.models.poisson_family(),
            "gaussian": jr.models.gaussian(0.7)}[family]
     theta, h = _tiny_network()
@@ -402,17 +407,17 @@ def test_network_minibatch_ekf_is_the_information_form_update():
     cov = np.linalg.inv(prec)
     mean = np.asarray(theta) + cov @ (J.T @ (np.asarray(y) - p))
     dense = jr.rvga(model, "ekf")
-    a = dense.update(dense.init(theta, P0), X, y)
+    a = jax.jit(dense.update)(dense.init(theta, P0), X, y)
     np.testing.assert_allclose(a.cov, cov, rtol=0, atol=1e-12)
     np.testing.assert_allclose(a.mean, mean, rtol=0, atol=1e-12)
     low = jr.lrvga(model, rank=d, scheme="ekf")
-    b = low.update(low.init(theta, *full_rank_factors(P0)), X, y)
+    b = jax.jit(low.update)(low.init(theta, *full_rank_factors(P0)), X, y)
     np.testing.assert_allclose(b.mean, mean, rtol=0, atol=1e-10)
     np.testing.assert_allclose(dense_cov(b), cov, rtol=0, atol=1e-10)
     buffered = jr.lrvga(model, rank=2, scheme="ekf", buffer=m)
     W0 = jnp.zeros((d, 2)).at[0, 0].set(1.0).at[1, 1].set(0.5)
     psi0 = jnp.full(d, 2.0)
-    c = buffered.update(buffered.init(theta, W0, psi0), X, y)
+    c = jax.jit(buffered.update)(buffered.init(theta, W0, psi0), X, y)
     prec = np.asarray(W0 @ W0.T) + np.diag(np.asarray(psi0)) + J.T @ np.diag(p * (1 - p)) @ J
     np.testing.assert_allclose(jr.kernels.woodbury.to_dense_precision(c.W, c.psi), prec, rtol=0, atol=1e-12)
     np.testing.assert_allclose(c.mean, np.asarray(theta) + np.linalg.solve(prec, J.T @ (np.asarray(y) - p)),
@@ -432,7 +437,7 @@ def test_minibatch_model_of_softmax_regression_is_its_native_minibatch():
                        (lambda mod: jr.lrvga(mod, rank=3, scheme="ekf"),  # m K = 15 columns: no buffer fits d = 12
                         (mu, 0.5 * jnp.eye(d * K)[:, :3], jnp.ones(d * K)))):
         a, b = make(native), make(mapped)
-        sa, sb = a.update(a.init(*init), X, y), b.update(b.init(*init), X, y)
+        sa, sb = jax.jit(a.update)(a.init(*init), X, y), jax.jit(b.update)(b.init(*init), X, y)
         np.testing.assert_allclose(sb.mean, sa.mean, rtol=1e-12, atol=1e-14)
     for bad in (jr.models.logistic(), jr.models.linear_gaussian(1.0), "model"):
         with pytest.raises(ValueError, match="nonlinear model"):
