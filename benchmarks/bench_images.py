@@ -222,14 +222,10 @@ def adam_scores(h):
 # --------------------------------------------------------------------------- operation counts
 
 def columns_per_step(options):
-    """Curvature columns that one update brings per image: the categorical Fisher's root, 10 rows
-    (``ekf``) or the 9 with curvature (``moment_ekf``, ``Family.null_directions``); ``fisher_rank``
-    with that option; one with the empirical Fisher."""
-    if options.get("curvature") == "empirical":
-        per_image = 1
-    else:
-        moment = options.get("scheme") in (None, "moment_ekf")
-        per_image = options.get("fisher_rank", NUM_CLASSES - 1 if moment else NUM_CLASSES)
+    """Curvature columns that one update brings per image: the 9 rows of the categorical Fisher's
+    root that hold curvature (``Family.null_directions``), ``fisher_rank`` with that option, one
+    with the empirical Fisher."""
+    per_image = 1 if options.get("curvature") == "empirical" else options.get("fisher_rank", NUM_CLASSES - 1)
     return per_image * options.get("batch", 1)
 
 

@@ -81,8 +81,9 @@ class Family(_FamilyFields):
       predictive covariance is kept whole and its ``y`` is a label or a one-hot row.
     * ``null_directions``: of a vector output, how many directions of ``eta`` carry no curvature in
       any observation's Fisher (:func:`categorical`: 1, the common shift of the logits). The
-      moment-matched EKF keeps the ``K - null_directions`` leading rows of each observation's root
-      (:func:`jaxrvga.schemes.linearise`), the same curvature in fewer columns.
+      linearised schemes (``ekf``, ``moment_ekf``) keep the ``K - null_directions`` leading rows of
+      each observation's eigen-decomposed Fisher (:func:`jaxrvga.schemes.linearise`), the same
+      curvature in fewer columns.
 
     Elementwise families (every family here except :func:`categorical`) treat the components of
     ``eta`` and ``y`` independently: ``mean``, ``variance`` and ``fisher`` return arrays of the shape

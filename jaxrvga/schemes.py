@@ -339,7 +339,8 @@ def _jacobian_rows(model, theta, x, eta):
 def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False, fisher_rank=None):
     """``(C, grad)`` at ``theta``: ``C = R J`` (r, d) with ``R^T R = F`` (GGN, [LRVGA] eq. 41), ``grad log p``.
 
-    ``R`` is the family's ``fisher_root`` (the full Fisher of a categorical output, per observation).
+    ``R`` is the family's ``fisher_root``; for a family with ``null_directions`` (a categorical output)
+    the rows with curvature of each observation's eigen-decomposed Fisher.
     Reverse mode (one pullback per row of ``R``) when ``eta`` has fewer outputs than parameters.
     A diagonal ``R`` (elementwise families) scales the rows of ``J`` itself, and ``grad = J^T d log p
     / d eta`` combines the same rows: one pullback per output, none more for the gradient.
@@ -351,7 +352,7 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False, fisher_ra
     rows of the r largest eigenvalues of each observation's ``F`` alone, so that ``C^T C <= J^T F J``
     (a curvature that never exceeds the GGN) from r pullbacks per observation instead of K; the
     gradient is unchanged. ``r = K - 1`` is exact for the categorical family (``F 1 = 0``), and
-    the moment-matched root (``jitter > 0``) keeps ``K - Family.null_directions`` rows by default.
+    ``K - Family.null_directions`` rows are kept by default (the same curvature in fewer columns).
     """
     def eta_of(th):
         return model.predict(th, x)
@@ -368,7 +369,7 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False, fisher_ra
         s = moment_weights(model.family, eta, jitter)
         dlogp, diag = dlogp * s, diag * jnp.sqrt(s)
         root = lambda e: jnp.diag(jnp.ravel(diag))  # noqa: E731
-    elif jitter or fisher_rank is not None:
+    elif jitter or fisher_rank is not None or model.family.null_directions:
         if fisher_rank is None and model.family.null_directions:  # the same curvature in fewer columns
             fisher_rank = eta.shape[-1] - model.family.null_directions
         elif fisher_rank is not None and fisher_rank > eta.shape[-1]:

@@ -68,9 +68,8 @@ def test_truncated_curvature_is_the_leading_eigen_part(jitter, m, r):
 @pytest.mark.parametrize("belief", ["dense", "lowrank", "diagonal"])
 def test_all_but_the_null_direction_is_exact(belief, scheme):
     """Five steps on minibatches of 3 with K - 1 rows per image equal those with all K rows to 1e-10:
-    the categorical Fisher's null direction holds no curvature. ``moment_ekf`` keeps K - 1 rows by
-    default (``Family.null_directions``; all K with ``fisher_rank=K``), ``ekf`` the family's K x K
-    root (K - 1 rows with ``fisher_rank=K - 1``)."""
+    the categorical Fisher's null direction holds no curvature. Both schemes keep K - 1 rows by
+    default (``Family.null_directions``), all K with ``fisher_rank=K``."""
     theta, h = _network()
     model = jr.models.minibatch(jr.models.nonlinear(h, jr.models.categorical(K)))
     rng = np.random.default_rng(2)
@@ -91,7 +90,7 @@ def test_all_but_the_null_direction_is_exact(belief, scheme):
             state = flt.init(theta, jnp.full(d, 0.5))
         return jr.scan(flt, state, xs, ys)[0]
 
-    a, b = (run(fisher_rank=K), run()) if scheme == "moment_ekf" else (run(), run(fisher_rank=K - 1))
+    a, b = run(fisher_rank=K), run()
     np.testing.assert_allclose(b.mean, a.mean, rtol=0, atol=1e-10)
     spread = {"dense": lambda s: (s.cov,), "lowrank": lambda s: (outer(s.W), s.psi), "diagonal": lambda s: (s.psi,)}
     for u, v in zip(spread[belief](a), spread[belief](b)):
@@ -122,8 +121,9 @@ def test_one_direction_runs_in_float32_and_keeps_a_wider_belief():
 
 @pytest.mark.parametrize("m", [None, 3])
 def test_moment_root_keeps_the_rows_with_curvature(m):
-    """``moment_ekf``'s root of a categorical output has K - 1 rows per observation (the family's
-    ``null_directions = 1``), the EKF's K (the family's own root), the empirical Fisher one."""
+    """The root of a categorical output has K - 1 rows per observation (the family's
+    ``null_directions = 1``), for the moment-matched and the plain EKF, K with ``fisher_rank=K``, and
+    the empirical Fisher one."""
     theta, h = _network()
     base = jr.models.nonlinear(h, jr.models.categorical(K))
     model = base if m is None else jr.models.minibatch(base)
@@ -132,7 +132,8 @@ def test_moment_root_keeps_the_rows_with_curvature(m):
     assert base.family.null_directions == 1 and jr.models.logistic().family.null_directions == 0
     assert schemes.linearise(model, theta, x, y, 0.1)[0].shape[0] == (K - 1) * n
     assert schemes.linearise(model, theta, x, y, 0.1, fisher_rank=K)[0].shape[0] == K * n
-    assert schemes.linearise(model, theta, x, y)[0].shape[0] == K * n
+    assert schemes.linearise(model, theta, x, y)[0].shape[0] == (K - 1) * n
+    assert schemes.linearise(model, theta, x, y, fisher_rank=K)[0].shape[0] == K * n
     assert schemes.linearise(model, theta, x, y, 0.1, empirical=True)[0].shape[0] == n
 
 

@@ -249,17 +249,18 @@ def test_settle_of_a_buffer_is_finish_where_ok_and_the_prior_where_not(m):
 
 
 def test_buffer_counts_columns_and_refuses_one_too_small_for_a_step():
-    """A 3-class step brings 3 curvature columns: ``buffer=2`` could never hold one (it silently
-    projected every step before); ``buffer=3`` stores the step's columns: the precision is then exact."""
+    """A 3-class step brings K - 1 = 2 curvature columns (the rows of its Fisher with curvature):
+    ``buffer=1`` could never hold one (it silently projected every step before); ``buffer=2`` stores
+    the step's columns: the precision is then exact."""
     K, d = 3, 2
     model = jr.models.softmax_regression(d, K)
     state0 = dict(mean=jnp.zeros(d * K), W=0.1 * np.eye(d * K)[:, :2], psi=np.ones(d * K))
-    with pytest.raises(ValueError, match=r"buffer=2 curvature columns cannot hold the 3 columns"):
-        flt = jr.lrvga(model, rank=2, scheme="ekf", buffer=2)
+    with pytest.raises(ValueError, match=r"buffer=1 curvature columns cannot hold the 2 columns"):
+        flt = jr.lrvga(model, rank=2, scheme="ekf", buffer=1)
         flt.update(flt.init(**state0), jnp.ones(d), 1)
-    held = jr.lrvga(model, rank=2, scheme="ekf", buffer=3)
+    held = jr.lrvga(model, rank=2, scheme="ekf", buffer=2)
     out = held.update(held.init(**state0), jnp.ones(d), 1)
-    assert out.W.shape == (d * K, 5) and np.all(np.asarray(jnp.diagonal(out.gram)[2:]) > 0)  # stored, not projected
+    assert out.W.shape == (d * K, 4) and np.all(np.asarray(jnp.diagonal(out.gram)[2:]) > 0)  # stored, not projected
     dense = jr.ekf(model)
     want = dense.update(dense.init(state0["mean"], np.linalg.inv(jr.kernels.woodbury.to_dense_precision(state0["W"], state0["psi"]))),
                         jnp.ones(d), 1)

@@ -111,7 +111,7 @@ def test_per_input_rows_of_a_categorical_minibatch_are_the_whole_minibatch_rows(
     x, y = jnp.asarray(rng.normal(size=(5, 3))), jnp.asarray(rng.integers(0, 3, size=5))
     C, g = schemes.linearise(model, theta, x, y, jitter)
     C_ref, g_ref = schemes.linearise(model._replace(per_input=None), theta, x, y, jitter)
-    rows = 5 * (2 if jitter else 3)  # the moment root keeps the K - 1 rows with curvature
+    rows = 5 * 2  # the root keeps the K - 1 rows with curvature
     assert C.shape == C_ref.shape == (rows, theta.shape[0])
     np.testing.assert_allclose(C, C_ref, rtol=0, atol=1e-13)
     np.testing.assert_allclose(g, g_ref, rtol=0, atol=1e-13)
