@@ -369,12 +369,8 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False, fisher_ra
         s = moment_weights(model.family, eta, jitter)
         dlogp, diag = dlogp * s, diag * jnp.sqrt(s)
         root = lambda e: jnp.diag(jnp.ravel(diag))  # noqa: E731
-    elif jitter or fisher_rank is not None or model.family.null_directions:
-        if fisher_rank is None and model.family.null_directions:  # the same curvature in fewer columns
-            fisher_rank = eta.shape[-1] - model.family.null_directions
-        elif fisher_rank is not None and fisher_rank > eta.shape[-1]:
-            raise ValueError(f"fisher_rank={fisher_rank} exceeds the {eta.shape[-1]} outputs of one observation")
-        root, dlogp = _coupled_moments(model.family, eta, dlogp, jitter, fisher_rank)
+    elif diag is None and (jitter or fisher_rank is not None or model.family.null_directions):
+        root, dlogp = _coupled_moments(model.family, eta, dlogp, jitter, _root_rank(model.family, eta, fisher_rank))
     if diag is not None and eta.size <= theta.shape[0]:
         J = _jacobian_rows(model, theta, x, eta)  # (n, d)
         weights = jnp.ravel(dlogp) if empirical else jnp.ravel(diag)
@@ -387,6 +383,17 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False, fisher_ra
         return jax.vmap(lambda u: pullback(u)[0])(U), pullback(dlogp)[0]
     J = jax.jacfwd(eta_of)(theta).reshape(-1, theta.shape[0])
     return U.reshape(U.shape[0], -1) @ J, jnp.ravel(dlogp) @ J
+
+
+def _root_rank(family, eta, fisher_rank):
+    """The rows kept of each observation's K x K Fisher root: ``fisher_rank`` (at most K), else
+    ``K - family.null_directions`` (None: all K)."""
+    K = eta.shape[-1]
+    if fisher_rank is None:
+        return K - family.null_directions if family.null_directions else None
+    if fisher_rank > K:
+        raise ValueError(f"fisher_rank={fisher_rank} exceeds the {K} outputs of one observation")
+    return fisher_rank
 
 
 def ekf_site(model, q, x, y, jitter=0.0, empirical=False, fisher_rank=None):
@@ -542,12 +549,11 @@ def _step_qkf(cfg, model, belief, prior, X, y):
 def _step_ekf(cfg, model, belief, prior, x, y):
     """``ekf`` (``jitter = 0``) and ``moment_ekf``: linearised at the mean."""
     empirical = cfg.curvature == "empirical"
-    if cfg.fisher_rank is None:
-        site = ekf_glm_site if model.is_glm else ekf_site
-        inc = site(model, prior, x, y, cfg.jitter, empirical)
-    elif model.is_glm or not model.family.vector_output:
+    if cfg.fisher_rank is not None and not model.family.vector_output:
         raise ValueError(f"fisher_rank: the {model.family.name!r} family has no K x K Fisher per observation to "
                          "truncate (each output is one curvature column already); leave fisher_rank=None")
+    if model.is_glm:
+        inc = ekf_glm_site(model, prior, x, y, cfg.jitter, empirical)
     else:
         inc = ekf_site(model, prior, x, y, cfg.jitter, empirical, cfg.fisher_rank)
     return _absorb(cfg, belief, prior, inc, solver_info(prior.mean.dtype))
