@@ -17,7 +17,7 @@ MLP 784-256-256-10 (ReLU, 269,322 weights; ``--hidden`` changes the hidden layer
 Methods (``METHODS``), each ONE pass over the training images as one jitted ``lax.scan``:
 optax Adam on the log-loss (batch 1, lr 1e-3; batch 16, lr 3e-3); ``jr.lrvga(model, rank=10)``
 with its default scheme for a network (``moment_ekf``), with ``buffer=`` (curvature columns held
-unprojected: a categorical image brings 10), the EKF, the empirical Fisher
+unprojected: a categorical image brings the 9 rows of its Fisher with curvature), the EKF, the empirical Fisher
 (``curvature="empirical"``: one column per image), minibatches of 16 images
 (``jr.models.minibatch``: one linearisation at the mean for the 16), ``fisher_rank=1`` (the
 leading direction of each image's 10 x 10 Fisher alone: one column per image, a curvature below
@@ -28,7 +28,8 @@ predictive per image more); ``jr.diag_rvga``. Prior
 short run is repeated within its turn (:mod:`benchmarks.bench_nn`'s rule).
 
 Reported per method: test accuracy and test NLPD (the mean of ``-log p(y | x)``: the filters'
-own predictive ``jr.log_predictive``: the linearised one, or the model average's mixture; Adam's ``softmax(h(theta, x))``), the time per
+own predictive ``jr.log_predictive``: the linearised one, or the model average's mixture;
+Adam's ``softmax(h(theta, x))``), the time per
 training image, its ratio to Adam (batch 1) timed in the same process, the peak resident set
 during the timed runs and its rise above the level before them (``/proc/self/statm`` sampled
 every ms), XLA's temporary buffers, and the floating-point operations per image by XLA's count of

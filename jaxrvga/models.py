@@ -97,13 +97,12 @@ class Family(_FamilyFields):
                 learned_noise=False, predictive=None, log_predictive=None, vector_output=False, null_directions=0):
         if fisher_root is None:
             fisher_root = _DiagonalRoot(fisher)
-        if isinstance(null_directions, bool) or not isinstance(null_directions, (int, np.integer)) or not (
-                0 <= null_directions and (vector_output or null_directions == 0)):
-            raise ValueError(f"null_directions must be an integer >= 0, and 0 for an elementwise family; got "
-                             f"{null_directions!r}")
+        null_directions = positive_int("null_directions", null_directions, minimum=0)
+        if null_directions and not vector_output:
+            raise ValueError(f"null_directions must be 0 for an elementwise family, got {null_directions!r}")
         return super().__new__(cls, name, log_prob, mean, variance, fisher, check_y, fisher_root, bool(fixed_variance),
                                bool(learned_noise), predictive, log_predictive, bool(vector_output),
-                               int(null_directions))
+                               null_directions)
 
     @property
     def root_diagonal(self) -> Optional[Callable]:

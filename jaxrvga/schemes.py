@@ -649,11 +649,10 @@ def _fisher_rank(rank, curvature):
     """``rank``: None or an integer >= 1, with the GGN curvature (the empirical one has no root to cut)."""
     if rank is None:
         return None
-    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
-        raise ValueError(f"fisher_rank must be an integer >= 1 or None, got {rank!r}")
+    rank = positive_int("fisher_rank", rank)
     if curvature != "ggn":
         raise ValueError(f"fisher_rank truncates the GGN's Fisher; curvature={curvature!r} has none")
-    return int(rank)
+    return rank
 
 
 def qkf(*, max_move=MAX_MOVE) -> Scheme:

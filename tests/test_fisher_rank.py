@@ -141,9 +141,9 @@ def test_refused():
     """Bad values, the empirical curvature, a family without a K x K Fisher, more rows than outputs,
     and a family's bad ``null_directions``."""
     theta, h = _network()
-    with pytest.raises(ValueError, match="fisher_rank must be an integer"):
+    with pytest.raises(ValueError, match="fisher_rank must be a positive integer"):
         jr.schemes.ekf(fisher_rank=0)
-    with pytest.raises(ValueError, match="fisher_rank must be an integer"):
+    with pytest.raises(ValueError, match="fisher_rank must be a positive integer"):
         jr.schemes.moment_ekf(fisher_rank=1.5)
     with pytest.raises(ValueError, match="empirical"):
         jr.schemes.ekf(curvature="empirical", fisher_rank=1)
