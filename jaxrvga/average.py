@@ -37,6 +37,7 @@ import numpy as np
 
 from ._values import Bound
 from .core import Filter, SolverInfo, solver_info
+from .validation import is_concrete
 
 
 #: The default covariance scales of the forecasters of each member: the plug-in (0), the belief's
@@ -77,9 +78,24 @@ def _init(flt: Filter, scales, members, log_prior=None) -> AverageState:
     if log_prior.shape not in ((K,), (K, S)):
         raise ValueError(f"log_prior must have shape ({K},), one per member, or ({K}, {S}), one per forecaster, "
                          f"got {log_prior.shape}")
+    check_log_weight("log_prior", log_prior)
     if log_prior.ndim == 1:
         log_prior = jnp.broadcast_to(log_prior[:, None], (K, S)) - jnp.log(jnp.asarray(S, dtype))
     return AverageState(members, log_prior, jnp.asarray(scales, dtype), jnp.zeros((), jnp.int32), solver_info(dtype))
+
+
+def usable_log_weight(log_weight):
+    """Whether ``log_weight`` weighs a mixture: no NaN, no ``+inf`` and at least one finite entry (``-inf``
+    is a weight of 0); a traced bool."""
+    return ~jnp.any(jnp.isnan(log_weight) | (log_weight == jnp.inf)) & jnp.any(jnp.isfinite(log_weight))
+
+
+def check_log_weight(name: str, log_weight):
+    """``ValueError`` naming ``name`` where concrete ``log_weight`` is not :func:`usable_log_weight`."""
+    if is_concrete(log_weight) and not bool(usable_log_weight(log_weight)):
+        raise ValueError(f"{name} must hold log weights without NaN or +inf and at least one finite entry "
+                         f"(-inf is a weight of 0), got {np.asarray(log_weight)!r}")
+    return log_weight
 
 
 def _member_prior(flt: Filter, member):
@@ -101,7 +117,7 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
 
     members, lp = jax.vmap(one)(state.members)
     log_weight = state.log_weight + lp.astype(state.log_weight.dtype)
-    ok = jnp.any(jnp.isfinite(log_weight))
+    ok = usable_log_weight(state.log_weight) & jnp.any(jnp.isfinite(log_weight))
     log_weight = jnp.where(ok, log_weight, state.log_weight)
     converged = ok & jnp.all(members.info.converged) if hasattr(members, "info") else ok
     info = state.info._replace(converged=converged)
@@ -177,16 +193,40 @@ def mixture_moments(w, mean, var):
     mean)^2)`` (total variance)."""
     w = jnp.ravel(w)
     w = w.reshape(w.shape + (1,) * (jnp.ndim(mean) - 1))
-    m = jnp.sum(w * mean, axis=0)
-    return m, jnp.sum(w * (var + (mean - m) ** 2), axis=0)
+
+    def weighted(a):  # a component of weight 0 adds nothing, even an infinite or NaN moment
+        return jnp.sum(jnp.where(w > 0, w * a, 0.0), axis=0)
+
+    m = weighted(mean)
+    return m, weighted(var + (mean - m) ** 2)
 
 
 def mixture_log_density(log_weight, log_density):
     """``log sum_k w_k p_k = logsumexp(l_k + log p_k) - logsumexp(l_k)`` (``l`` of any shape of K entries)."""
     lse = jax.scipy.special.logsumexp
     log_weight = jnp.ravel(log_weight)
-    return lse(log_weight + log_density) - lse(log_weight)
+    weighted = jnp.where(log_weight == -jnp.inf, -jnp.inf, log_weight + log_density)  # weight 0: nothing, not NaN
+    return lse(weighted) - lse(log_weight)
+
+
+def check_members(state: AverageState):
+    """Each member of a concrete ``state`` read as a plain state is (:func:`jaxrvga.beliefs.of_state`:
+    a finite mean, a positive definite covariance or positive ``psi``, valid noise statistics);
+    ``ValueError`` naming ``state.members[k]``. Traced states are taken as given."""
+    from . import beliefs, noise
+
+    if not is_concrete(state.members):
+        return
+    for k in range(_num_members(state.members)):
+        member = jax.tree_util.tree_map(lambda a: a[k], state.members)
+        try:
+            beliefs.of_state(member)
+            stats = noise.stats_of(member)
+            if stats is not None and not bool(noise.valid(stats)):
+                raise ValueError(f"state.noise must be positive and finite, got {stats}")
+        except ValueError as err:
+            raise ValueError(f"state.members[{k}]: {err}") from None
 
 
 __all__ = ["AverageState", "PREDICTIVE_SCALES", "model_average", "weights", "each_forecaster", "mixture_moments",
-           "mixture_log_density"]
+           "mixture_log_density", "usable_log_weight", "check_log_weight", "check_members"]

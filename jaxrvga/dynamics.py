@@ -84,8 +84,8 @@ class Dynamics(NamedTuple):
                 ok = ok & jnp.all(jnp.isfinite(value))
                 if name in ("additive_noise", "process_noise"):
                     ok = ok & jnp.all(value >= 0)
-                if name == "noise_discount":
-                    ok = ok & (value > 0) & (value <= 1)
+                if name == "noise_discount":  # a subnormal delta flushes the statistics to 0
+                    ok = ok & (value >= jnp.finfo(dtype).tiny) & (value <= 1)
         return ok
 
     def where_valid(self, ok, dtype):
@@ -155,8 +155,9 @@ def dynamics(decay=None, additive_noise=None, process_noise=None, decay_to=None,
             nonnegative = name in ("additive_noise", "process_noise")
             if not np.all(np.isfinite(a)) or (nonnegative and np.any(a < 0)):
                 raise ValueError(f"{name} must be {'>= 0 and ' if nonnegative else ''}finite, got {value!r}")
-            if name == "noise_discount" and not (0 < a <= 1):
-                raise ValueError(f"noise_discount must be in (0, 1], got {value!r}")
+            if name == "noise_discount" and not (np.finfo(np.float64).tiny <= a <= 1):
+                raise ValueError(f"noise_discount must be in (0, 1] and a normal float (not subnormal: the "
+                                 f"statistics would flush to 0), got {value!r}")
         fields[name] = value
     if decay_to is not None and decay is None:
         raise ValueError("decay_to is the mean that decay pulls towards: give decay too")

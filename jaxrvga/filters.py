@@ -113,11 +113,12 @@ def _guarded(belief, prior, new, ok, info, certified: bool = False, noise=None):
     ok = ok & all_finite(*_changed(belief.checked_fields(new), belief.checked_fields(prior))) & belief.positive(new)
     if not certified:  # a step of the user's: every array read, not only those the library's steps leave unchecked
         ok = ok & all_finite(*_belief_fields(new))
+    if noise is not None:  # the statistics decide the step with the rest: a step they reject keeps the prior
+        ok = ok & noise_belief.valid(noise) & noise_belief.valid(prior.noise)
     out, (dropped, loops, projected) = belief.settle(prior, new, ok)
     out = out._replace(mean=jnp.where(projected, out.mean, prior.mean))  # a failed projection kept the prior's factors
     ok = ok & projected & all_finite(*belief.checked_fields(out)[1:])
     if noise is not None:  # the learned noise variance's statistics move with the step they belong to
-        ok = ok & all_finite(*noise) & (noise.rate > 0)
         out = out._replace(noise=noise_belief.NoiseStats(*(jnp.where(ok, a, b) for a, b in zip(noise, prior.noise))))
     finite = jnp.isfinite(info.residual)  # a diagnostic of a step that overflowed: the prior's instead
     residual = jnp.where(finite, info.residual, prior.info.residual)
@@ -182,6 +183,8 @@ def _predict(spec, state):
     if dyn.noise_discount is not None and prior.noise is not None:
         prior = prior._replace(noise=noise_belief.discount(prior.noise, dyn.noise_discount))
     ok = valid & all_finite(*_changed(_belief_fields(prior), _belief_fields(kept))) & spec.belief.positive(prior)
+    if prior.noise is not None:  # discounted statistics that underflow (a tiny delta) keep the state's
+        ok = ok & noise_belief.valid(prior.noise)
     pick = lambda a, b: a if a is b else jnp.where(ok, a, b)  # noqa: E731
     return jax.tree_util.tree_map(pick, prior, kept), ok
 
@@ -354,6 +357,10 @@ def build(belief: Belief, scheme: schemes.Scheme, model: Model, dynamics: Dynami
         raise ValueError(f"dynamics must be a jaxrvga.dynamics.Dynamics (from jaxrvga.dynamics.dynamics), "
                          f"got {type(dynamics).__name__}")
     scheme.check(model, belief)
+    if dynamics.noise_discount is not None and not model.family.learned_noise:
+        raise ValueError("noise_discount discounts the statistics of a learned noise variance; this model's "
+                         "variance is known (build it with noise_var=None, e.g. jr.kalman(None), or drop "
+                         "noise_discount)")
     spec = Spec(model, belief, scheme, dynamics)
     return Filter(_OfSpec(_init, spec), _OfSpec(_update, spec), Bound(_check_data, model), _OfSpec(_predict_alone, spec),
                   model, spec)
@@ -474,7 +481,7 @@ def _scheme_and_dynamics(model: Model, scheme, options: dict, **named):
     dyn = dynamics(**{k: options.pop(k) for k in DYNAMICS_OPTIONS if k in options})
     if not isinstance(scheme, schemes.Scheme):
         return scheme_named(model, scheme, **named, **options), dyn
-    given = [k for k, v in options.items() if v is not None and v is not False]
+    given = [k for k, v in options.items() if v is not None]  # False too: an option beside a value is given twice
     if given:
         raise ValueError(f"{given[0]}: a scheme value carries its own options; give them to its factory "
                          f"(jr.schemes.{scheme.name}(...))")

@@ -157,6 +157,15 @@ def _check_info_and_step(state, batch):
     _check_noise(getattr(state, "noise", None), real, batch)
 
 
+def _check_noise_stats(noise):
+    """A bare ``NoiseStats``: floating ``shape`` and ``rate`` of one shape and dtype, positive and finite."""
+    for f in ("shape", "rate"):
+        _floating(f"noise.{f}", getattr(noise, f))
+        _positive(f"noise.{f}", getattr(noise, f))
+    _need(_shape(noise.shape) == _shape(noise.rate) and _dtype_of(noise.shape) == _dtype_of(noise.rate),
+          "noise.shape and noise.rate must share one shape and dtype")
+
+
 def _check_noise(noise, dtype, batch):
     """A learned noise variance's ``NoiseStats``: ``shape`` and ``rate`` arrays of the state's dtype
     and batch shape, positive and finite (:mod:`jaxrvga.noise`); ``None`` for a known variance."""
@@ -289,19 +298,22 @@ def _check_diagonal(st):
 
 def _check_average(st):
     """``AverageState``: ``log_weight`` (K, S) floating, not NaN and not +inf (-inf: a forecaster of
-    weight 0), ``scales`` (S,) finite and >= 0, K the leading axis of the stacked ``members`` (each
-    checked by its own class), ``step`` and ``info`` scalars."""
+    weight 0) with at least one finite entry, ``scales`` (S,) finite and >= 0, K the leading axis of the
+    stacked ``members`` (each checked by its own class), ``step`` and ``info`` scalars."""
     _floating("log_weight", st.log_weight)
     _floating("scales", st.scales)
     KS = _shape(st.log_weight)
     lw, sc = _values(st.log_weight), _values(st.scales)
-    _need(len(KS) == 2 and not np.any(np.isnan(lw)) and not np.any(lw == np.inf),
-          f"log_weight must be a (K, S) array without NaN or +inf, got shape {KS}")
+    _need(len(KS) == 2 and not np.any(np.isnan(lw)) and not np.any(lw == np.inf) and np.any(np.isfinite(lw)),
+          f"log_weight must be a (K, S) array without NaN or +inf and with a finite entry, got shape {KS}")
     _need(_shape(st.scales) == KS[1:] and np.all(np.isfinite(sc)) and np.all(sc >= 0),
           f"scales must be {KS[1:]} finite values >= 0, one per column of log_weight")
     sizes = {_shape(a)[:1] for a in jax.tree_util.tree_leaves(st.members)}
     _need(sizes == {KS[:1]}, f"members must be stacked along a leading axis of {KS[0]} (one per row of log_weight)")
     _check_solver_info(st.info)
+    _need(_shape(st.info.converged) == (), f"info fields must be scalars, got shape {_shape(st.info.converged)}")
+    _need(_dtype_of(st.info.residual) == _dtype_of(st.log_weight) == _dtype_of(st.scales),
+          "log_weight, scales and info.residual must share one dtype")
     _need(_is_array(st.step) and _shape(st.step) == () and _dtype_of(st.step) == np.dtype(np.int32),
           "step must be an int32 scalar")
 
@@ -318,14 +330,23 @@ def factors_check(st):
 
 
 def vectors_check(*fields):
-    """A check that the named fields are floating arrays of one shape (at least one axis)."""
+    """A check that the named fields are floating arrays of one shape (at least one axis) and one dtype."""
     def check(st):
         shapes = {_shape(getattr(st, f)) for f in fields}
         for f in fields:
             _floating(f, getattr(st, f))
         _need(len(shapes) == 1 and len(next(iter(shapes))) >= 1,
               f"{', '.join(fields)} must be arrays of one shape, got {sorted(shapes)}")
+        one_float_dtype(st)
     return check
+
+
+def one_float_dtype(st):
+    """The check of a state whose floating arrays, nested ones included, share one dtype (a scan carry
+    of mixed float32 and float64 leaves fails in :func:`jaxrvga.run`)."""
+    dtypes = {str(_dtype_of(a)) for a in jax.tree_util.tree_leaves(st)
+              if _is_array(a) and np.issubdtype(_dtype_of(a), np.floating)}
+    _need(len(dtypes) <= 1, f"{type(st).__name__}: its floating arrays must share one dtype, got {sorted(dtypes)}")
 
 
 def moments_check(vectors=(), cov="cov", scalars=(), like_mean=()):
@@ -353,7 +374,7 @@ def _registry() -> dict:
     if not _REGISTRY:
         from . import average, beliefs, core
 
-        entries = [(core.SolverInfo, _check_solver_info), (core.NoiseStats, None),
+        entries = [(core.SolverInfo, _check_solver_info), (core.NoiseStats, _check_noise_stats),
                    (beliefs.GaussianState, _check_gaussian), (beliefs.LowRankState, _check_lowrank),
                    (beliefs.DiagonalState, _check_diagonal), (average.AverageState, _check_average)]
         for cls, check in entries:
@@ -676,4 +697,5 @@ def _load_archive(archive, where):
     return _Decoder(archive, where).decode(meta.get("tree"))
 
 
-__all__ = ["save", "load", "register", "registered", "factors_check", "vectors_check", "moments_check"]
+__all__ = ["save", "load", "register", "registered", "factors_check", "vectors_check", "moments_check",
+           "one_float_dtype"]

@@ -44,7 +44,8 @@ DEFAULT_NOISE = (1.0, 1.0)
 
 def check_noise(noise, dtype) -> NoiseStats:
     """``noise = (shape, rate)`` as :class:`~jaxrvga.core.NoiseStats` scalars of ``dtype``; ``ValueError``
-    naming ``noise`` where it is not a pair of real scalars, or (where concrete) not finite and > 0."""
+    naming ``noise`` where it is not a pair of real scalars, or (where concrete) not finite and > 0 once
+    stored in ``dtype`` (``1e39`` overflows float32, ``1e-50`` flushes to 0)."""
     if isinstance(noise, (str, bytes)) or not isinstance(noise, (tuple, list)) or len(noise) != 2:
         raise ValueError(f"noise must be a pair (shape, rate) of the inverse-gamma prior, got {noise!r}")
     out = []
@@ -53,8 +54,18 @@ def check_noise(noise, dtype) -> NoiseStats:
             raise ValueError(f"noise: {name} must be a real scalar, got {v!r}")
         if is_concrete(v) and not (np.isfinite(float(v)) and float(v) > 0):
             raise ValueError(f"noise: {name} must be positive and finite, got {v!r}")
-        out.append(jnp.asarray(v, dtype))
+        stored = jnp.asarray(v, dtype)
+        if is_concrete(v) and not valid(NoiseStats(stored, stored)):
+            raise ValueError(f"noise: {name} = {v!r} is not positive and finite in the state's dtype "
+                             f"{jnp.dtype(dtype).name} (it stores {float(stored)!r})")
+        out.append(stored)
     return NoiseStats(*out)
+
+
+def valid(stats: NoiseStats):
+    """Whether ``stats`` is an inverse-gamma belief: shape and rate finite and > 0 (a traced bool)."""
+    a, b = stats
+    return jnp.isfinite(a) & jnp.isfinite(b) & (a > 0) & (b > 0)
 
 
 def stats_of(state, learned=None):
@@ -114,6 +125,12 @@ def expected_variance(stats: NoiseStats):
     return jnp.where(a > 1, b / jnp.where(a > 1, a - 1, 1.0), jnp.inf)
 
 
+def scale_variance(stats: NoiseStats, var):
+    """``E[s2] var``: a variance in units of ``s2`` as a variance of ``y``; 0 stays 0 (the plug-in's
+    epistemic variance, ``scale=0``) even where ``E[s2]`` is infinite (``a <= 1``)."""
+    return jnp.where(var == 0, jnp.zeros_like(var), expected_variance(stats) * var)
+
+
 def sample_variance(stats: NoiseStats, key, num: int):
     """``num`` draws of ``s2 ~ InvGamma(a, b)``: ``b / Gamma(a)``."""
     a, b = stats
@@ -125,5 +142,5 @@ def discount(stats: NoiseStats, delta) -> NoiseStats:
     return NoiseStats(delta * stats.shape, delta * stats.rate)
 
 
-__all__ = ["DEFAULT_NOISE", "check_noise", "stats_of", "residual", "absorb", "log_student_t", "expected_variance",
+__all__ = ["DEFAULT_NOISE", "check_noise", "valid", "scale_variance", "stats_of", "residual", "absorb", "log_student_t", "expected_variance",
            "sample_variance", "discount"]

@@ -101,7 +101,7 @@ def _monte_carlo(model, belief, st, stats, X, key, num, noise: bool, scale):
 
 def _scaled(out: Predictive, stats) -> Predictive:
     """The moments of a belief in units of ``s2`` scaled by ``E[s2]`` (module docstring)."""
-    return out if stats is None else Predictive(out.mean, noise.expected_variance(stats) * out.var)
+    return out if stats is None else Predictive(out.mean, noise.scale_variance(stats, out.var))
 
 
 def predictive(state, X, model: models.Model | None = None, *, key=None, num_samples: int = 4096,
@@ -140,6 +140,7 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
     scale = _check_scale(scale)
     if isinstance(state, average.AverageState):  # the mixture of the members' predictives
+        average.check_members(state)
         each = average.each_forecaster(state, lambda m, c: predictive(
             m, X, model, key=key, num_samples=num_samples, observation_noise=observation_noise, scale=scale * c))
         return Predictive(*average.mixture_moments(average.weights(state), each.mean, each.var))
@@ -241,6 +242,7 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
     scale = _check_scale(scale)
     if isinstance(state, average.AverageState):  # log sum_k w_k p_k(y | x)
+        average.check_members(state)
         each = average.each_forecaster(state, lambda m, c: log_predictive(
             m, x, y, model, key=key, num_samples=num_samples, num_points=num_points, scale=scale * c))
         return average.mixture_log_density(state.log_weight, each)

@@ -28,18 +28,22 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .beliefs import Dense
 from .core import Filter
-from .validation import check_float_array
+from .validation import all_finite, check_float_array, is_concrete
 
 
 class Smoothed(NamedTuple):
     """Smoothed beliefs ``N(mean[t], cov[t])`` of each step given all the data: ``mean`` (T, d),
-    ``cov`` (T, d, d)."""
+    ``cov`` (T, d, d). ``converged`` (T,): False at a step whose predicted covariance ``P_{t+1|t}`` is
+    not positive definite (e.g. ``decay=0`` without ``additive_noise``) or whose result is not finite;
+    that step keeps the filtered belief (gain 0) and the steps before it smooth from there."""
 
     mean: jax.Array
     cov: jax.Array
+    converged: jax.Array
 
 
 def _check(flt, means, covs):
@@ -63,6 +67,14 @@ def _check(flt, means, covs):
         raise ValueError(f"filtered_covs must have shape (T, d, d) = {(T, d, d)} to match filtered_means, "
                          f"got {covs.shape}")
     spec.dynamics.check_dimension(d)
+    if is_concrete(covs):  # what a filter's guard keeps: finite, symmetric positive definite
+        c = np.asarray(covs, np.float64)
+        if not (np.all(np.isfinite(c)) and np.all(np.isfinite(np.asarray(means, np.float64)))):
+            raise ValueError("filtered_means and filtered_covs must be finite (they hold NaN or inf)")
+        try:
+            np.linalg.cholesky(0.5 * (c + np.swapaxes(c, -1, -2)))
+        except np.linalg.LinAlgError:
+            raise ValueError("filtered_covs must be positive definite at every step") from None
     return spec.dynamics, means, covs
 
 
@@ -77,7 +89,7 @@ def rts_smoother(flt: Filter, filtered_means, filtered_covs) -> Smoothed:
         the trace of ``jr.run(flt, state, xs, ys, lambda s, x, y: (s.mean, s.cov))``.
 
     Returns:
-      :class:`Smoothed` ``(mean (T, d), cov (T, d, d))``. One ``lax.scan`` backwards, a Cholesky
+      :class:`Smoothed` ``(mean (T, d), cov (T, d, d), converged (T,))``. One ``lax.scan`` backwards, a Cholesky
       factorisation of each predicted covariance; jits, vmaps and differentiates.
     """
     dyn, means, covs = _check(flt, filtered_means, filtered_covs)
@@ -96,11 +108,14 @@ def rts_smoother(flt: Filter, filtered_means, filtered_covs) -> Smoothed:
         mean_s = mean + gain @ (mean_later - dyn.predict_mean(mean))
         cov_s = cov + gain @ (cov_later - cov_pred) @ gain.T
         cov_s = 0.5 * (cov_s + cov_s.T)
-        return (mean_s, cov_s), (mean_s, cov_s)
+        ok = all_finite(chol, mean_s, cov_s)  # a predicted covariance that is not positive definite: no gain
+        mean_s, cov_s = jnp.where(ok, mean_s, mean), jnp.where(ok, cov_s, cov)
+        return (mean_s, cov_s), (mean_s, cov_s, ok)
 
     last = (means[-1], covs[-1])
-    _, (mean_s, cov_s) = jax.lax.scan(back, last, (means[:-1], covs[:-1]), reverse=True)
-    return Smoothed(jnp.concatenate([mean_s, means[-1:]]), jnp.concatenate([cov_s, covs[-1:]]))
+    _, (mean_s, cov_s, ok) = jax.lax.scan(back, last, (means[:-1], covs[:-1]), reverse=True)
+    return Smoothed(jnp.concatenate([mean_s, means[-1:]]), jnp.concatenate([cov_s, covs[-1:]]),
+                    jnp.concatenate([ok, jnp.ones((1,), bool)]))
 
 
 __all__ = ["Smoothed", "rts_smoother"]

@@ -465,10 +465,17 @@ def test_every_dynamics_option_reaches_every_factory():
     takes all of them, ``noise_discount`` included, and refuses anything else."""
     want = jr.dynamics.dynamics(decay=0.9, additive_noise=1e-3, noise_discount=0.99)
     opts = dict(decay=0.9, additive_noise=1e-3, noise_discount=0.99)
+    learned = jr.models.linear_gaussian(None)  # noise_discount needs a learned noise variance
     logistic = jr.models.logistic()
-    for flt in (jr.kalman(None, **opts), jr.ekf(logistic, **opts), jr.qkf(**opts),
-                jr.mirror_prox(logistic, **opts), jr.rvga(logistic, **opts), jr.lrvga(logistic, 2, **opts),
-                jr.diag_rvga(logistic, **opts)):
+    for flt in (jr.kalman(None, **opts), jr.ekf(learned, **opts), jr.rvga(learned, **opts),
+                jr.lrvga(learned, 2, **opts), jr.diag_rvga(learned, **opts)):
         assert flt.spec.dynamics == want
+    known = dict(decay=0.9, additive_noise=1e-3)
+    for make in (lambda **o: jr.kalman(1.0, **o), lambda **o: jr.ekf(logistic, **o), jr.qkf,
+                 lambda **o: jr.mirror_prox(logistic, **o), lambda **o: jr.rvga(logistic, **o),
+                 lambda **o: jr.lrvga(logistic, 2, **o), lambda **o: jr.diag_rvga(logistic, **o)):
+        assert make(**known).spec.dynamics == jr.dynamics.dynamics(**known)
+        with pytest.raises(ValueError, match="^noise_discount discounts the statistics of a learned noise"):
+            make(**opts)
     with pytest.raises(TypeError, match="takes only the dynamics"):
         jr.kalman(1.0, num_iters=2)

@@ -440,7 +440,7 @@ def incremental_em_decay(decay, burn_in: int = 20) -> Filter:
 io.register(GMMParams, io.vectors_check("weights", "means", "variances"))
 io.register(GMMStats, io.vectors_check("s0", "s1", "s2"))
 for _state in (MixtureStatsState, TitteringtonState, IncrementalEMState):
-    io.register(_state)
+    io.register(_state, io.one_float_dtype)
 
 __all__ = ["GMMParams", "GMMStats", "IncrementalEMState", "MixtureStatsState", "TitteringtonState",
            "batch_mixture_em", "cappe_moulines", "check_params", "complete_data_fisher", "em_step",

@@ -131,18 +131,21 @@ def _diagonal_plus_root_solve(psi, R, g):
     """``(diag(psi) + R R^T)^{-1} g`` for ``R`` (d, m) and whether it is resolved (:func:`_resolved`), O(d m^2).
 
     Whitened, ``B = diag(psi)^{-1/2} R`` and ``h = g / sqrt(psi)``: ``diag(psi)^{-1/2} (I + B B^T)^{-1} h``,
-    by Woodbury ([LRVGA] eq. 27) through the Cholesky factor of the m x m ``I + B^T B``, or of the
-    d x d ``I + B B^T`` where m > d (both >= I, so well conditioned whatever the scale of ``R``).
+    by Woodbury ([LRVGA] eq. 27) through the Cholesky factor of the m x m ``I + B^T B`` with the
+    correction of :meth:`~jaxrvga.kernels.woodbury.Woodbury.solve_corrected`, or of the d x d
+    ``I + B B^T`` where m >= d (exact at d = 1).
     """
     scale = jnp.sqrt(psi)
     B, h = R / scale[:, None], g / scale
-    wide = B.shape[1] > B.shape[0]
+    wide = B.shape[1] >= B.shape[0]
     gram = B @ B.T if wide else B.T @ B
     chol = jnp.linalg.cholesky(gram + jnp.eye(gram.shape[0], dtype=gram.dtype))
     if wide:
         z = jax.scipy.linalg.cho_solve((chol, True), h)
-    else:
-        z = h - B @ jax.scipy.linalg.cho_solve((chol, True), B.T @ h)
+    else:  # Woodbury, then the correction of Woodbury.solve_corrected (its cancellation along B)
+        y = jax.scipy.linalg.cho_solve((chol, True), B.T @ h)
+        z = h - B @ y
+        z = z + B @ jax.scipy.linalg.cho_solve((chol, True), y - B.T @ z)
     return z / scale, _resolved(chol, gram)
 
 

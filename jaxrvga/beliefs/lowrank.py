@@ -242,7 +242,7 @@ class LowRank(NamedTuple):
         pre = prior._replace(W=(prior.W, root), gram=gram)
         source, projection = (prior, Lg[:prior.gram.shape[0]]) if prior_gain else (pre, Lg)
         fac = woodbury.factorize(source.W, source.psi, source.gram)
-        step = fac.solve_given(g, projection)
+        step = fac.solve_accurate(g, projection, source.gram)
         return pre._replace(mean=prior.mean + step), _resolved(fac.chol, source.gram)
 
     def finish(self, state):

@@ -34,6 +34,11 @@ from . import row_blocks
 from ..validation import check_float_array, check_positive, check_vector, positive_int
 
 
+#: The posterior standard deviations by which :meth:`Woodbury.solve_accurate` lets the rounding of
+#: the Woodbury form move a mean step before it corrects it.
+CANCELLATION_TOL = 1e-2
+
+
 def _tmatmul(v, W):
     """``W^T v`` for ``v`` (d,) or (d, k), written as ``v^T W`` so XLA does not transpose ``W``.
 
@@ -87,6 +92,34 @@ class Woodbury(NamedTuple):
     def solve_given(self, v, projection):
         """:meth:`solve` when ``W^T Psi^{-1} v`` (``projection``) is already known: one pass over ``W``."""
         return self._scale(jnp.asarray(v)) - self._scale(_matmul(self.W, cho_solve((self.chol, True), projection)))
+
+    def solve_corrected(self, v, projection):
+        """:meth:`solve_given` made accurate along the large directions of ``Lam``: three passes over ``W``.
+
+        The Woodbury form subtracts two terms of the size of ``Psi^{-1} v``; where the whitened
+        curvature ``|B|^2`` (``B = Psi^{-1/2} W``) is large, their difference ``s0`` carries a rounding
+        error of ``eps |Psi^{-1/2} v|`` along ``B``, where the posterior's standard deviation is only
+        ``1 / |B|``: in float32 with inputs of size 1e3 the mean step was off by hundreds of posterior
+        standard deviations (experiments/REPORT.md, "Reliability"). The exact ``s = P v`` satisfies
+        ``W^T s = y``, ``y = M^{-1} W^T Psi^{-1} v`` (Woodbury pushed through ``W``), so one correction
+        ``s0 + Psi^{-1} W M^{-1} (y - W^T s0)``, itself free of cancellation, divides that error by
+        ``1 + sigma^2`` along each singular direction ``sigma`` of ``B``: the step is then as accurate
+        as the dtype can store it."""
+        y = cho_solve((self.chol, True), projection)
+        s0 = self._scale(jnp.asarray(v)) - self._scale(_matmul(self.W, y))
+        return s0 + self._scale(_matmul(self.W, cho_solve((self.chol, True), y - _tmatmul(s0, self.W))))
+
+    def solve_accurate(self, v, projection, gram, tol=CANCELLATION_TOL):
+        """:meth:`solve_given`, or :meth:`solve_corrected` where the rounding of the former may move
+        the result by more than ``tol`` standard deviations of ``N(., P)``: its bound is ``2 eps
+        |Psi^{-1/2} v| sqrt(1 + trace(gram))`` (the error ``2 eps |Psi^{-1/2} v|`` of the subtraction,
+        whitened, times the largest singular value of ``B``), ``gram = B^T B`` the whitened Gram of
+        ``W``. One conditional: well-scaled steps skip the two extra passes over ``W`` (float64
+        nearly always; BENCHMARKS.md, "The corrected mean step")."""
+        v = jnp.asarray(v)
+        eps = jnp.finfo(v.dtype).eps
+        bound = 2 * eps * jnp.sqrt(jnp.sum(v * self._scale(v)) * (1 + jnp.trace(gram)))
+        return jax.lax.cond(bound > tol, self.solve_corrected, self.solve_given, v, projection)
 
     def quad_form(self, x):
         """``x^T P x`` for a vector ``x`` (or the diagonal of ``X^T P X`` for (d, k))."""
