@@ -287,7 +287,35 @@ def test_the_mean_step_stays_on_the_exact_step_for_large_inputs(belief, dtype, s
     """Item 12: with a factor narrower than d, the Woodbury mean step subtracted two terms of the prior's
     scale; inputs of 1e2 (float32) or 1e5 (float64) moved the mean by 0.1-7 and 0.2-4 posterior standard
     deviations, 1e7 (float64) by millions. The corrected step (``Woodbury.solve_corrected``) stays within
-    ``tol`` of the exact step (float32 at 1e3: within 2, was 1e3-3e4; REPORT.md, "Reliability")."""
+    ``tol`` of the exact step (float32 at 1e3: within 2, was 1e3-3e4; README, "Reliability")."""
     for seed in range(3):
         converged, err = _mean_step_error(dtype, scale, belief, seed)
         assert converged and err < tol, (seed, err)
+
+
+def test_the_corrected_woodbury_solve_is_the_solve():
+    """``Woodbury.solve_corrected`` and ``solve_accurate`` (either branch) equal the dense solve (float64
+    oracle), and the correction is taken exactly where its bound exceeds the tolerance."""
+    from jaxrvga.kernels import woodbury
+
+    rng = np.random.default_rng(3)
+    W, psi, v = rng.normal(size=(12, 3)), rng.uniform(0.5, 2.0, 12), rng.normal(size=12)
+    fac = woodbury.factorize(jnp.asarray(W), jnp.asarray(psi))
+    projection = W.T @ (v / psi)
+    exact = np.linalg.solve(W @ W.T + np.diag(psi), v)
+    gram = (W / np.sqrt(psi)[:, None]).T @ (W / np.sqrt(psi)[:, None])
+    np.testing.assert_allclose(fac.solve_corrected(v, projection), exact, rtol=1e-12)
+    for tol in (0.0, np.inf):
+        np.testing.assert_allclose(fac.solve_accurate(v, projection, gram, tol=tol), exact, rtol=1e-12)
+    big = 1e9 * v  # a bound of about 1e-6 * 1e9 / sqrt(psi) > 0.01: corrected, not the plain form
+    np.testing.assert_array_equal(fac.solve_accurate(big, 1e9 * projection, gram),
+                                  fac.solve_corrected(big, 1e9 * projection))
+
+
+def test_bench_corrected_step_prints_its_table(capsys):
+    """The benchmark of the corrected step runs (tiny sizes) and prints one row per dtype."""
+    from benchmarks import bench_corrected_step
+
+    bench_corrected_step.main(["--d", "30", "--p", "2", "--steps", "2", "--repeat", "1"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("float")]
+    assert [r[0] for r in rows] == ["float32", "float64"] and all(len(r) == 7 for r in rows)

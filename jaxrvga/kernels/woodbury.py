@@ -100,7 +100,7 @@ class Woodbury(NamedTuple):
         curvature ``|B|^2`` (``B = Psi^{-1/2} W``) is large, their difference ``s0`` carries a rounding
         error of ``eps |Psi^{-1/2} v|`` along ``B``, where the posterior's standard deviation is only
         ``1 / |B|``: in float32 with inputs of size 1e3 the mean step was off by hundreds of posterior
-        standard deviations (experiments/REPORT.md, "Reliability"). The exact ``s = P v`` satisfies
+        standard deviations (README, "Reliability"). The exact ``s = P v`` satisfies
         ``W^T s = y``, ``y = M^{-1} W^T Psi^{-1} v`` (Woodbury pushed through ``W``), so one correction
         ``s0 + Psi^{-1} W M^{-1} (y - W^T s0)``, itself free of cancellation, divides that error by
         ``1 + sigma^2`` along each singular direction ``sigma`` of ``B``: the step is then as accurate
@@ -109,13 +109,15 @@ class Woodbury(NamedTuple):
         s0 = self._scale(jnp.asarray(v)) - self._scale(_matmul(self.W, y))
         return s0 + self._scale(_matmul(self.W, cho_solve((self.chol, True), y - _tmatmul(s0, self.W))))
 
-    def solve_accurate(self, v, projection, gram, tol=CANCELLATION_TOL):
+    def solve_accurate(self, v, projection, gram, tol=None):
         """:meth:`solve_given`, or :meth:`solve_corrected` where the rounding of the former may move
         the result by more than ``tol`` standard deviations of ``N(., P)``: its bound is ``2 eps
         |Psi^{-1/2} v| sqrt(1 + trace(gram))`` (the error ``2 eps |Psi^{-1/2} v|`` of the subtraction,
         whitened, times the largest singular value of ``B``), ``gram = B^T B`` the whitened Gram of
         ``W``. One conditional: well-scaled steps skip the two extra passes over ``W`` (float64
-        nearly always; BENCHMARKS.md, "The corrected mean step")."""
+        nearly always; BENCHMARKS.md, "The corrected mean step"). ``tol=None``: :data:`CANCELLATION_TOL`
+        as it is when the step is traced."""
+        tol = CANCELLATION_TOL if tol is None else tol
         v = jnp.asarray(v)
         eps = jnp.finfo(v.dtype).eps
         bound = 2 * eps * jnp.sqrt(jnp.sum(v * self._scale(v)) * (1 + jnp.trace(gram)))
