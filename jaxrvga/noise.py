@@ -84,6 +84,7 @@ def stats_of(state, learned=None):
 def residual(model, belief, state, x, y, scale=1.0):
     """``(r, S)``: the residual ``y - h(mu, x)`` (k,) and ``S = I + scale J P J^T`` (k, k) of one checked
     observation (:func:`jaxrvga.filters.check_observation`; a GLM's ``x`` is (m, d))."""
+    plug_in = is_concrete(scale) and float(scale) == 0.0  # S = I: no Jacobian needed
     if model.is_glm:
         J, eta = x, x @ state.mean
     else:
@@ -91,9 +92,11 @@ def residual(model, belief, state, x, y, scale=1.0):
             return jnp.ravel(model.predict(theta, x))
 
         eta = eta_fn(state.mean)
-        J = (jax.jacrev if eta.shape[0] <= state.mean.shape[0] else jax.jacfwd)(eta_fn)(state.mean)
-    S = scale * belief.sandwich(state, J)
-    return jnp.ravel(y) - eta, S + jnp.eye(S.shape[0], dtype=S.dtype)
+        J = None if plug_in else (jax.jacrev if eta.shape[0] <= state.mean.shape[0] else jax.jacfwd)(eta_fn)(state.mean)
+    eye = jnp.eye(eta.shape[0], dtype=eta.dtype)
+    if plug_in:
+        return jnp.ravel(y) - eta, eye
+    return jnp.ravel(y) - eta, scale * belief.sandwich(state, J) + eye
 
 
 def _whitened(r, S):

@@ -78,6 +78,8 @@ def _linearised(model, belief, st, X, full=None, scale=1.0):
             return jnp.atleast_1d(model.predict(theta, x))
 
         m = eta_fn(st.mean)
+        if is_plug_in(scale):  # N(h(mean, x), 0): a forward pass, no Jacobian
+            return m, jnp.zeros(m.shape * (2 if full else 1), m.dtype)
         J = (jax.jacrev if m.shape[0] <= d else jax.jacfwd)(eta_fn)(st.mean)
         return m, scale * (belief.sandwich(st, J) if full else belief.marginal(st, J)[1])
 
@@ -270,6 +272,12 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
     return _log_density_given_eta(family, y, m, V, num_points)
 
 
+def is_plug_in(scale) -> bool:
+    """Whether ``scale`` is a concrete 0: the plug-in ``p(y | theta = mean)``, whose predictive needs the
+    model's output at the mean alone (no Jacobian, no ``J P J^T``)."""
+    return is_concrete(scale) and float(scale) == 0.0
+
+
 def _check_scale(scale):
     """``scale >= 0`` and finite (checked where concrete; a traced one is taken as given)."""
     if isinstance(scale, bool) or jnp.shape(scale) != ():
@@ -279,4 +287,4 @@ def _check_scale(scale):
     return scale
 
 
-__all__ = ["Predictive", "predictive", "log_predictive"]
+__all__ = ["Predictive", "predictive", "log_predictive", "is_plug_in"]

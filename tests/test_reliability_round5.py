@@ -307,9 +307,16 @@ def test_the_corrected_woodbury_solve_is_the_solve():
     np.testing.assert_allclose(fac.solve_corrected(v, projection), exact, rtol=1e-12)
     for tol in (0.0, np.inf):
         np.testing.assert_allclose(fac.solve_accurate(v, projection, gram, tol=tol), exact, rtol=1e-12)
-    big = 1e9 * v  # a bound of about 1e-6 * 1e9 / sqrt(psi) > 0.01: corrected, not the plain form
-    np.testing.assert_array_equal(fac.solve_accurate(big, 1e9 * projection, gram),
-                                  fac.solve_corrected(big, 1e9 * projection))
+
+
+    class Marked(woodbury.Woodbury):  # its corrected branch marks its output
+        def solve_corrected(self, v, projection):
+            return jnp.full_like(v, 7.0)
+
+    marked = Marked(*fac)
+    big = 1e14 * v  # the bound 2 eps |Psi^{-1/2} v| sqrt(1 + trace gram): 2e-15 |v| here, 0.9 at 1e14
+    assert np.all(marked.solve_accurate(big, 1e14 * projection, gram) == 7.0)
+    assert not np.any(marked.solve_accurate(v, projection, gram) == 7.0)
 
 
 def test_bench_corrected_step_prints_its_table(capsys):
