@@ -145,5 +145,6 @@ def discount(stats: NoiseStats, delta) -> NoiseStats:
     return NoiseStats(delta * stats.shape, delta * stats.rate)
 
 
-__all__ = ["DEFAULT_NOISE", "check_noise", "valid", "scale_variance", "stats_of", "residual", "absorb", "log_student_t", "expected_variance",
+__all__ = ["DEFAULT_NOISE", "check_noise", "valid", "scale_variance", "stats_of", "residual", "absorb",
+           "log_student_t", "expected_variance",
            "sample_variance", "discount"]

@@ -326,3 +326,12 @@ def test_bench_corrected_step_prints_its_table(capsys):
     bench_corrected_step.main(["--d", "30", "--p", "2", "--steps", "2", "--repeat", "1"])
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("float")]
     assert [r[0] for r in rows] == ["float32", "float64"] and all(len(r) == 7 for r in rows)
+
+
+def test_cancellation_bound():
+    """``2 eps |h| sqrt(1 + trace(gram))`` in the gram's dtype (an equation, by hand)."""
+    from jaxrvga.kernels import woodbury
+
+    gram = jnp.diag(jnp.array([3.0, 5.0], jnp.float32))
+    np.testing.assert_allclose(woodbury.cancellation_bound(jnp.float32(4.0), gram),
+                               2 * np.finfo(np.float32).eps * 2.0 * 3.0, rtol=1e-6)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 
 from ..core import NoiseStats, SolverInfo, solver_info
 from ..dynamics import Dynamics
+from ..kernels import woodbury
 from ..validation import check_invertible
 from .base import _check_mean, _resolved, _symmetric, antithetic_normals, finish_or_keep, no_projection, psi_min
 
@@ -132,7 +133,7 @@ def _diagonal_plus_root_solve(psi, R, g):
 
     Whitened, ``B = diag(psi)^{-1/2} R`` and ``h = g / sqrt(psi)``: ``diag(psi)^{-1/2} (I + B B^T)^{-1} h``,
     by Woodbury ([LRVGA] eq. 27) through the Cholesky factor of the m x m ``I + B^T B`` with the
-    correction of :meth:`~jaxrvga.kernels.woodbury.Woodbury.solve_corrected`, or of the d x d
+    correction of :meth:`~jaxrvga.kernels.woodbury.Woodbury.solve_accurate`, or of the d x d
     ``I + B B^T`` where m >= d (exact at d = 1).
     """
     scale = jnp.sqrt(psi)
@@ -142,10 +143,15 @@ def _diagonal_plus_root_solve(psi, R, g):
     chol = jnp.linalg.cholesky(gram + jnp.eye(gram.shape[0], dtype=gram.dtype))
     if wide:
         z = jax.scipy.linalg.cho_solve((chol, True), h)
-    else:  # Woodbury, then the correction of Woodbury.solve_corrected (its cancellation along B)
+    else:  # Woodbury, corrected where it may cancel (Woodbury.solve_accurate)
         y = jax.scipy.linalg.cho_solve((chol, True), B.T @ h)
         z = h - B @ y
-        z = z + B @ jax.scipy.linalg.cho_solve((chol, True), y - B.T @ z)
+
+        def corrected(z):
+            return z + B @ jax.scipy.linalg.cho_solve((chol, True), y - B.T @ z)
+
+        cancels = woodbury.cancellation_bound(h @ h, gram) > woodbury.CANCELLATION_TOL
+        z = jax.lax.cond(cancels, corrected, lambda z: z, z)
     return z / scale, _resolved(chol, gram)
 
 

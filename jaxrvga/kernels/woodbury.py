@@ -103,8 +103,8 @@ class Woodbury(NamedTuple):
         standard deviations (README, "Reliability"). The exact ``s = P v`` satisfies
         ``W^T s = y``, ``y = M^{-1} W^T Psi^{-1} v`` (Woodbury pushed through ``W``), so one correction
         ``s0 + Psi^{-1} W M^{-1} (y - W^T s0)``, itself free of cancellation, divides that error by
-        ``1 + sigma^2`` along each singular direction ``sigma`` of ``B``: the step is then as accurate
-        as the dtype can store it."""
+        ``1 + sigma^2`` along each singular direction ``sigma`` of ``B``; what remains is the rounding
+        of ``M`` itself (a Gram of ``B``), small until ``sigma^2`` nears ``1 / eps``."""
         y = cho_solve((self.chol, True), projection)
         s0 = self._scale(jnp.asarray(v)) - self._scale(_matmul(self.W, y))
         return s0 + self._scale(_matmul(self.W, cho_solve((self.chol, True), y - _tmatmul(s0, self.W))))
@@ -117,11 +117,18 @@ class Woodbury(NamedTuple):
         ``W``. One conditional: well-scaled steps skip the two extra passes over ``W`` (float64
         nearly always; BENCHMARKS.md, "The corrected mean step"). ``tol=None``: :data:`CANCELLATION_TOL`
         as it is when the step is traced."""
-        tol = CANCELLATION_TOL if tol is None else tol
         v = jnp.asarray(v)
-        eps = jnp.finfo(v.dtype).eps
-        bound = 2 * eps * jnp.sqrt(jnp.sum(v * self._scale(v)) * (1 + jnp.trace(gram)))
-        return jax.lax.cond(bound > tol, self.solve_corrected, self.solve_given, v, projection)
+        cancels = cancellation_bound(jnp.sum(v * self._scale(v)), gram) > (CANCELLATION_TOL if tol is None else tol)
+        return jax.lax.cond(cancels, self.solve_corrected, self.solve_given, v, projection)
+
+
+def cancellation_bound(h_squared, gram):
+    """``2 eps |h| sqrt(1 + trace(gram))``: a bound, in standard deviations of the result, of the rounding
+    of the Woodbury form ``h - B (I + B^T B)^{-1} B^T h`` (``|h|^2 = h_squared``, ``gram = B^T B``): the
+    subtraction's error ``2 eps |h|`` times the largest singular value of ``B`` (at most
+    ``sqrt(trace(gram))``), the most the metric ``I + B B^T`` stretches it (:meth:`Woodbury.solve_accurate`)."""
+    eps = jnp.finfo(jnp.result_type(gram)).eps
+    return 2 * eps * jnp.sqrt(h_squared * (1 + jnp.trace(gram)))
 
     def quad_form(self, x):
         """``x^T P x`` for a vector ``x`` (or the diagonal of ``X^T P X`` for (d, k))."""
@@ -398,7 +405,8 @@ def to_dense_covariance(W, psi):
     return factorize(W, psi).solve(jnp.eye(W.shape[0], dtype=W.dtype))
 
 
-__all__ = ["Woodbury", "check_factors", "factorize", "gram_m", "whitened_gram", "bordered_gram", "symmetric_eigh", "solve",
+__all__ = ["Woodbury", "CANCELLATION_TOL", "cancellation_bound", "check_factors", "factorize", "gram_m",
+           "whitened_gram", "bordered_gram", "symmetric_eigh", "solve",
            "quad_form", "logdet", "inverse_diag", "matvec",
            "ensemble_gain", "sample", "sample_from_noise", "init_factors", "init_factors_plain",
            "to_dense_precision", "to_dense_covariance"]
