@@ -121,15 +121,6 @@ class Woodbury(NamedTuple):
         cancels = cancellation_bound(jnp.sum(v * self._scale(v)), gram) > (CANCELLATION_TOL if tol is None else tol)
         return jax.lax.cond(cancels, self.solve_corrected, self.solve_given, v, projection)
 
-
-def cancellation_bound(h_squared, gram):
-    """``2 eps |h| sqrt(1 + trace(gram))``: a bound, in standard deviations of the result, of the rounding
-    of the Woodbury form ``h - B (I + B^T B)^{-1} B^T h`` (``|h|^2 = h_squared``, ``gram = B^T B``): the
-    subtraction's error ``2 eps |h|`` times the largest singular value of ``B`` (at most
-    ``sqrt(trace(gram))``), the most the metric ``I + B B^T`` stretches it (:meth:`Woodbury.solve_accurate`)."""
-    eps = jnp.finfo(jnp.result_type(gram)).eps
-    return 2 * eps * jnp.sqrt(h_squared * (1 + jnp.trace(gram)))
-
     def quad_form(self, x):
         """``x^T P x`` for a vector ``x`` (or the diagonal of ``X^T P X`` for (d, k))."""
         x = jnp.asarray(x)
@@ -154,6 +145,15 @@ def cancellation_bound(h_squared, gram):
     def matvec(self, v):
         """``Lam v = W (W^T v) + psi v``; ``v`` is (d,) or (d, k)."""
         return matvec(self.W, self.psi, v)
+
+
+def cancellation_bound(h_squared, gram):
+    """``2 eps |h| sqrt(1 + trace(gram))``: a bound, in standard deviations of the result, of the rounding
+    of the Woodbury form ``h - B (I + B^T B)^{-1} B^T h`` (``|h|^2 = h_squared``, ``gram = B^T B``): the
+    subtraction's error ``2 eps |h|`` times the largest singular value of ``B`` (at most
+    ``sqrt(trace(gram))``), the most the metric ``I + B B^T`` stretches it (:meth:`Woodbury.solve_accurate`)."""
+    eps = jnp.finfo(jnp.result_type(gram)).eps
+    return 2 * eps * jnp.sqrt(h_squared * (1 + jnp.trace(gram)))
 
 
 def symmetric_eigh(A):
