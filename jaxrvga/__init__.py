@@ -15,7 +15,7 @@ from .evidence import log_evidence, trace_log_predictive
 from .filters import build, diag_rvga, ekf, kalman, lrvga, mirror_prox, qkf, rvga
 from .kernels import factor_analysis
 from .kernels import woodbury as lowrank  # the published name of the low-rank algebra
-from .predictive import log_predictive, predictive
+from .predictive import log_predictive, predictive, predictive_scores
 from .smoother import rts_smoother
 
 __version__ = "0.1.0"
@@ -27,8 +27,8 @@ __all__ = [
     # running a filter over a stream, and what a run records
     "run", "scan", "step_fn", "masked_update", "traces", "trace_info", "trace_mean", "prequential",
     # what a belief predicts and how well it forecast
-    "predictive", "log_predictive", "trace_log_predictive", "log_evidence", "model_average", "sample",
-    "rts_smoother",
+    "predictive", "log_predictive", "predictive_scores", "trace_log_predictive", "log_evidence", "model_average",
+    "sample", "rts_smoother",
     # the filter layer's parts, the numerical kernels, the papers' baselines
     "beliefs", "schemes", "models", "dynamics", "io", "sharding", "kernels", "baselines",
     "lowrank", "factor_analysis",

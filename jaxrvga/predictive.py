@@ -272,6 +272,72 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
     return _log_density_given_eta(family, y, m, V, num_points)
 
 
+class Scores(NamedTuple):
+    """A test set's predictive under one approximation: ``mean`` and ``var`` as :class:`Predictive` with
+    the observation noise (``Var(y | x)``), and ``log_density`` (n,), ``log p(y_i | x_i)``."""
+
+    mean: jax.Array
+    var: jax.Array
+    log_density: jax.Array
+
+
+def predictive_scores(state, X, y, model: models.Model | None = None, *, scale=1.0,
+                      chunk_size: int | None = 1024) -> Scores:
+    """The predictive moments and the log predictive density of each test point in one call.
+
+    Args:
+      state, X, model, scale: as :func:`predictive` (closed forms; a GLM input batch (n, d) or a
+        nonlinear model's batch of n inputs).
+      y: the n outputs, as :func:`log_predictive` takes one each (labels or one-hot rows for a
+        categorical model).
+      chunk_size: test points per compiled call (the last chunk padded), so that memory stays that of
+        ``chunk_size`` points; ``None``: all at once.
+
+    Returns:
+      :class:`Scores`. For a binary or categorical output the density is the predictive
+      probability of the observed class, ``log mean[y]``: the same approximation as the
+      probabilities (the probit forms of :func:`predictive`), so the NLPD and the calibration of a
+      classifier read one predictive. Other families take :func:`log_predictive` of each point
+      (exact for the Gaussian, Student-t for a learned noise variance, quadrature otherwise).
+    """
+    model = models.logistic() if model is None else model
+    if not isinstance(model, models.Model):
+        raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
+    scale = _check_scale(scale)
+    n = jax.tree_util.tree_leaves(X)[0].shape[0] if jax.tree_util.tree_leaves(X) else 0
+    if jnp.ndim(jax.tree_util.tree_leaves(X)[0]) < (2 if model.is_glm else 1) or jnp.shape(y)[:1] != (n,):
+        raise ValueError(f"X must be a batch of n test inputs and y their n outputs, got X of leading size "
+                         f"{n} and y of shape {jnp.shape(y)}")
+    if chunk_size is not None:
+        chunk_size = positive_int("chunk_size", chunk_size)
+    size = n if chunk_size is None else min(chunk_size, n)
+    score = jax.jit(lambda st, x, t: _scores(st, x, t, model, scale))
+    parts = []
+    for start in range(0, n, max(size, 1)):
+        take = min(size, n - start)
+        chunk = jax.tree_util.tree_map(lambda a: _padded(jnp.asarray(a)[start:start + take], size), (X, y))
+        parts.append(jax.tree_util.tree_map(lambda a: a[:take], score(state, *chunk)))
+    return Scores(*(jnp.concatenate(field) for field in zip(*parts)))
+
+
+def _padded(a, size: int):
+    """``a`` with its last row repeated to ``size`` rows (a chunk of one compiled shape)."""
+    return jnp.concatenate([a, jnp.repeat(a[-1:], size - a.shape[0], axis=0)]) if a.shape[0] < size else a
+
+
+def _scores(state, X, y, model, scale) -> Scores:
+    """:func:`predictive_scores` of one chunk."""
+    mean, var = predictive(state, X, model, observation_noise=True, scale=scale)
+    family = model.family
+    if family.name == "bernoulli":  # the log probability of the label under the probit predictive
+        log_density = family.log_prob(y, jnp.log(mean) - jnp.log1p(-mean))
+    elif family.name == "categorical":
+        log_density = jax.vmap(family.log_prob)(y, jnp.log(mean))
+    else:
+        log_density = jax.vmap(lambda x, t: log_predictive(state, x, t, model, scale=scale))(X, y)
+    return Scores(mean, var, jnp.reshape(log_density, (-1,)))
+
+
 def is_plug_in(scale) -> bool:
     """Whether ``scale`` is a concrete 0: the plug-in ``p(y | theta = mean)``, whose predictive needs the
     model's output at the mean alone (no Jacobian, no ``J P J^T``)."""
@@ -287,4 +353,4 @@ def _check_scale(scale):
     return scale
 
 
-__all__ = ["Predictive", "predictive", "log_predictive", "is_plug_in"]
+__all__ = ["Predictive", "predictive", "log_predictive", "is_plug_in", "Scores", "predictive_scores"]

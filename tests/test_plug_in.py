@@ -52,3 +52,34 @@ def test_is_plug_in():
 
     assert is_plug_in(0.0) and is_plug_in(jnp.float32(0)) and not is_plug_in(1e-300) and not is_plug_in(1.0)
     assert jax.jit(lambda c: jnp.asarray(is_plug_in(c)))(0.0) == jnp.asarray(False)
+
+
+def test_predictive_scores_read_one_predictive():
+    """``jr.predictive_scores``: a classifier's densities are its predictive probabilities (over the
+    classes they sum to 1, the probit forms of ``jr.predictive``), a Gaussian's equal ``jr.log_predictive``
+    of each point (the exact N(y; x^T m, x^T P x + s2)), and chunking changes nothing."""
+    rng = np.random.default_rng(0)
+    X = jnp.asarray(rng.normal(size=(7, 3)))
+    state = jr.rvga(jr.models.logistic()).init(jnp.array([0.5, -1.0, 0.2]), 2.0 * jnp.eye(3))
+    ones, zeros = (jr.predictive_scores(state, X, jnp.full(7, v), chunk_size=3) for v in (1.0, 0.0))
+    np.testing.assert_allclose(np.exp(ones.log_density) + np.exp(zeros.log_density), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(ones.mean, jr.predictive(state, X).mean, rtol=1e-12)
+
+    K = 3
+    model = jr.models.softmax_regression(3, K)
+    cat = jr.ekf(model).init(jnp.asarray(rng.normal(size=3 * K)), jnp.eye(3 * K))
+    per_class = [jr.predictive_scores(cat, X, jnp.full(7, k), model).log_density for k in range(K)]
+    np.testing.assert_allclose(np.sum(np.exp(per_class), axis=0), 1.0, rtol=1e-10)
+
+    lg = jr.models.linear_gaussian(0.3)
+    gs = jr.kalman(0.3).init(jnp.zeros(3), jnp.eye(3))
+    y = jnp.asarray(rng.normal(size=7))
+    whole = jr.predictive_scores(gs, X, y, lg, chunk_size=None)
+    by_hand = -0.5 * (np.log(2 * np.pi * (np.sum(X * X, 1) + 0.3)) + np.asarray(y) ** 2 / (np.sum(X * X, 1) + 0.3))
+    np.testing.assert_allclose(whole.log_density, by_hand, rtol=1e-12)
+    np.testing.assert_allclose(jr.predictive_scores(gs, X, y, lg, chunk_size=2).log_density, by_hand, rtol=1e-12)
+    np.testing.assert_allclose(whole.var, np.sum(X * X, 1) + 0.3, rtol=1e-12)
+    with pytest.raises(ValueError, match="^X must be a batch of n test inputs and y their n outputs"):
+        jr.predictive_scores(gs, X, y[:3], lg)
+    with pytest.raises(ValueError, match="chunk_size"):
+        jr.predictive_scores(gs, X, y, lg, chunk_size=0)
