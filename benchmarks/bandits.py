@@ -93,20 +93,25 @@ def load(problem: str, rounds: int, seed: int):
 
 # --------------------------------------------------------------------------- the library's agents
 
+#: The library agents' options (``--prior-var``, ``--noise``): None is jr.bandits.linear's default.
+OPTIONS = {"prior_var": None, "noise": None, "scale": None}
+
+
 def jr_agent(name: str, num_arms: int, dim: int):
     """``(agent, state)`` of a library agent."""
     import jaxrvga as jr
 
-    if name == "jr_thompson":
-        return jr.bandits.linear(num_arms, dim, "thompson")
-    if name == "jr_greedy":
-        return jr.bandits.linear(num_arms, dim, "greedy")
-    if name == "jr_ucb":
-        return jr.bandits.linear(num_arms, dim, "ucb")
+    given = {k: v for k, v in OPTIONS.items() if v is not None}
+    if name in ("jr_thompson", "jr_greedy", "jr_ucb"):
+        if name != "jr_thompson":
+            given.pop("scale", None)
+        return jr.bandits.linear(num_arms, dim, name[3:], **given)
     if name == "jr_thompson_std":
         flt = jr.kalman(1.0)
-        agent = jr.bandits.thompson(jr.bandits.per_arm(flt, num_arms), standardize=True)
-        return agent, jr.bandits.init(agent, flt.init(jnp.zeros(dim), jnp.eye(dim)))
+        agent = jr.bandits.thompson(jr.bandits.per_arm(flt, num_arms), standardize=True,
+                                    scale=given.get("scale", 1.0))
+        prior_var = given.get("prior_var", 1.0)
+        return agent, jr.bandits.init(agent, flt.init(jnp.zeros(dim), prior_var * jnp.eye(dim)))
     raise ValueError(f"not a library agent: {name!r}")
 
 
@@ -117,7 +122,7 @@ def play_jr(name, contexts, rewards, expected, seed, compiled_cache):
     agent, state = jr_agent(name, rewards.shape[1], contexts.shape[1])
     args = (state, jax.random.PRNGKey(seed), jnp.asarray(contexts, jnp.float32),
             jnp.asarray(rewards, jnp.float32), jnp.asarray(expected, jnp.float32))
-    cache_key = (name, contexts.shape, rewards.shape)
+    cache_key = (name, contexts.shape, rewards.shape, tuple(OPTIONS.items()))
     if cache_key not in compiled_cache:
         start = time.perf_counter()
         compiled_cache[cache_key] = bandits._run_jit.lower(agent, *args).compile()
@@ -248,10 +253,16 @@ def main(argv=None) -> list:
     parser.add_argument("--agents", default=",".join(DEFAULT_AGENTS), help=f"comma-separated, of {', '.join(AGENTS)}")
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed, ..., first-seed + seeds - 1")
     parser.add_argument("--out", default=None, help="CSV file of rows problem,agent,seed,regret,ms_per_round")
+    parser.add_argument("--prior-var", type=float, default=None, help="the library agents' prior variance")
+    parser.add_argument("--noise", type=float, nargs=2, default=None, metavar=("SHAPE", "RATE"),
+                        help="the library agents' inverse-gamma prior on the noise variance")
+    parser.add_argument("--scale", type=float, default=None, help="the Thompson agents' posterior scale")
     a = parser.parse_args(argv)
-    if a.rounds < 1 or a.seeds < 1:
-        raise SystemExit("--rounds and --seeds must be positive")
+    OPTIONS.update(prior_var=a.prior_var, noise=None if a.noise is None else tuple(a.noise), scale=a.scale)
+    if a.rounds < 1 or a.seeds < 1 or a.first_seed < 0:
+        raise SystemExit("--rounds and --seeds must be positive, --first-seed >= 0")
     problems = _names(a.problems, PROBLEMS, "problems")
     agents = _names(a.agents, AGENTS, "agents")
     for agent in agents:
@@ -260,7 +271,7 @@ def main(argv=None) -> list:
     agents = tuple(agent for agent in agents if available(agent))
     rows, cache = [], {}
     for problem in problems:
-        for seed in range(a.seeds):
+        for seed in range(a.first_seed, a.first_seed + a.seeds):
             data = load(problem, a.rounds, seed)
             if data is None:
                 break

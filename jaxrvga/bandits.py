@@ -74,13 +74,15 @@ class Shared(NamedTuple):
 
 class Agent(NamedTuple):
     """A bandit agent: the model of the arms (:class:`PerArm` or :class:`Shared`), the ``rule``
-    (one of :data:`RULES`), UCB's ``alpha``, and whether rewards are ``standardize``-d online.
-    Hashable by value: equal agents share one compiled :func:`run`."""
+    (one of :data:`RULES`), UCB's ``alpha``, whether rewards are ``standardize``-d online, and
+    Thompson's ``scale`` (draws of ``N(mean, scale P)``). Hashable by value: equal agents share one
+    compiled :func:`run`."""
 
     arms: Any
     rule: str = "thompson"
     alpha: float = 1.0
     standardize: bool = False
+    scale: float = 1.0
 
     @property
     def num_arms(self) -> int:
@@ -202,17 +204,22 @@ class _Unravelled(_ByFields):
         return self.h(self.unravel(theta), x)
 
 
-def _agent(arms, rule, alpha, standardize) -> Agent:
+def _nonnegative(name, value) -> float:
+    if isinstance(value, bool) or jnp.shape(value) != () or not np.isfinite(float(value)) or float(value) < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _agent(arms, rule, alpha, standardize, scale=1.0) -> Agent:
     if not isinstance(arms, (PerArm, Shared)):
         raise ValueError(f"arms must be jr.bandits.per_arm(...) or jr.bandits.shared(...), got {type(arms).__name__}")
-    if isinstance(alpha, bool) or not np.isfinite(float(alpha)) or float(alpha) < 0:
-        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
-    return Agent(arms, rule, float(alpha), bool(standardize))
+    return Agent(arms, rule, _nonnegative("alpha", alpha), bool(standardize), _nonnegative("scale", scale))
 
 
-def thompson(arms, *, standardize: bool = False) -> Agent:
-    """Thompson sampling: the best arm under one draw of the belief (module docstring)."""
-    return _agent(arms, "thompson", 1.0, standardize)
+def thompson(arms, *, scale: float = 1.0, standardize: bool = False) -> Agent:
+    """Thompson sampling: the best arm under one draw of the belief (module docstring). ``scale``: draws
+    of ``N(mean, scale P)`` instead (``scale < 1`` a tempered posterior, Chapelle & Li 2011; 0 is greedy)."""
+    return _agent(arms, "thompson", 1.0, standardize, scale)
 
 
 def greedy(arms, *, standardize: bool = False) -> Agent:
@@ -291,7 +298,7 @@ def scores(agent: Agent, state: AgentState, key, x):
             m, v = _fleet_marginals(beliefs, x)
             stats = noise_belief.stats_of(beliefs)
             if agent.rule == "thompson":
-                return _student_draw(stats, key, m, v)
+                return _student_draw(stats, key, m, agent.scale * v)
             if agent.rule == "greedy":
                 return m
             v = v if stats is None else jax.vmap(noise_belief.scale_variance)(stats, v)
@@ -299,7 +306,7 @@ def scores(agent: Agent, state: AgentState, key, x):
         if model is None:
             raise ValueError("per_arm needs a filter with an observation model (flt.model) to score the arms")
         if agent.rule == "thompson":
-            thetas = _fleet_draws(beliefs, key)
+            thetas = beliefs.mean + jnp.sqrt(agent.scale) * (_fleet_draws(beliefs, key) - beliefs.mean)
             return jax.vmap(lambda th: jnp.ravel(model.predict(th, x))[0])(thetas)
         if agent.rule == "greedy":
             return jax.vmap(lambda mean: jnp.ravel(model.predict(mean, x))[0])(beliefs.mean)
@@ -308,7 +315,8 @@ def scores(agent: Agent, state: AgentState, key, x):
     # one shared belief of a K-output model
     h, K = agent.arms.h, agent.num_arms
     if agent.rule == "thompson":
-        return jnp.ravel(h(sample(beliefs, key, 1)[0], x))
+        theta = beliefs.mean + jnp.sqrt(agent.scale) * (sample(beliefs, key, 1)[0] - beliefs.mean)
+        return jnp.ravel(h(theta, x))
     if agent.rule == "greedy":
         return jnp.ravel(h(beliefs.mean, x))
     X = (jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (K,) + jnp.shape(a)), x), jnp.arange(K))
@@ -442,7 +450,7 @@ def run(agent: Agent, state: AgentState, key, contexts, rewards, expected=None) 
 
 
 def linear(num_arms: int, dim: int, rule: str = "thompson", *, prior_var: float = 1.0, noise=(1.0, 1.0),
-           alpha: float = 1.0, dtype=None):
+           alpha: float = 1.0, scale: float = 1.0, dtype=None):
     """``(agent, state)``: the default agent, a per-arm linear-Gaussian model of learned noise variance
     (``jr.kalman(None)``, the normal-inverse-gamma belief: prior ``theta_k | s2 ~ N(0, s2 prior_var I)``,
     ``s2 ~ InvGamma(noise)``) with ``rule`` (:data:`RULES`); the choice is measured in BENCHMARKS.md,
@@ -457,7 +465,7 @@ def linear(num_arms: int, dim: int, rule: str = "thompson", *, prior_var: float 
     dtype = jnp.result_type(float) if dtype is None else dtype
     flt = kalman(None)
     arms = per_arm(flt, num_arms)
-    agent = {"thompson": thompson, "greedy": greedy}.get(rule, lambda a: ucb(a, alpha))(arms)
+    agent = {"thompson": lambda a: thompson(a, scale=scale), "greedy": greedy}.get(rule, lambda a: ucb(a, alpha))(arms)
     state = init(agent, flt.init(jnp.zeros(dim, dtype), prior_var * jnp.eye(dim, dtype=dtype), noise=noise))
     return agent, state
 
