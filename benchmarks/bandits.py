@@ -8,9 +8,11 @@ regret is the expected one, ``sum_t max_k M[t, k] - M[t, a_t]``.
 
 Agents (``--agents``):
 
-* ``jr_thompson``: :func:`jaxrvga.bandits.linear`, the library's default Thompson agent;
+* ``jr_thompson``: :func:`jaxrvga.bandits.linear`, the library's default Thompson agent (a per-arm
+  Kalman filter of unit noise variance on rewards standardised online, posterior scale 1/16);
   ``jr_greedy`` the same model acting on its mean; ``jr_ucb`` on its predictive (``alpha = 1``);
-  ``jr_thompson_std``: the per-arm Kalman filter of unit noise with rewards standardised online;
+  ``jr_thompson_nig``: the per-arm normal-inverse-gamma model (noise variance learned) with
+  untempered Thompson sampling;
 * ``linucb`` (LinUCB, Li et al. 2010, ridge 1, ``alpha = 1`` as MABWiser's default), ``eps_greedy``
   (ridge regression per arm, ``epsilon = 0.05``) and ``uniform``, in NumPy here;
 * peers where importable (``pip install -e ".[bandits]"``): ``vw_squarecb`` and ``vw_epsilon``
@@ -33,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 PROBLEMS = ("digits", "mnist", "wheel0.5", "wheel0.9", "wheel0.95", "wheel0.99")
-JR_AGENTS = ("jr_thompson", "jr_greedy", "jr_ucb", "jr_thompson_std")
+JR_AGENTS = ("jr_thompson", "jr_greedy", "jr_ucb", "jr_thompson_nig")
 NUMPY_AGENTS = ("linucb", "eps_greedy", "uniform")
 PEER_AGENTS = ("vw_squarecb", "vw_epsilon", "mabwiser_linucb", "mabwiser_lints")
 AGENTS = JR_AGENTS + NUMPY_AGENTS + PEER_AGENTS
@@ -93,25 +95,25 @@ def load(problem: str, rounds: int, seed: int):
 
 # --------------------------------------------------------------------------- the library's agents
 
-#: The library agents' options (``--prior-var``, ``--noise``): None is jr.bandits.linear's default.
+#: The library agents' options (``--prior-var``, ``--noise``, ``--scale``): None is jr.bandits.linear's default.
 OPTIONS = {"prior_var": None, "noise": None, "scale": None}
 
 
 def jr_agent(name: str, num_arms: int, dim: int):
-    """``(agent, state)`` of a library agent."""
+    """``(agent, state)`` of a library agent: ``jr_thompson``, ``jr_greedy`` and ``jr_ucb`` the default
+    model of :func:`jaxrvga.bandits.linear` (rewards standardised online, unit noise variance) with
+    each rule; ``jr_thompson_nig`` the normal-inverse-gamma model (noise variance learned, prior
+    ``InvGamma(1, 1)``, rewards as they are) with untempered Thompson sampling (scale 1)."""
     import jaxrvga as jr
 
     given = {k: v for k, v in OPTIONS.items() if v is not None}
+    if name == "jr_thompson_nig":
+        given = {"noise": (1.0, 1.0), "scale": 1.0, **given}
+        return jr.bandits.linear(num_arms, dim, "thompson", **given)
     if name in ("jr_thompson", "jr_greedy", "jr_ucb"):
         if name != "jr_thompson":
             given.pop("scale", None)
         return jr.bandits.linear(num_arms, dim, name[3:], **given)
-    if name == "jr_thompson_std":
-        flt = jr.kalman(1.0)
-        agent = jr.bandits.thompson(jr.bandits.per_arm(flt, num_arms), standardize=True,
-                                    scale=given.get("scale", 1.0))
-        prior_var = given.get("prior_var", 1.0)
-        return agent, jr.bandits.init(agent, flt.init(jnp.zeros(dim), prior_var * jnp.eye(dim)))
     raise ValueError(f"not a library agent: {name!r}")
 
 
@@ -257,7 +259,8 @@ def main(argv=None) -> list:
     parser.add_argument("--out", default=None, help="CSV file of rows problem,agent,seed,regret,ms_per_round")
     parser.add_argument("--prior-var", type=float, default=None, help="the library agents' prior variance")
     parser.add_argument("--noise", type=float, nargs=2, default=None, metavar=("SHAPE", "RATE"),
-                        help="the library agents' inverse-gamma prior on the noise variance")
+                        help="the library agents' inverse-gamma prior on a learned noise variance (default: "
+                             "rewards standardised online, unit noise variance)")
     parser.add_argument("--scale", type=float, default=None, help="the Thompson agents' posterior scale")
     a = parser.parse_args(argv)
     OPTIONS.update(prior_var=a.prior_var, noise=None if a.noise is None else tuple(a.noise), scale=a.scale)

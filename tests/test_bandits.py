@@ -173,8 +173,8 @@ def test_default_agent_learns_and_float32_works():
     xs = np.c_[rng.normal(size=(n, D - 1)), np.ones(n)]
     means = xs @ THETA.T
     rewards = means + 0.1 * rng.normal(size=means.shape)
-    for dtype in (jnp.float64, jnp.float32):
-        agent, state = jr.bandits.linear(K, D, dtype=dtype)
+    for dtype, noise in ((jnp.float64, "standardize"), (jnp.float32, "standardize"), (jnp.float32, (1.0, 1.0))):
+        agent, state = jr.bandits.linear(K, D, noise=noise, dtype=dtype)
         out = jr.bandits.run(agent, state, jax.random.PRNGKey(0), xs, rewards, means)
         regret = np.asarray(out.regret, np.float64)
         assert out.regret.dtype == dtype and np.all(np.isfinite(regret))
@@ -204,6 +204,10 @@ def test_bad_input_is_refused_naming_the_argument():
         jr.bandits.ucb(jr.bandits.per_arm(flt, K), alpha=-1.0)
     with pytest.raises(ValueError, match="rule"):
         jr.bandits.linear(K, D, "softmax")
+    with pytest.raises(ValueError, match="noise"):
+        jr.bandits.linear(K, D, noise="learn")
+    with pytest.raises(ValueError, match="scale"):
+        jr.bandits.linear(K, D, scale=float("nan"))
     with pytest.raises(ValueError, match="heads"):
         jr.bandits.shared(flt, K)
     with pytest.raises(ValueError, match="stacked"):
