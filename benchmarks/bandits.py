@@ -9,7 +9,7 @@ regret is the expected one, ``sum_t max_k M[t, k] - M[t, a_t]``.
 Agents (``--agents``):
 
 * ``jr_thompson``: :func:`jaxrvga.bandits.linear`, the library's default Thompson agent (a per-arm
-  Kalman filter of unit noise variance on rewards standardised online, posterior scale 1/16);
+  Kalman filter of unit noise variance on rewards standardised online, exact posterior draws);
   ``jr_greedy`` the same model acting on its mean; ``jr_ucb`` on its predictive (``alpha = 1``);
   ``jr_thompson_nig``: the per-arm normal-inverse-gamma model (noise variance learned) with
   untempered Thompson sampling;
