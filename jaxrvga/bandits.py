@@ -1,4 +1,4 @@
-r"""Contextual bandits from the library's filters: Thompson sampling, greedy and UCB agents.
+r"""Contextual bandits from the filters of the library: Thompson sampling, greedy and UCB agents.
 
 An agent is a model of the arms' rewards, held by one of the library's filters, and a rule that
 picks an arm from it. Two model shapes:
