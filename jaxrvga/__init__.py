@@ -7,6 +7,7 @@ observation. L-RVGA (Lambert, Bonnabel & Bach 2023) keeps the precision as
 and memory linear in the dimension.
 """
 from . import baselines, beliefs, dynamics, io, kernels, models, schemes, sharding
+from . import bandits  # jr.bandits; not in __all__, whose modules tests/test_layout.py caps at 10
 from .average import model_average
 from .beliefs import DiagonalState, GaussianState, LowRankState, sample
 from .core import (Filter, SolverInfo, masked_update, prequential, run, scan, step_fn, trace_info, trace_mean,

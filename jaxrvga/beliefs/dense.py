@@ -8,7 +8,6 @@ import jax.numpy as jnp
 
 from ..core import NoiseStats, SolverInfo, solver_info
 from ..dynamics import Dynamics
-from ..kernels import woodbury
 from ..validation import check_cov
 from .base import _check_mean, _symmetric, antithetic_normals, no_projection
 
@@ -44,6 +43,26 @@ def _stored_pd(cov):
     eps = jnp.finfo(cov.dtype).eps
     pivots = jnp.diagonal(L) ** 2
     return jnp.all(jnp.isfinite(L)) & jnp.all(pivots >= 2 * cov.shape[0] * eps * jnp.diagonal(cov))
+
+
+def _eigen_root(cov):
+    """``U diag(sqrt(max(w, 0)))`` (``cov = U diag(w) U^T``), batched over leading axes: a root of a
+    semidefinite ``cov``, its negative rounding clipped to 0."""
+    w, U = jnp.linalg.eigh(0.5 * (cov + jnp.swapaxes(cov, -1, -2)))
+    return U * jnp.sqrt(jnp.maximum(w, 0.0))[..., None, :]
+
+
+def sqrt_factor(cov):
+    """A square root ``R`` of ``cov`` (..., d, d), ``R R^T = cov``: the lower Cholesky factor, O(d^3 / 3),
+    or, where the factor of any matrix of the batch is not finite (a singular or semidefinite ``cov``:
+    a zero pivot), the eigen-root ``U diag(sqrt(max(w, 0)))`` of every one, about ten times the cost.
+
+    One ``lax.cond`` on a scalar chooses the route for the whole batch, so it is a real branch also for
+    a batch of covariances (a fleet of beliefs); under ``jax.vmap`` of this function the cond becomes
+    a select that computes both routes: pass the batch instead (as :mod:`jaxrvga.bandits` does).
+    """
+    L = jnp.linalg.cholesky(cov)
+    return jax.lax.cond(jnp.all(jnp.isfinite(L)), lambda c, L: L, lambda c, L: _eigen_root(c), cov, L)
 
 
 class Dense(NamedTuple):
@@ -92,11 +111,11 @@ class Dense(NamedTuple):
         return state.mean + z @ jnp.linalg.cholesky(state.cov).T
 
     def sample(self, state, key, num: int):
-        """``num`` independent draws ``mean + U diag(sqrt(w)) z`` (``P = U diag(w) U^T``, so a singular
-        ``P``, even 0, is fine), shape (num, d)."""
-        w, U = woodbury.symmetric_eigh(state.cov)
+        """``num`` independent draws ``mean + R z``, ``z ~ N(0, I)``, ``R R^T = P`` (:func:`sqrt_factor`: a
+        Cholesky factor, the eigen-decomposition only where it is not finite, so that a singular ``P``,
+        even 0, is fine), shape (num, d)."""
         z = jax.random.normal(key, (num, state.mean.shape[0]), dtype=state.mean.dtype)
-        return state.mean + (z * jnp.sqrt(jnp.maximum(w, 0.0))) @ U.T
+        return state.mean + z @ sqrt_factor(state.cov).T
 
     def add(self, state, X, c):
         """``P_new^{-1} = P^{-1} + X diag(c) X^T`` by Woodbury; ``c`` may be negative (a non-log-concave site).
@@ -190,4 +209,4 @@ def _no_overflow(cov, s, v):
     return (jnp.abs(s) * jnp.max(v * v) <= big) & (jnp.max(jnp.diagonal(cov)) <= big) & jnp.all(jnp.isfinite(v))
 
 
-__all__ = ['GaussianState', 'Dense']
+__all__ = ['GaussianState', 'Dense', 'sqrt_factor']

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from .. import noise as noise_belief
 from ..validation import check_cov, check_finite, check_float_array, check_key, check_positive, positive_int
-from .dense import Dense, GaussianState
+from .dense import Dense, GaussianState, sqrt_factor
 from .diagonal import Diagonal, DiagonalState
 from .lowrank import LowRank, LowRankState
 
@@ -81,6 +81,39 @@ def draws(belief, state, stats, key, num: int, scale=1.0):
     return state.mean + spread * (belief.sample(state, k_theta, num) - state.mean), s2
 
 
+def _sample_average(state, key, num: int):
+    """:func:`sample` of a :func:`jaxrvga.model_average` state: a forecaster ``(k, s)`` drawn by its
+    weight ``w_ks = softmax(log_weight)``, then ``theta ~ N(mean_k, c_s P_k)`` (a draw of the mixture
+    ``sum_ks w_ks N(mean_k, c_s P_k)``). Dense members share one batched :func:`~.dense.sqrt_factor`
+    (one Cholesky per member, not per draw); other beliefs draw from the member gathered per draw."""
+    from .. import average
+
+    average.check_members(state)
+    average.check_log_weight("state.log_weight", state.log_weight)
+    K, S = state.log_weight.shape
+    k_pick, k_s2, k_z = jax.random.split(key, 3)
+    logits = jnp.where(jnp.isnan(state.log_weight), -jnp.inf, state.log_weight).ravel()
+    pick = jax.random.categorical(k_pick, logits, shape=(num,))
+    member, scale = pick // S, state.scales[pick % S]
+    members = state.members
+    stats = noise_belief.stats_of(members)
+    if isinstance(members, GaussianState):
+        mean = members.mean[member]
+        R = sqrt_factor(members.cov)[member]  # (num, d, d)
+        z = jax.random.normal(k_z, mean.shape, mean.dtype)
+        spread = scale if stats is None else scale * jax.vmap(
+            lambda a, b, k: noise_belief.sample_variance((a, b), k, 1)[0])(
+                stats.shape[member], stats.rate[member], jax.random.split(k_s2, num))
+        return mean + jnp.sqrt(spread)[:, None] * jnp.einsum("nij,nj->ni", R, z)
+
+    def one(k, c, key):
+        one_member = jax.tree_util.tree_map(lambda a: a[k], members)
+        belief, st = of_state(one_member)
+        return draws(belief, st, noise_belief.stats_of(one_member), key, 1, c)[0][0]
+
+    return jax.vmap(one)(member, scale, jax.random.split(k_z, num))
+
+
 def sample(state, key, num: int):
     """``num`` independent exact draws of ``theta`` from the belief ``state``, shape (num, d).
 
@@ -90,11 +123,25 @@ def sample(state, key, num: int):
     whose model learns its noise variance (a ``noise`` field that is not ``None``, :mod:`jaxrvga.noise`)
     is the belief ``theta | s2 ~ N(mean, s2 P)``, ``s2 ~ InvGamma(shape, rate)``: each draw takes its
     own ``s2``. ``key``: a PRNG key (:func:`jax.random.key` or :func:`jax.random.PRNGKey`); ``num`` a
-    positive int. Jits and vmaps over states and keys (a fleet: ``jax.vmap(jr.sample, (0, 0, None))``).
+    positive int. Jits and vmaps over states and keys (a fleet: ``jax.vmap(jr.sample, (0, 0, None))``;
+    a dense belief is drawn through its Cholesky factor, and its eigen-decomposition only where that
+    factor is not finite, chosen by a ``lax.cond`` that ``vmap`` turns into computing both).
+
+    A :func:`jaxrvga.model_average` state is the mixture of its forecasters: each draw picks the
+    forecaster ``(k, s)`` with probability ``w_ks`` (:func:`jaxrvga.average.weights`), then draws
+    ``theta ~ N(mean_k, c_s P_k)``, member ``k``'s belief with its covariance times the forecaster's
+    scale ``c_s`` (``c = 0``: the member's mean itself, the plug-in; ``c = 1``: its own belief). For
+    a GLM the predictor ``x^T theta`` of these draws has exactly the average's predictive mixture of
+    :func:`jaxrvga.predictive` (the scales are predictive widths learned from the forecasters'
+    scores, so a draw is as wide as the forecaster that scored well, not as the member's belief).
     """
-    belief, st = of_state(state)
+    from ..average import AverageState
+
     key = check_key(key, required=True, needed_by="sample")
     num = positive_int("num", num)
+    if isinstance(state, AverageState):
+        return _sample_average(state, key, num)
+    belief, st = of_state(state)
     return draws(belief, st, noise_belief.stats_of(state), key, num)[0]
 
 

