@@ -50,6 +50,7 @@ from . import noise as noise_belief
 from .beliefs import GaussianState, of_state, sample
 from .beliefs.dense import sqrt_factor
 from .core import Filter
+from .kernels import special
 from .predictive import predictive
 from .validation import check_key, is_concrete, positive_int
 
@@ -266,43 +267,13 @@ def _fleet_marginals(fleet, x):
     return jax.vmap(one)(fleet)
 
 
-#: Proposals of :func:`gamma_draws` (all accepted-or-not at once): each is accepted with probability
-#: above 0.95 for a shape >= 1, so none is accepted with probability below 0.05^16 = 2e-21.
-GAMMA_PROPOSALS = 16
-
-
-def gamma_draws(key, a, dtype):
-    """Draws of ``Gamma(a, 1)`` (``a`` > 0, any shape) by Marsaglia & Tsang (2000) with a fixed number of
-    proposals (:data:`GAMMA_PROPOSALS`, the first accepted kept; none accepted: the proposal's mode
-    ``d``), and ``Gamma(a) = Gamma(a + 1) U^(1 / a)`` for ``a < 1`` (their boost).
-
-    Not ``jax.random.gamma``: its rejection loop never ended for some keys and float32 shapes (JAX
-    0.10.2 on CPU, shapes (539.5, 429, 3, 2.5, 14)), which hung a whole bandit run. A bounded loop
-    costs a constant 16 normals and uniforms per draw and compiles small."""
-    a = jnp.asarray(a, dtype)
-    boosted = jnp.where(a < 1, a + 1, a)
-    d = boosted - 1.0 / 3.0
-    c = 1.0 / jnp.sqrt(9.0 * d)
-    k_z, k_u, k_boost = jax.random.split(key, 3)
-    z = jax.random.normal(k_z, (GAMMA_PROPOSALS,) + a.shape, dtype)
-    u = jax.random.uniform(k_u, (GAMMA_PROPOSALS,) + a.shape, dtype, minval=jnp.finfo(dtype).tiny)
-    v = (1.0 + c * z) ** 3
-    safe_v = jnp.where(v > 0, v, 1.0)
-    accept = (v > 0) & (jnp.log(u) < 0.5 * z * z + d - d * safe_v + d * jnp.log(safe_v))
-    first = jnp.argmax(accept, axis=0)
-    chosen = jnp.take_along_axis(safe_v, first[None], axis=0)[0]
-    g = d * jnp.where(jnp.any(accept, axis=0), chosen, 1.0)
-    boost = jax.random.uniform(k_boost, a.shape, dtype, minval=jnp.finfo(dtype).tiny) ** (1.0 / jnp.maximum(a, jnp.finfo(dtype).tiny))
-    return jnp.where(a < 1, g * boost, g)
-
-
 def _student_draw(stats, key, m, v):
     """``m + sqrt(s2 v) z`` per arm, ``z ~ N(0, 1)`` and ``s2 ~ InvGamma(a_k, b_k)`` (1 without ``stats``)."""
     k_z, k_s2 = jax.random.split(key)
     z = jax.random.normal(k_z, m.shape, m.dtype)
     if stats is None:
         return m + jnp.sqrt(jnp.maximum(v, 0.0)) * z
-    s2 = stats.rate / gamma_draws(k_s2, stats.shape, m.dtype)
+    s2 = stats.rate / special.gamma_draws(k_s2, stats.shape, m.dtype)
     return m + jnp.sqrt(jnp.maximum(s2 * v, 0.0)) * z
 
 
@@ -316,7 +287,7 @@ def _fleet_draws(fleet, key):
         z = jax.random.normal(k_z, fleet.mean.shape, fleet.mean.dtype)
         step = jnp.einsum("kij,kj->ki", sqrt_factor(fleet.cov), z)
         if stats is not None:
-            s2 = stats.rate / gamma_draws(k_s2, stats.shape, fleet.mean.dtype)
+            s2 = stats.rate / special.gamma_draws(k_s2, stats.shape, fleet.mean.dtype)
             step = jnp.sqrt(s2)[:, None] * step
         return fleet.mean + step
     return jax.vmap(lambda s, k: sample(s, k, 1)[0])(fleet, jax.random.split(key, K))
@@ -527,5 +498,4 @@ def linear(num_arms: int, dim: int, rule: str = "thompson", *, prior_var: float 
 
 
 __all__ = ["RULES", "PerArm", "Shared", "Agent", "Welford", "AgentState", "BanditRun", "per_arm", "heads", "shared",
-           "thompson", "greedy", "ucb", "init", "scores", "act", "update", "run", "linear", "THOMPSON_SCALE", "gamma_draws",
-           "GAMMA_PROPOSALS"]
+           "thompson", "greedy", "ucb", "init", "scores", "act", "update", "run", "linear", "THOMPSON_SCALE"]

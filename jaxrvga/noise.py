@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .core import NoiseStats
+from .kernels import special
 from .validation import is_concrete
 
 #: The default ``(shape, rate)`` of the inverse-gamma prior on an unknown noise variance.
@@ -135,9 +136,10 @@ def scale_variance(stats: NoiseStats, var):
 
 
 def sample_variance(stats: NoiseStats, key, num: int):
-    """``num`` draws of ``s2 ~ InvGamma(a, b)``: ``b / Gamma(a)``."""
+    """``num`` draws of ``s2 ~ InvGamma(a, b)``: ``b / Gamma(a)``, the gamma draws by
+    :func:`~jaxrvga.kernels.special.gamma_draws` (a bounded loop: ``jax.random.gamma`` never returned for some keys)."""
     a, b = stats
-    return b / jax.random.gamma(key, a, (num,), dtype=jnp.result_type(a))
+    return b / special.gamma_draws(key, jnp.broadcast_to(a, (num,)), jnp.result_type(a))
 
 
 def discount(stats: NoiseStats, delta) -> NoiseStats:

