@@ -25,8 +25,8 @@ jax.config.update("jax_enable_x64", True)
 #: compilation). ``JAX_COMPILATION_CACHE_DIR`` sets another place; an empty value turns it off.
 #: Every program is written (``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS``, default here 0: the
 #: suite's many small programs add up; re-runs of test_factor_analysis + test_em_tolerance took 58 s
-#: with a 0.1 s threshold, 32 s with none, against 120 s uncached). The cache key holds ``XLA_FLAGS``: a pytest subprocess that sets them
-#: (test_other_isa) gets its own entries.
+#: with a 0.1 s threshold, 32 s with none, against 120 s uncached). The cache key holds
+#: ``XLA_FLAGS``: a pytest subprocess that sets them (test_other_isa) gets its own entries.
 CACHE_DIR = os.environ.get("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "jax"))
 if CACHE_DIR:
     jax.config.update("jax_compilation_cache_dir", CACHE_DIR)
