@@ -16,10 +16,12 @@ $(STAMP): pyproject.toml
 # benchmarks keep NumPy's default so that its baseline is not slowed down.
 ONE_BLAS := OPENBLAS_NUM_THREADS=1
 
-# The whole suite, as two pytest processes over disjoint sets of test files (tests/run_shards.py):
-# it is bound by XLA's single-threaded compilation, so two processes use both cores of the CI machine.
+# The whole suite on every core (pytest-xdist; --dist loadfile keeps each test file in one worker,
+# so that the programs its tests share compile once), XLA's compiled programs kept under the clone
+# in .cache/jax (tests/conftest.py; a second `make test` reads them instead of compiling), and the
+# 25 slowest tests at the end. tests/README.md: one file, one test.
 test: $(STAMP)
-	$(ONE_BLAS) $(PY) tests/run_shards.py --shards 2 -q
+	$(ONE_BLAS) $(PY) -m pytest -n auto --dist loadfile --durations=25 -q
 
 demo: $(STAMP)
 	$(ONE_BLAS) $(PY) -m experiments.demo
@@ -49,4 +51,4 @@ gallery: $(STAMP)
 	$(ONE_BLAS) $(PY) docs/make_gallery.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build docs/api
+	rm -rf $(VENV) .cache .pytest_cache .hypothesis docs/_build docs/api

@@ -327,6 +327,10 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
       by a (p, k p) matrix, not (p, p). With 3 loops this costs no more time than storing
       (the rows are read as often), but the work of K loops grows like K^2.
 
+    With a stored iterate the loops between the first and the last are one ``lax.scan``
+    (:func:`_stored_loops`), so the program compiles once whatever ``inner_loops`` is; the
+    recomputed rows are unrolled (the gains of pass k are (p, k p): a shape per loop).
+
     ``spectral``: the EM starts from :func:`_spectral_gains` instead of ``W_prev`` (one more pass,
     which writes ``W_0`` and ``psi_0``), and ``inner_loops`` EM loops follow (0 allowed); ``gram``
     is the start's Gram if known (:func:`_spectral_gains`). With ``out_gram`` the last pass also sums
@@ -348,8 +352,16 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
         grams = row_blocks.block_sum(lambda W_b, psi_b, X_b: _block_grams(W_b, psi_b, X_b, W_b, psi_b, True),
                                  (W_prev, psi_prev, X), nb)
     offset = len(gains)
-    for k in range(offset, offset + inner_loops):
-        last = k == offset + inner_loops - 1
+    end = offset + inner_loops
+    # with a stored iterate, the loops between the first and the last are one scan (compiled once)
+    middle = range(max(offset, 1), end - 1) if store_iterate else range(0)
+    for k in range(offset, end):
+        if k in middle:
+            if k == middle.start:
+                W, psi, grams, usable = _stored_loops(W, psi, grams, usable, (W_prev, psi_prev, X, diagS), alpha,
+                                                      beta, floor, len(middle), nb)
+            continue
+        last = k == end - 1
         C, KX, KP, KW = _em_gains(grams, alpha, beta, k == 0)
         gains.append((KX, KP, KW))
         usable = usable & all_finite(C, KX, KP, *([] if KW is None else [KW]))
@@ -387,6 +399,29 @@ def _em_loops(W_prev, psi_prev, X, diagS, alpha, beta, floor, inner_loops: int, 
             W, psi = new if len(new) == 2 else (None, new[0])
             psis.append(psi)
     return W, psi, jnp.where(usable, dropped, 0.0), grams.get("out"), usable
+
+
+def _stored_loops(W, psi, grams, usable, target, alpha, beta, floor, count: int, nb: int):
+    """``count`` EM loops on the stored iterate, none of them the first or the last (:func:`_em_loops`).
+
+    One ``lax.scan`` of the pass that rewrites ``W`` in place and sums the next loop's Grams, so that
+    the program compiles once whatever ``count`` is, and stays differentiable in both modes.
+    ``target = (W_prev, psi_prev, X, Diag(S))``. Returns ``(W, psi, grams, usable)``.
+    """
+    def loop(carry, _):
+        W, psi, grams, usable = carry
+        C, KX, KP, KW = _em_gains(grams, alpha, beta, False)
+
+        def rewrite(rows):
+            W_b, psi_b, Wp_b, pp_b, X_b, dS_b = rows
+            new_b = _stored_rows(W_b, psi_b, Wp_b, pp_b, X_b, KX, KP, KW)
+            new_psi = _psi_rows(new_b, dS_b, C, floor)
+            return (new_b, new_psi), _block_grams(Wp_b, pp_b, X_b, new_b, new_psi, False)
+
+        (W, psi), grams = row_blocks.block_map(rewrite, (W, psi) + tuple(target), nb, in_place=1)
+        return (W, psi, grams, usable & all_finite(C, KX, KP, KW)), None
+
+    return jax.lax.scan(loop, (W, psi, grams, usable), None, length=count)[0]
 
 
 def _em_to_tolerance(W_prev, psi_prev, X, diagS, alpha, beta, floor, max_loops: int, nb: int, gram, tol):
