@@ -217,15 +217,16 @@ def check_members(state: AverageState):
 
     if not is_concrete(state.members):
         return
-    for k in range(_num_members(state.members)):
-        member = jax.tree_util.tree_map(lambda a: a[k], state.members)
-        try:
-            beliefs.of_state(member)
-            stats = noise.stats_of(member)
-            if stats is not None and not bool(noise.valid(stats)):
-                raise ValueError(f"state.noise must be positive and finite, got {stats}")
-        except ValueError as err:
-            raise ValueError(f"state.members[{k}]: {err}") from None
+    with jax.ensure_compile_time_eval():  # concrete members inside a trace (a scan's trace function) stay concrete
+        for k in range(_num_members(state.members)):
+            member = jax.tree_util.tree_map(lambda a: a[k], state.members)
+            try:
+                beliefs.of_state(member)
+                stats = noise.stats_of(member)
+                if stats is not None and not bool(noise.valid(stats)):
+                    raise ValueError(f"state.noise must be positive and finite, got {stats}")
+            except ValueError as err:
+                raise ValueError(f"state.members[{k}]: {err}") from None
 
 
 __all__ = ["AverageState", "PREDICTIVE_SCALES", "model_average", "weights", "each_forecaster", "mixture_moments",

@@ -335,3 +335,12 @@ def test_cancellation_bound():
     gram = jnp.diag(jnp.array([3.0, 5.0], jnp.float32))
     np.testing.assert_allclose(woodbury.cancellation_bound(jnp.float32(4.0), gram),
                                2 * np.finfo(np.float32).eps * 2.0 * 3.0, rtol=1e-6)
+
+
+def test_the_members_check_inside_a_trace_of_a_concrete_average():
+    """A concrete average read inside a trace (a scan's body, as a run's trace function does) is checked
+    at trace time without converting a tracer to a bool (it raised TracerBoolConversionError)."""
+    kf, avg, members = _average()
+    state = avg.init(members)
+    _, means = jax.lax.scan(lambda c, _: (c, jr.predictive(state, X3, kf.model).mean), 0, None, length=2)
+    np.testing.assert_allclose(means, jr.predictive(state, X3, kf.model).mean)
