@@ -92,7 +92,9 @@ def usable_log_weight(log_weight):
 
 def check_log_weight(name: str, log_weight):
     """``ValueError`` naming ``name`` where concrete ``log_weight`` is not :func:`usable_log_weight`."""
-    if is_concrete(log_weight) and not bool(usable_log_weight(log_weight)):
+    with jax.ensure_compile_time_eval():  # a concrete value inside a trace stays concrete
+        usable = not is_concrete(log_weight) or bool(usable_log_weight(log_weight))
+    if not usable:
         raise ValueError(f"{name} must hold log weights without NaN or +inf and at least one finite entry "
                          f"(-inf is a weight of 0), got {np.asarray(log_weight)!r}")
     return log_weight

@@ -56,7 +56,9 @@ def check_noise(noise, dtype) -> NoiseStats:
         if is_concrete(v) and not (np.isfinite(float(v)) and float(v) > 0):
             raise ValueError(f"noise: {name} must be positive and finite, got {v!r}")
         stored = jnp.asarray(v, dtype)
-        if is_concrete(v) and not valid(NoiseStats(stored, stored)):
+        with jax.ensure_compile_time_eval():  # a concrete value inside a trace (init under jit) stays concrete
+            holds = not is_concrete(v) or bool(valid(NoiseStats(jnp.asarray(v, dtype), jnp.asarray(v, dtype))))
+        if not holds:
             raise ValueError(f"noise: {name} = {v!r} is not positive and finite in the state's dtype "
                              f"{jnp.dtype(dtype).name} (it stores {float(stored)!r})")
         out.append(stored)
