@@ -37,7 +37,7 @@ import numpy as np
 
 from .core import NoiseStats
 from .kernels import special
-from .validation import is_concrete
+from .validation import is_concrete, is_plug_in
 
 #: The default ``(shape, rate)`` of the inverse-gamma prior on an unknown noise variance.
 DEFAULT_NOISE = (1.0, 1.0)
@@ -57,7 +57,7 @@ def check_noise(noise, dtype) -> NoiseStats:
             raise ValueError(f"noise: {name} must be positive and finite, got {v!r}")
         stored = jnp.asarray(v, dtype)
         with jax.ensure_compile_time_eval():  # a concrete value inside a trace (init under jit) stays concrete
-            holds = not is_concrete(v) or bool(valid(NoiseStats(jnp.asarray(v, dtype), jnp.asarray(v, dtype))))
+            holds = not is_concrete(v) or bool(valid(NoiseStats(stored, stored)))
         if not holds:
             raise ValueError(f"noise: {name} = {v!r} is not positive and finite in the state's dtype "
                              f"{jnp.dtype(dtype).name} (it stores {float(stored)!r})")
@@ -87,7 +87,7 @@ def stats_of(state, learned=None):
 def residual(model, belief, state, x, y, scale=1.0):
     """``(r, S)``: the residual ``y - h(mu, x)`` (k,) and ``S = I + scale J P J^T`` (k, k) of one checked
     observation (:func:`jaxrvga.filters.check_observation`; a GLM's ``x`` is (m, d))."""
-    plug_in = is_concrete(scale) and float(scale) == 0.0  # S = I: no Jacobian needed
+    plug_in = is_plug_in(scale)  # S = I: no Jacobian needed
     if model.is_glm:
         J, eta = x, x @ state.mean
     else:

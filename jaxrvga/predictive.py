@@ -30,7 +30,7 @@ import numpy as np
 from . import average, beliefs, models, noise
 from .kernels import special
 from .filters import check_observation
-from .validation import check_float_array, check_key, is_concrete, positive_int
+from .validation import check_float_array, check_key, is_concrete, is_plug_in, positive_int
 
 
 class Predictive(NamedTuple):
@@ -304,8 +304,9 @@ def predictive_scores(state, X, y, model: models.Model | None = None, *, scale=1
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
     scale = _check_scale(scale)
-    n = jax.tree_util.tree_leaves(X)[0].shape[0] if jax.tree_util.tree_leaves(X) else 0
-    if jnp.ndim(jax.tree_util.tree_leaves(X)[0]) < (2 if model.is_glm else 1) or jnp.shape(y)[:1] != (n,):
+    first = jax.tree_util.tree_leaves(X)[0]
+    n = jnp.shape(first)[0] if jnp.ndim(first) else 0
+    if jnp.ndim(first) < (2 if model.is_glm else 1) or jnp.shape(y)[:1] != (n,):
         raise ValueError(f"X must be a batch of n test inputs and y their n outputs, got X of leading size "
                          f"{n} and y of shape {jnp.shape(y)}")
     if chunk_size is not None:
@@ -338,12 +339,6 @@ def _scores(state, X, y, model, scale) -> Scores:
     return Scores(mean, var, jnp.reshape(log_density, (-1,)))
 
 
-def is_plug_in(scale) -> bool:
-    """Whether ``scale`` is a concrete 0: the plug-in ``p(y | theta = mean)``, whose predictive needs the
-    model's output at the mean alone (no Jacobian, no ``J P J^T``)."""
-    return is_concrete(scale) and float(scale) == 0.0
-
-
 def _check_scale(scale):
     """``scale >= 0`` and finite (checked where concrete; a traced one is taken as given)."""
     if isinstance(scale, bool) or jnp.shape(scale) != ():
@@ -353,4 +348,4 @@ def _check_scale(scale):
     return scale
 
 
-__all__ = ["Predictive", "predictive", "log_predictive", "is_plug_in", "Scores", "predictive_scores"]
+__all__ = ["Predictive", "predictive", "log_predictive", "Scores", "predictive_scores"]

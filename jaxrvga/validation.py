@@ -20,6 +20,12 @@ def is_concrete(x) -> bool:
     return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x))
 
 
+def is_plug_in(scale) -> bool:
+    """Whether ``scale`` is a concrete 0: the plug-in ``p(y | theta = mean)``, whose predictive needs the
+    model's output at the mean alone (no Jacobian, no ``J P J^T``)."""
+    return is_concrete(scale) and float(scale) == 0.0
+
+
 def check_float_array(name: str, x):
     """Return ``x`` as a floating JAX array; raise if it is not real numeric (complex refused)."""
     if np.iscomplexobj(x):
@@ -219,6 +225,6 @@ def check_key(key, required: bool = False, needed_by: str = "this filter"):
     return key
 
 
-__all__ = ["is_concrete", "check_float_array", "check_vector", "all_finite", "check_finite", "check_cov",
+__all__ = ["is_concrete", "is_plug_in", "check_float_array", "check_vector", "all_finite", "check_finite", "check_cov",
            "check_invertible", "check_positive", "check_labels01", "check_counts", "positive_int",
            "check_tolerance", "check_choice", "check_batch_problem", "check_key"]

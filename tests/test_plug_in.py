@@ -48,7 +48,7 @@ def test_the_plug_in_is_the_forward_pass_and_agrees_with_the_linearised_route(fa
 
 def test_is_plug_in():
     """Only a concrete 0 is the plug-in; a traced scale takes the general route."""
-    from jaxrvga.predictive import is_plug_in
+    from jaxrvga.validation import is_plug_in
 
     assert is_plug_in(0.0) and is_plug_in(jnp.float32(0)) and not is_plug_in(1e-300) and not is_plug_in(1.0)
     assert jax.jit(lambda c: jnp.asarray(is_plug_in(c)))(0.0) == jnp.asarray(False)
