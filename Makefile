@@ -40,7 +40,7 @@ bench-gpu: $(STAMP)
 	$(PY) -m benchmarks.gpu
 
 # HTML site in docs/_build/html (index.html); -W: a warning fails the build. The Sphinx
-# packages are in the docs extra and, for tests/test_docs.py, in the test extra too.
+# packages are in the docs extra and, for tests/reproduction/test_docs.py, in the test extra too.
 docs: $(STAMP)
 	$(ONE_BLAS) $(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 	@echo "Documentation: docs/_build/html/index.html"

@@ -217,7 +217,7 @@ def quick_fixture(module):
     """A module-scoped pytest fixture returning ``(module.run(True, out), out)``, ``out`` a fresh
     temporary folder: each test module runs each experiment once, at quick sizes.
 
-    ``tests/test_run_all.py`` checks that every module :mod:`experiments.run_all` discovers is
+    ``tests/reproduction/test_run_all.py`` checks that every module :mod:`experiments.run_all` discovers is
     passed to this function by some test file.
     """
     import pytest

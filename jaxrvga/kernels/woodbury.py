@@ -162,7 +162,7 @@ def symmetric_eigh(A):
     LAPACK's ``syevd`` (XLA's CPU eigh) gives up (``info != 0``, so NaN) on some finite matrices
     whose entries are so small that their squares underflow in the Householder reduction, which
     happens with XLA's flush-to-zero: a whitened Gram with columns of ``W`` at 0 and rounding
-    noise of 1e-28 beside entries of 1e3 in float32 (tests/test_reliability.py). So ``A`` is
+    noise of 1e-28 beside entries of 1e3 in float32 (tests/integration/test_reliability.py). So ``A`` is
     scaled by a power of two (exactly) to a largest entry in [0.5, 1) and the entries below
     ``tiny^(1/4)`` of that set to 0 (3e-10 in float32, 1e-77 in float64: far below eigh's own
     backward error ``eps |A|``): a product of two remaining entries, and its square, is then

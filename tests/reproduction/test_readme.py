@@ -4,7 +4,7 @@ from pathlib import Path
 
 
 def test_readme_quickstart_runs():
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert blocks, "README has no python block"
     namespace = {}

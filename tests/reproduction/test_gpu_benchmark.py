@@ -24,7 +24,7 @@ def test_rows_at_toy_sizes():
     for row in rows:
         assert row["ms/step"] > 0 and row["temp / state"] > 0
     assert rows[1]["belief"] == "low rank, row blocks of 16"
-    # every method of bench_images runs in tests/test_bench_images.py; here the rows of three
+    # every method of bench_images runs in tests/reproduction/test_bench_images.py; here the rows of three
     methods = [bench_images.METHODS[i] for i in (0, 1, 9)]  # Adam 1 and 16, diagonal ekf 16
     nets = gpu.network_rows("MLP", lambda key: gpu.mlp(key, (4,)), 16, 1, methods=methods)
     assert [r["method"] for r in nets] == [name for name, _, _ in methods]

@@ -1,7 +1,7 @@
 """Reference trajectories of the filters as they were before the one-filter-layer rewrite (commit cc06f81).
 
-Run once with that commit's code: ``python tests/data/make_reference.py`` writes ``reference_filters.npz``.
-tests/test_reference.py checks that today's dense filters and ``lrvga(..., published=True)`` still
+Run once with that commit's code: ``python tests/integration/data/make_reference.py`` writes ``reference_filters.npz``.
+tests/integration/test_reference.py checks that today's dense filters and ``lrvga(..., published=True)`` still
 produce these numbers (to rounding; the programs are compiled differently, so not bit for bit).
 """
 import os

@@ -1,6 +1,6 @@
 """A sharded L-RVGA over two processes x two CPU devices equals the single-process run.
 
-The test starts two worker processes (``tests/multiprocess_worker.py``) that join
+The test starts two worker processes (``tests/integration/multiprocess_worker.py``) that join
 ``jax.distributed`` through a coordinator on the loopback address, shard the filter's state
 along d over the four devices, gather the result and write it to .npz files. It skips, with
 the reason, when the installed jax cannot run distributed CPU collectives.
@@ -22,6 +22,7 @@ import jaxrvga as jr
 D, RANK, T = 32, 2, 20
 TIMEOUT_S = 120
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository
 UNAVAILABLE = 77  # multiprocess_worker.UNAVAILABLE
 
 
@@ -60,8 +61,8 @@ def run_workers(tmp_path, n=2):
     port, prefix = free_loopback_port(), str(tmp_path / "out")
     logs = [open(tmp_path / f"worker{i}.log", "w+") for i in range(n)]
     procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "multiprocess_worker.py"),
-                               os.path.dirname(HERE), str(port), str(n), str(i), prefix],
-                              env=worker_env(), cwd=os.path.dirname(HERE), stdout=logs[i],
+                               ROOT, str(port), str(n), str(i), prefix],
+                              env=worker_env(), cwd=ROOT, stdout=logs[i],
                               stderr=subprocess.STDOUT) for i in range(n)]
     deadline = time.monotonic() + TIMEOUT_S
     try:

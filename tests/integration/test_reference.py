@@ -1,8 +1,8 @@
 """Results that must not move: the filters against trajectories recorded before the one-filter-layer rewrite.
 
-``tests/data/reference_filters.npz`` holds the means after every step and the final covariance or
-factors of 27 configurations (``tests/data/reference_cases.py``), recorded with the code of commit
-cc06f81 by ``tests/data/make_reference.py``. Dense filters and ``lrvga(..., published=True)`` must
+``tests/integration/data/reference_filters.npz`` holds the means after every step and the final covariance or
+factors of 27 configurations (``tests/integration/data/reference_cases.py``), recorded with the code of commit
+cc06f81 by ``tests/integration/data/make_reference.py``. Dense filters and ``lrvga(..., published=True)`` must
 reproduce them to rounding (the programs are compiled differently, so not bit for bit).
 """
 import os

@@ -15,14 +15,14 @@ import pytest
 
 from experiments import run_all
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def quick_fixture_modules():
     """``{module name: test file}`` for every ``fixture = quick_fixture(module, ...)`` of the test
     files whose fixture some test or fixture requests (an unrequested fixture never runs)."""
     found = {}
-    for path in sorted(TESTS.glob("test_*.py")):
+    for path in sorted(TESTS.rglob("test_*.py")):
         tree = ast.parse(path.read_text())
         alias = {a.asname or a.name: a.name for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module == "experiments" for a in node.names}

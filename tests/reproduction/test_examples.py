@@ -1,6 +1,6 @@
 """The examples of ``examples/`` at tiny sizes: each learns (accuracy far above chance, RMSE below the
 mean predictor's) and is calibrated within a band; plus the scores of ``examples/common.py`` (the ECE is
-:func:`jaxrvga.baselines.metrics.ece`, tested in tests/test_metrics.py).
+:func:`jaxrvga.baselines.metrics.ece`, tested in tests/baselines/test_metrics.py).
 
 Each example needs its network library (flax or equinox, the ``nn`` extra) and scikit-learn; the
 test skips when one is missing.

@@ -17,7 +17,7 @@ pytest.importorskip("myst_parser", reason="myst-parser is not installed (pip ins
 import jaxrvga  # noqa: E402
 from jaxrvga.kernels import woodbury as lowrank  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _text(page):

@@ -3,7 +3,7 @@
 The quick run (200 training digits, p = 5, two prior variances) must classify far above chance
 (0.1) with a log-loss far below that of the uniform predictor (log 10) for every method, report
 finite scores, and say how many steps did not converge (the ECE itself is checked by hand in
-tests/test_metrics.py).
+tests/baselines/test_metrics.py).
 """
 import csv
 import math

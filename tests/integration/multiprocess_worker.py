@@ -1,6 +1,6 @@
-"""One process of the two-process sharded L-RVGA run of ``tests/test_multiprocess.py``.
+"""One process of the two-process sharded L-RVGA run of ``tests/integration/test_multiprocess.py``.
 
-usage: python tests/multiprocess_worker.py ROOT PORT NUM_PROCESSES PROCESS_ID OUT_PREFIX
+usage: python tests/integration/multiprocess_worker.py ROOT PORT NUM_PROCESSES PROCESS_ID OUT_PREFIX
 
 The coordinator listens on 127.0.0.1:PORT only. Each process sees two CPU devices
 (``XLA_FLAGS=--xla_force_host_platform_device_count=2``, set by the parent) and runs the same
@@ -49,7 +49,7 @@ def main(root: str, port: int, num_processes: int, process_id: int, prefix: str)
     sys.path.insert(0, root)
     import jaxrvga as jr
     from jaxrvga import sharding
-    from tests import test_multiprocess as tm
+    from tests.integration import test_multiprocess as tm
 
     assert jax.process_count() == num_processes and len(jax.local_devices()) == 2, jax.devices()
     base, traces = tm.make_filter(), []
