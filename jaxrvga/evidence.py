@@ -11,12 +11,15 @@ models it is the evidence of the filter's Gaussian approximations (the terms as
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 
-from . import models
+import numpy as np
+
+from . import beliefs, models
+from .core import NoiseStats
 from ._values import Bound, by_value
 from .core import Filter, Prequential, scan
 from .predictive import log_predictive
@@ -91,4 +94,112 @@ def _evidence(program, model, num_samples, num_points, state, xs, ys, key):
 _compiled_evidence = jax.jit(_evidence, static_argnums=(0, 1, 2, 3))
 
 
-__all__ = ["trace_log_predictive", "log_evidence"]
+class PriorFit(NamedTuple):
+    """The result of :func:`fit_prior_precision`: the belief under the fitted prior, the fitted
+    precision of each group (G,), whether the fixed point was reached, and the iterations taken."""
+
+    state: object
+    precision: jax.Array
+    converged: jax.Array
+    iterations: jax.Array
+
+
+def fit_prior_precision(state, prior_precision, prior_mean=0.0, groups=None, max_iter: int = 100,
+                        tol: float = 1e-6) -> PriorFit:
+    """The prior precision chosen by the evidence after one pass, without a grid or a validation split.
+
+    A run from the prior ``N(m0, diag(a0)^{-1})`` with no dynamics ends with the precision
+    ``diag(a0) + D`` and the mean ``m``, ``D`` the data's curvature (exact for a linear-Gaussian model,
+    its Gauss-Newton form otherwise). Moving the prior to ``diag(a)`` is exact in that form: with
+    ``delta = a - a0``, the precision is ``diag(a0 + delta) + D`` and the mean
+    ``m(a) = m + P(a) (delta * (m0 - m))``. The precision of each group ``g`` of parameters is then
+    set to MacKay's fixed point of the (Laplace) evidence, ``a_g = gamma_g / |m_g(a) - m0_g|^2``,
+    ``gamma_g = d_g - a_g tr_g P(a)`` (the number of well-determined parameters), iterated to
+    ``tol`` in ``log a``. For the linear-Gaussian model that is the exact maximum of the marginal
+    likelihood; with a learned noise variance (``state.noise``, ``s2 ~ InvGamma(shape, rate)``, the
+    precision that of ``theta`` given ``s2 = 1``) the squared norm is weighted by ``E[1 / s2] =
+    shape / rate(a)``, ``rate(a) = rate + sum(delta (m(a) - m0)(m - m0)) / 2``, and the result is again
+    exact for the normal-inverse-gamma model. Cost: a few Woodbury solves (O(d p^2) a low-rank
+    iteration, O(d) diagonal, O(d^3) dense).
+
+    Args:
+      state: a filter's state after a run with no dynamics (``GaussianState``, ``LowRankState`` or
+        ``DiagonalState``).
+      prior_precision: the precision ``a0`` the run started from: a scalar or (d,).
+      prior_mean: the prior mean ``m0`` of that run: a scalar or (d,) (default 0).
+      groups: ``None`` (one precision for all parameters) or integers (d,) in ``[0, G)`` naming each
+        parameter's group (e.g. one per layer of a network), every group non-empty.
+      max_iter, tol: at most ``max_iter`` iterations, stopped where ``|log a_new - log a| <= tol``.
+
+    Returns:
+      :class:`PriorFit`. A fixed point that runs off to 0 or infinity (a stream that says nothing
+      about the prior, e.g. ``m = m0``), a precision that would not be positive definite, or a
+      non-finite value stops the iteration with ``converged`` False and keeps the last usable prior.
+    """
+    belief, _ = beliefs.of_state(state)
+    mean = state.mean
+    d, dtype = mean.shape[0], mean.dtype
+    a0 = _per_parameter("prior_precision", prior_precision, d, dtype)
+    m0 = _per_parameter("prior_mean", prior_mean, d, dtype)
+    if is_concrete(a0) and not np.all(np.asarray(a0) > 0):
+        raise ValueError("prior_precision must be > 0 and finite")
+    groups, G = _groups(groups, d)
+    count = jax.ops.segment_sum(jnp.ones(d, dtype), groups, G)
+    start = jax.ops.segment_sum(jnp.log(a0), groups, G) / count
+
+    def retarget(log_a):
+        delta = jnp.exp(log_a)[groups] - a0
+        new, ok = belief.shift_precision(state, delta)
+        new = new._replace(mean=mean + belief.solve(new, delta * (m0 - mean)))
+        if state.noise is not None:
+            rate = state.noise.rate + 0.5 * jnp.sum(delta * (new.mean - m0) * (mean - m0))
+            new, ok = new._replace(noise=NoiseStats(state.noise.shape, rate)), ok & (rate > 0)
+        return new, ok
+
+    def fixed_point(log_a):
+        new, ok = retarget(log_a)
+        a = jnp.exp(log_a)[groups]
+        gamma = jax.ops.segment_sum(1.0 - a * belief.variances(new), groups, G)
+        u = new.mean - m0
+        weight = 1.0 if state.noise is None else new.noise.shape / new.noise.rate
+        step = jnp.log(gamma) - jnp.log(weight * jax.ops.segment_sum(u * u, groups, G))
+        return step, ok & jnp.all(jnp.isfinite(step))
+
+    def cond(carry):
+        it, _, done, usable = carry
+        return (it < max_iter) & ~done & usable
+
+    def body(carry):
+        it, log_a, _, _ = carry
+        new, usable = fixed_point(log_a)
+        done = usable & jnp.all(jnp.abs(new - log_a) <= tol)
+        return it + 1, jnp.where(usable, new, log_a), done, usable
+
+    it, log_a, done, _ = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), start, False, True))
+    new, ok = retarget(log_a)
+    return PriorFit(new, jnp.exp(log_a), done & ok, it)
+
+
+def _per_parameter(name, value, d, dtype):
+    """``value`` as a (d,) vector of ``dtype`` (a scalar broadcast); ``ValueError`` naming it otherwise."""
+    value = jnp.asarray(value, dtype)
+    if value.shape not in ((), (d,)):
+        raise ValueError(f"{name} must be a scalar or have shape ({d},), got {value.shape}")
+    return jnp.broadcast_to(value, (d,))
+
+
+def _groups(groups, d):
+    """``(groups (d,) int32, G)``: one group where ``groups`` is None; checked: concrete integers in
+    ``[0, G)``, every group used."""
+    if groups is None:
+        return jnp.zeros(d, jnp.int32), 1
+    g = np.asarray(groups)
+    if g.shape != (d,) or not np.issubdtype(g.dtype, np.integer):
+        raise ValueError(f"groups must be integers of shape ({d},), got {g.dtype} {g.shape}")
+    G = int(g.max()) + 1 if d else 0
+    if g.min() < 0 or len(np.unique(g)) != G:
+        raise ValueError(f"groups must take every value 0 .. G - 1 (one per group), got {sorted(np.unique(g))}")
+    return jnp.asarray(g, jnp.int32), G
+
+
+__all__ = ["trace_log_predictive", "log_evidence", "fit_prior_precision", "PriorFit"]

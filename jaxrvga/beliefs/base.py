@@ -41,6 +41,13 @@ class Belief(Protocol):
     def sample(self, state, key, num: int):
         """``num`` independent exact draws of ``theta``, (num, d) (for Monte-Carlo estimates)."""
 
+    def variances(self, state):
+        """``diag(P)`` (d,), the marginal variances."""
+
+    def shift_precision(self, state, delta):
+        """The precision ``P^{-1} + diag(delta)``, the mean unchanged: ``(state, ok)`` (a prior's
+        precision moved, :func:`jaxrvga.evidence.fit_prior_precision`)."""
+
     def add(self, state, X, c):
         """The precision step ``P^{-1} + X diag(c) X^T`` (as the belief keeps it): ``(state, ok)``."""
 

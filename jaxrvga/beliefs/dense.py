@@ -117,6 +117,19 @@ class Dense(NamedTuple):
         z = jax.random.normal(key, (num, state.mean.shape[0]), dtype=state.mean.dtype)
         return state.mean + z @ sqrt_factor(state.cov).T
 
+    def variances(self, state):
+        """``diag(P)``, the marginal variances (d,)."""
+        return jnp.diagonal(state.cov)
+
+    def shift_precision(self, state, delta):
+        """The precision ``P^{-1} + diag(delta)`` (``delta`` (d,), of either sign), the mean unchanged:
+        ``P_new = (I + P diag(delta))^{-1} P``, no inverse of ``P`` formed. Returns ``(state, ok)``, ``ok``
+        False where ``P_new`` is not finite and positive definite."""
+        A = jnp.eye(state.cov.shape[0], dtype=state.cov.dtype) + state.cov * delta[None, :]
+        cov = _symmetric(jnp.linalg.solve(A, state.cov))
+        ok = jnp.all(jnp.isfinite(jnp.linalg.cholesky(cov)))
+        return state._replace(cov=cov), ok
+
     def add(self, state, X, c):
         """``P_new^{-1} = P^{-1} + X diag(c) X^T`` by Woodbury; ``c`` may be negative (a non-log-concave site).
 

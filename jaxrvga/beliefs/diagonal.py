@@ -87,6 +87,16 @@ class Diagonal(NamedTuple):
         z = jax.random.normal(key, (num, state.mean.shape[0]), dtype=state.mean.dtype)
         return state.mean + z * jnp.sqrt(1.0 / state.psi)
 
+    def variances(self, state):
+        """``diag(P) = 1 / psi`` (d,)."""
+        return 1.0 / state.psi
+
+    def shift_precision(self, state, delta):
+        """The precision ``diag(psi + delta)``, the mean unchanged: ``(state, ok)``, ``ok`` False where a
+        precision would not be positive and finite."""
+        psi = state.psi + delta
+        return state._replace(psi=psi), jnp.all(jnp.isfinite(psi) & (psi > 0))
+
     def add(self, state, X, c):
         """``psi + diag(X diag(c) X^T)``; ``c`` may be negative. Returns ``(state, ok)``, ``ok`` False
         where a precision would not be positive and finite."""

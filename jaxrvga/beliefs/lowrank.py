@@ -191,6 +191,18 @@ class LowRank(NamedTuple):
         (:func:`jaxrvga.kernels.woodbury.sample`)."""
         return woodbury.sample(key, state.mean, state.W, state.psi, num)
 
+    def variances(self, state):
+        """``diag(P)`` by Woodbury, ``1/psi - rowdot(W L^{-T}) / psi^2`` ([LRVGA] eq. 27), O(d p^2)."""
+        return woodbury.factorize(state.W, state.psi, state.gram).inverse_diag()
+
+    def shift_precision(self, state, delta):
+        """The precision ``W W^T + diag(psi + delta)``, the mean and ``W`` unchanged (the cached whitened
+        Gram recomputed, O(d p^2)). Returns ``(state, ok)``, ``ok`` False where ``psi + delta`` falls
+        below the floor :func:`~jaxrvga.beliefs.psi_min` or is not finite."""
+        psi = state.psi + delta
+        gram = None if state.gram is None else woodbury.whitened_gram(state.W, psi, self.block_rows)
+        return state._replace(psi=psi, gram=gram), jnp.all(jnp.isfinite(psi) & (psi >= psi_min(psi.dtype)))
+
     def _pending_root(self, state, X, c):
         """``X sqrt(c)`` (``c`` clipped at 0: a factor needs a PSD increment); checks that the state is
         one of this filter: ``W`` of width ``rank + buffer``, and a whitened Gram only where the
