@@ -171,6 +171,47 @@ def run_task(task, quick=False, timing=True):
     return out
 
 
+def layer_groups(sizes):
+    """The group of each flat weight of :func:`experiments.networks_any_prior.mlp`: ``2 l`` the weights
+    and ``2 l + 1`` the biases of layer ``l``."""
+    g = []
+    for layer, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        g += [2 * layer] * (fan_in * fan_out) + [2 * layer + 1] * fan_out
+    return np.asarray(g)
+
+
+def prior_fit_rows(task, quick=False, prior_vars=(0.1, 1.0)):
+    """One filter per prior variance, then ``jr.evidence.fit_prior_precision`` with one precision and
+    with one per layer's weights and biases: test NLPD (plug-in, linearised) before and after."""
+    import jaxrvga as jr
+    from experiments.networks_any_prior import SIZES, initial_state
+
+    if task == "linear":
+        model, flt, _, data = linear_task(quick)
+        theta0, grouping = jnp.zeros(data[0].shape[1], jnp.float32), (("one", None),)
+        start = lambda v: flt.init(theta0, v * jnp.eye(theta0.shape[0], dtype=jnp.float32))  # noqa: E731
+    else:
+        model, flt, _, data, theta0, _ = network_task(task, quick)
+        sizes = SIZES[task] if not quick else (SIZES[task][0], 8, SIZES[task][-1])
+        grouping = (("one", None), ("layers", layer_groups(sizes)))
+        start = lambda v: initial_state(flt, theta0, v, False)  # noqa: E731
+    Xtr, ytr, Xte, yte = data
+    rows = []
+    for v0 in prior_vars:
+        state, _ = jr.run(flt, start(v0), Xtr, ytr)
+        row = {"task": task, "prior_var": v0, "plug_in": test_nlpd(state, model, Xte, yte, 0.0),
+               "linearised": test_nlpd(state, model, Xte, yte, 1.0)}
+        if task == "linear":
+            row["reference"] = _linear_reference(data)
+        for name, groups in grouping:
+            fit = jr.evidence.fit_prior_precision(state, 1.0 / v0, prior_mean=theta0, groups=groups)
+            row[name] = {"precision": np.asarray(fit.precision).tolist(), "converged": bool(fit.converged),
+                         "plug_in": test_nlpd(fit.state, model, Xte, yte, 0.0),
+                         "linearised": test_nlpd(fit.state, model, Xte, yte, 1.0)}
+        rows.append(row)
+    return rows
+
+
 def _linear_reference(data):
     """Test NLPD of the exact predictive with the true prior ``N(0, I)`` and noise variance 0.25."""
     import jaxrvga as jr
@@ -223,7 +264,13 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--no-timing", action="store_true")
+    parser.add_argument("--prior-fit", action="store_true",
+                        help="instead: one filter, then the prior precision fitted by the evidence (REPORT.md)")
     a = parser.parse_args(argv)
+    if a.prior_fit:
+        rows = [r for t in a.tasks.split(",") for r in prior_fit_rows(t, a.quick)]
+        print("\n".join(json.dumps(r) for r in rows))
+        return rows
     return run(a.quick, tasks=tuple(a.tasks.split(",")), timing=not a.no_timing)
 
 

@@ -34,3 +34,14 @@ def test_linear_regression_as_good_as_the_true_hyper_parameters(quick):
     the true prior and noise variance (60 training points)."""
     linear = next(r for r in quick[0] if r["task"] == "linear")
     assert linear["default"] < linear["reference"] + 0.05
+
+
+def test_the_evidence_fit_recovers_the_linear_task_from_a_bad_prior():
+    """One learned-noise Kalman filter from a prior 1000x too tight, then its prior precision fitted by
+    the evidence (jr.evidence.fit_prior_precision): the test NLPD of the exact predictive with the true
+    hyper-parameters, up to what 60 points can tell."""
+    row, = tuning_free.prior_fit_rows("linear", quick=True, prior_vars=(1e-3,))
+    fitted = row["one"]
+    assert fitted["converged"]
+    assert fitted["linearised"] <= row["reference"] + 0.02
+    assert fitted["linearised"] < row["linearised"] - 0.5  # the tight prior was far worse
