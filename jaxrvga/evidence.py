@@ -120,7 +120,9 @@ def fit_prior_precision(state, prior_precision, prior_mean=0.0, groups=None, max
     precision that of ``theta`` given ``s2 = 1``) the squared norm is weighted by ``E[1 / s2] =
     shape / rate(a)``, ``rate(a) = rate + sum(delta (m(a) - m0)(m - m0)) / 2``, and the result is again
     exact for the normal-inverse-gamma model. Cost: a few Woodbury solves (O(d p^2) a low-rank
-    iteration, O(d) diagonal, O(d^3) dense).
+    iteration, O(d) diagonal, O(d^3) dense). For a network after one pass it over-regularises (its
+    mean is not the MAP; experiments/REPORT.md, "The prior precision by the evidence after one pass"):
+    use it for linear and generalised linear models.
 
     Args:
       state: a filter's state after a run with no dynamics (``GaussianState``, ``LowRankState`` or
