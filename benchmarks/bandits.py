@@ -9,7 +9,8 @@ regret is the expected one, ``sum_t max_k M[t, k] - M[t, a_t]``.
 Agents (``--agents``):
 
 * ``jr_thompson``: :func:`jaxrvga.bandits.linear`, the library's default Thompson agent (a per-arm
-  Kalman filter of unit noise variance on rewards standardised online, exact posterior draws);
+  Kalman filter on rewards standardised online, the noise variance learned in those units by the
+  normal-inverse-gamma belief, exact posterior draws);
   ``jr_greedy`` the same model acting on its mean; ``jr_ucb`` on its predictive (``alpha = 1``);
   ``jr_thompson_nig``: the per-arm normal-inverse-gamma model (noise variance learned) with
   untempered Thompson sampling;
@@ -106,8 +107,8 @@ OPTIONS = {"prior_var": None, "noise": None, "scale": None}
 
 def jr_agent(name: str, num_arms: int, dim: int):
     """``(agent, state)`` of a library agent: ``jr_thompson``, ``jr_greedy`` and ``jr_ucb`` the default
-    model of :func:`jaxrvga.bandits.linear` (rewards standardised online, unit noise variance) with
-    each rule; ``jr_thompson_nig`` the normal-inverse-gamma model (noise variance learned, prior
+    model of :func:`jaxrvga.bandits.linear` (rewards standardised online, the noise variance learned)
+    with each rule; ``jr_thompson_nig`` the normal-inverse-gamma model (noise variance learned, prior
     ``InvGamma(1, 1)``, rewards as they are) with untempered Thompson sampling (scale 1)."""
     import jaxrvga as jr
 
@@ -409,8 +410,9 @@ def main(argv=None) -> list:
     parser.add_argument("--out", default=None, help="CSV file of rows problem,agent,seed,regret,ms_per_round")
     parser.add_argument("--prior-var", type=float, default=None, help="the library agents' prior variance")
     parser.add_argument("--noise", type=float, nargs=2, default=None, metavar=("SHAPE", "RATE"),
-                        help="the library agents' inverse-gamma prior on a learned noise variance (default: "
-                             "rewards standardised online, unit noise variance)")
+                        help="the library agents' inverse-gamma prior on a learned noise variance of the raw "
+                             "rewards (default: rewards standardised online, the noise variance learned in those "
+                             "units from InvGamma(1, 1))")
     parser.add_argument("--scale", type=float, default=None, help="the Thompson agents' posterior scale")
     a = parser.parse_args(argv)
     OPTIONS.update(prior_var=a.prior_var, noise=None if a.noise is None else tuple(a.noise), scale=a.scale)

@@ -167,13 +167,39 @@ def test_standardize_keeps_welford_statistics_of_the_seen_rewards():
     assert np.abs(np.asarray(out.state.beliefs.mean)).max() < 5
 
 
+def test_default_agent_is_the_normal_inverse_gamma_posterior_of_the_standardised_rewards():
+    """jr.bandits.linear's default (noise="learned"): each arm's belief is the normal-inverse-gamma
+    posterior, in closed form, of the rounds it was pulled in, with the rewards standardised by the
+    mean and sd of the rewards seen up to and including that round: precision ``I + X^T X``, mean
+    ``P X^T y``, shape ``1 + n / 2``, rate ``1 + (y^T y - m^T P^{-1} m) / 2`` (prior InvGamma(1, 1))."""
+    agent, state = jr.bandits.linear(K, D)
+    assert agent.standardize and jr.bandits.NOISE_PRIOR == (1.0, 1.0)
+    out = jr.bandits.run(agent, state, jax.random.PRNGKey(4), X, 50.0 * R + 3.0)
+    seen, arms = np.asarray(out.rewards), np.asarray(out.arms)
+    y = np.array([(seen[t] - seen[:t + 1].mean()) / (seen[:t + 1].std(ddof=1) if t else 1.0) for t in range(T)])
+    stats = jr.noise.stats_of(out.state.beliefs)
+    for k in range(K):
+        xs, ys = X[arms == k], y[arms == k]
+        prec = np.eye(D) + xs.T @ xs
+        mean = np.linalg.solve(prec, xs.T @ ys)
+        np.testing.assert_allclose(out.state.beliefs.mean[k], mean, rtol=1e-8, atol=1e-8)
+        np.testing.assert_allclose(out.state.beliefs.cov[k], np.linalg.inv(prec), rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(stats.shape[k], 1.0 + len(ys) / 2, rtol=1e-12)
+        np.testing.assert_allclose(stats.rate[k], 1.0 + 0.5 * (ys @ ys - mean @ prec @ mean), rtol=1e-8)
+    # greedy play of the default is that of the unit-noise model: the mean does not depend on s2
+    g_learned = jr.bandits.run(*jr.bandits.linear(K, D, "greedy"), jax.random.PRNGKey(0), X, R)
+    g_unit = jr.bandits.run(*jr.bandits.linear(K, D, "greedy", noise="standardize"), jax.random.PRNGKey(0), X, R)
+    np.testing.assert_array_equal(g_learned.arms, g_unit.arms)
+
+
 def test_default_agent_learns_and_float32_works():
     rng = np.random.default_rng(0)
     n = 600
     xs = np.c_[rng.normal(size=(n, D - 1)), np.ones(n)]
     means = xs @ THETA.T
     rewards = means + 0.1 * rng.normal(size=means.shape)
-    for dtype, noise in ((jnp.float64, "standardize"), (jnp.float32, "standardize"), (jnp.float32, (1.0, 1.0))):
+    for dtype, noise in ((jnp.float64, "learned"), (jnp.float32, "learned"), (jnp.float32, "standardize"),
+                         (jnp.float32, (1.0, 1.0))):
         agent, state = jr.bandits.linear(K, D, noise=noise, dtype=dtype)
         out = jr.bandits.run(agent, state, jax.random.PRNGKey(0), xs, rewards, means)
         regret = np.asarray(out.regret, np.float64)
@@ -206,6 +232,8 @@ def test_bad_input_is_refused_naming_the_argument():
         jr.bandits.linear(K, D, "softmax")
     with pytest.raises(ValueError, match="noise"):
         jr.bandits.linear(K, D, noise="learn")
+    with pytest.raises(ValueError, match="noise"):
+        jr.bandits.linear(K, D, noise=(0.0, 1.0))
     with pytest.raises(ValueError, match="scale"):
         jr.bandits.linear(K, D, scale=float("nan"))
     with pytest.raises(ValueError, match="heads"):
