@@ -45,7 +45,8 @@ NUMPY_AGENTS = ("linucb", "eps_greedy", "uniform")
 NEURAL_AGENTS = ("neural_linear",)
 PEER_AGENTS = ("vw_squarecb", "vw_epsilon", "mabwiser_linucb", "mabwiser_lints")
 AGENTS = JR_AGENTS + NUMPY_AGENTS + NEURAL_AGENTS + PEER_AGENTS
-DEFAULT_AGENTS = ("jr_thompson", "jr_greedy", "linucb", "eps_greedy", "uniform", "vw_squarecb", "mabwiser_linucb")
+DEFAULT_AGENTS = ("jr_thompson", "jr_greedy", "linucb", "eps_greedy", "uniform", "neural_linear", "vw_squarecb",
+                  "mabwiser_linucb")
 EPSILON = 0.05
 
 

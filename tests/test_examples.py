@@ -161,8 +161,9 @@ def test_neural_bandit():
     pytest.importorskip("mlxtend")
     pytest.importorskip("optax")
     from examples import neural_bandit
-    out = neural_bandit.main(rounds=60, hidden=4, rank=2, verbose=False)
-    for name in neural_bandit.AGENTS:
+    agents = ("neural_thompson", "linear_greedy", "neural_linear", "uniform")  # every branch of play, fewer compiles
+    out = neural_bandit.main(rounds=60, hidden=4, rank=2, agents=agents, verbose=False)
+    for name in agents:
         curve = out[name]["curve"]
         assert curve.shape == (60,)
         np.testing.assert_array_equal(curve, np.round(curve))
