@@ -29,7 +29,8 @@ Reward scale: a model of known noise variance assumes rewards of that scale. Eit
 belief of :mod:`jaxrvga.noise`), or pass ``standardize=True``: the agent keeps the Welford
 statistics of the rewards it has seen in its state and feeds the model ``(r - mean) / sd`` of the
 rewards so far (``sd = 1`` before two rewards; rounds already absorbed are not rescaled, so this
-is a heuristic for streams whose scale settles early). Nothing looks at the whole stream.
+is a heuristic for streams whose scale settles early), or both: the default of :func:`linear`, which
+learns the noise variance in the standardised units. Nothing looks at the whole stream.
 
 :func:`run` plays a whole logged full-feedback data set (``rewards[t, k]`` for every arm, the agent
 seeing that of the arm it pulls) in one jitted ``lax.scan``, and reports the expected regret
