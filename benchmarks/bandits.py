@@ -9,12 +9,16 @@ regret is the expected one, ``sum_t max_k M[t, k] - M[t, a_t]``.
 Agents (``--agents``):
 
 * ``jr_thompson``: :func:`jaxrvga.bandits.linear`, the library's default Thompson agent (a per-arm
-  Kalman filter of unit noise variance on rewards standardised online, exact posterior draws);
+  Kalman filter on rewards standardised online, the noise variance learned in those units by the
+  normal-inverse-gamma belief, exact posterior draws);
   ``jr_greedy`` the same model acting on its mean; ``jr_ucb`` on its predictive (``alpha = 1``);
   ``jr_thompson_nig``: the per-arm normal-inverse-gamma model (noise variance learned) with
   untempered Thompson sampling;
 * ``linucb`` (LinUCB, Li et al. 2010, ridge 1, ``alpha = 1`` as MABWiser's default), ``eps_greedy``
   (ridge regression per arm, ``epsilon = 0.05``) and ``uniform``, in NumPy here;
+* ``neural_linear`` (NeuralLinear, Riquelme et al. 2018): an MLP with K outputs trained by optax's
+  Adam on the replayed data every few rounds, and per arm a Bayesian linear regression (normal-
+  inverse-gamma) on the network's last hidden layer, Thompson sampling from it (:class:`NeuralLinear`);
 * peers where importable (``pip install -e ".[bandits]"``): ``vw_squarecb`` and ``vw_epsilon``
   (Vowpal Wabbit ``--cb_explore_adf`` with ``--squarecb`` or ``--epsilon 0.05``, shared features
   crossed with the arm), ``mabwiser_linucb`` and ``mabwiser_lints`` (``alpha = 1``).
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import sys
 import time
 
@@ -37,9 +42,11 @@ import numpy as np
 PROBLEMS = ("digits", "mnist", "wheel0.5", "wheel0.9", "wheel0.95", "wheel0.99")
 JR_AGENTS = ("jr_thompson", "jr_greedy", "jr_ucb", "jr_thompson_nig")
 NUMPY_AGENTS = ("linucb", "eps_greedy", "uniform")
+NEURAL_AGENTS = ("neural_linear",)
 PEER_AGENTS = ("vw_squarecb", "vw_epsilon", "mabwiser_linucb", "mabwiser_lints")
-AGENTS = JR_AGENTS + NUMPY_AGENTS + PEER_AGENTS
-DEFAULT_AGENTS = ("jr_thompson", "jr_greedy", "linucb", "eps_greedy", "uniform", "vw_squarecb", "mabwiser_linucb")
+AGENTS = JR_AGENTS + NUMPY_AGENTS + NEURAL_AGENTS + PEER_AGENTS
+DEFAULT_AGENTS = ("jr_thompson", "jr_greedy", "linucb", "eps_greedy", "uniform", "neural_linear", "vw_squarecb",
+                  "mabwiser_linucb")
 EPSILON = 0.05
 
 
@@ -101,8 +108,8 @@ OPTIONS = {"prior_var": None, "noise": None, "scale": None}
 
 def jr_agent(name: str, num_arms: int, dim: int):
     """``(agent, state)`` of a library agent: ``jr_thompson``, ``jr_greedy`` and ``jr_ucb`` the default
-    model of :func:`jaxrvga.bandits.linear` (rewards standardised online, unit noise variance) with
-    each rule; ``jr_thompson_nig`` the normal-inverse-gamma model (noise variance learned, prior
+    model of :func:`jaxrvga.bandits.linear` (rewards standardised online, the noise variance learned)
+    with each rule; ``jr_thompson_nig`` the normal-inverse-gamma model (noise variance learned, prior
     ``InvGamma(1, 1)``, rewards as they are) with untempered Thompson sampling (scale 1)."""
     import jaxrvga as jr
 
@@ -169,6 +176,149 @@ def play_numpy(name, contexts, rewards, expected, seed):
     return total, 1e3 * (time.perf_counter() - start) / T
 
 
+# --------------------------------------------------------------------------- NeuralLinear
+
+class NeuralLinear:
+    """NeuralLinear (Riquelme, Tucker & Snoek 2018, sec. 3): a ReLU MLP ``x -> (K,)`` trained by Adam
+    (optax) on the squared error of the pulled arm's output over the replayed rounds, every
+    ``train_every`` rounds (``steps`` minibatches of ``batch``, warm-started), and per arm a
+    Bayesian linear regression on the last hidden layer ``phi(x)`` (a bias appended): the
+    normal-inverse-gamma belief ``beta_k | s2_k ~ N(mu_k, s2_k Lambda_k^{-1})``,
+    ``s2_k ~ InvGamma(a_k, b_k)`` from the prior ``Lambda = prior_precision I``, ``mu = 0``,
+    ``(a0, b0)``. A round draws ``(s2_k, beta_k)`` for every arm and pulls the arm of the largest
+    ``phi(x)^T beta_k``. After each training the features of every replayed round are recomputed and
+    the arms' posteriors rebuilt from them (the network's features changed); between trainings the
+    pulled arm's sufficient statistics gain one row. Rewards as they are (the NIG belief learns
+    their scale)."""
+
+    def __init__(self, dim, num_arms, rounds, seed, hidden=(50, 50), train_every=50, steps=100, batch=64,
+                 learning_rate=1e-3, prior_precision=0.25, a0=3.0, b0=3.0):
+        self.K, self.rounds, self.train_every, self.steps, self.batch = num_arms, rounds, train_every, steps, batch
+        self.prior_precision, self.a0, self.b0 = prior_precision, a0, b0
+        key = jax.random.PRNGKey(seed)
+        sizes = (dim,) + tuple(hidden) + (num_arms,)
+        params = []
+        for i, (m, n) in enumerate(zip(sizes[:-1], sizes[1:])):
+            w = jax.random.normal(jax.random.fold_in(key, i), (m, n), jnp.float32) * jnp.sqrt(2.0 / m)
+            params.append((w, jnp.zeros(n, jnp.float32)))
+        self.params = params
+        self.opt, self._train = _neural_trainer(learning_rate, steps, batch)
+        self.opt_state = self.opt.init(params)
+        self.key = jax.random.fold_in(key, 1_000)
+        self.rng = np.random.default_rng(30_000 + seed)
+        self.X = np.zeros((rounds, dim), np.float32)
+        self.arms = np.zeros(rounds, np.int32)
+        self.r = np.zeros(rounds, np.float32)
+        self.n = 0
+        self._set_numpy_params()
+        p = self.features(self.X[:1]).shape[1]
+        self.A = np.stack([prior_precision * np.eye(p)] * num_arms)  # Lambda_k
+        self.b = np.zeros((num_arms, p))  # Phi_k^T y_k
+        self.yy = np.zeros(num_arms)  # y_k^T y_k
+        self.count = np.zeros(num_arms)
+
+    def _set_numpy_params(self):
+        self.np_params = [(np.asarray(w, np.float64), np.asarray(c, np.float64)) for w, c in self.params]
+
+    def features(self, X):
+        """``phi(X)`` (n, hidden[-1] + 1): the last hidden layer of the network, a bias of ones appended."""
+        h = np.asarray(X, np.float64)
+        for w, c in self.np_params[:-1]:
+            h = np.maximum(h @ w + c, 0.0)
+        return np.c_[h, np.ones(len(h))]
+
+    def _posterior(self):
+        """Per arm ``(mu, Lambda^{-1} Cholesky factor, a, b)`` of the normal-inverse-gamma belief."""
+        cov = np.linalg.inv(self.A)
+        cov = 0.5 * (cov + np.swapaxes(cov, 1, 2))
+        mu = np.einsum("kij,kj->ki", cov, self.b)
+        a = self.a0 + 0.5 * self.count
+        b = self.b0 + 0.5 * np.maximum(self.yy - np.einsum("ki,ki->k", mu, self.b), 0.0)
+        jitter = 1e-9 * np.eye(cov.shape[1])
+        return mu, np.linalg.cholesky(cov + jitter), a, b
+
+    def act(self, x):
+        """The arm of the largest ``phi(x)^T beta_k`` under one draw of each arm's belief."""
+        phi = self.features(x[None])[0]
+        mu, L, a, b = self._posterior()
+        s2 = b / self.rng.gamma(a)
+        beta = mu + np.sqrt(s2)[:, None] * np.einsum("kij,kj->ki", L, self.rng.normal(size=mu.shape))
+        return int(np.argmax(beta @ phi))
+
+    def learn(self, x, arm, reward):
+        """Record the round, add its row to the pulled arm's statistics, and every ``train_every``
+        rounds retrain the network and rebuild every arm's statistics from the new features."""
+        t = self.n
+        self.X[t], self.arms[t], self.r[t] = x, arm, reward
+        self.n += 1
+        phi = self.features(x[None])[0]
+        self.A[arm] += np.outer(phi, phi)
+        self.b[arm] += reward * phi
+        self.yy[arm] += reward * reward
+        self.count[arm] += 1
+        if self.n % self.train_every == 0:
+            self.key, k = jax.random.split(self.key)
+            self.params, self.opt_state = self._train(self.params, self.opt_state, jnp.asarray(self.X),
+                                                      jnp.asarray(self.arms), jnp.asarray(self.r), self.n, k)
+            self._set_numpy_params()
+            Phi = self.features(self.X[:self.n])
+            onehot = np.eye(self.K)[self.arms[:self.n]]  # (n, K)
+            y = self.r[:self.n].astype(np.float64)
+            self.A = self.prior_precision * np.eye(Phi.shape[1]) + np.einsum("nk,ni,nj->kij", onehot, Phi, Phi)
+            self.b = np.einsum("nk,ni->ki", onehot, Phi * y[:, None])
+            self.yy = onehot.T @ (y * y)
+            self.count = onehot.sum(axis=0)
+
+
+@functools.lru_cache(maxsize=None)
+def _neural_trainer(learning_rate, steps, batch):
+    """``(optimizer, train)`` of :class:`NeuralLinear`: ``train`` runs ``steps`` Adam steps on
+    minibatches drawn uniformly from the first ``n`` replayed rounds, jitted (buffers of a fixed
+    length: one compile per shape, shared by the runs)."""
+    import optax
+
+    opt = optax.adam(learning_rate)
+
+    def forward(params, X):
+        h = X
+        for w, c in params[:-1]:
+            h = jax.nn.relu(h @ w + c)
+        w, c = params[-1]
+        return h @ w + c
+
+    def loss(params, X, arms, r):
+        out = forward(params, X)
+        pred = jnp.take_along_axis(out, arms[:, None], axis=1)[:, 0]
+        return jnp.mean((pred - r) ** 2)
+
+    @jax.jit
+    def train(params, opt_state, X, arms, r, n, key):
+        def step(i, carry):
+            params, opt_state = carry
+            idx = jax.random.randint(jax.random.fold_in(key, i), (batch,), 0, n)
+            grads = jax.grad(loss)(params, X[idx], arms[idx], r[idx])
+            updates, opt_state = opt.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state
+
+        return jax.lax.fori_loop(0, steps, step, (params, opt_state))
+
+    return opt, train
+
+
+def play_neural(name, contexts, rewards, expected, seed):
+    """NeuralLinear's ``(regret, ms per round)`` (training and the first compile included: the
+    network is retrained inside the run)."""
+    T, K = rewards.shape
+    agent = NeuralLinear(contexts.shape[1], K, T, seed)
+    total = 0.0
+    start = time.perf_counter()
+    for t in range(T):
+        arm = agent.act(contexts[t])
+        agent.learn(contexts[t], arm, rewards[t, arm])
+        total += expected[t].max() - expected[t, arm]
+    return total, 1e3 * (time.perf_counter() - start) / T
+
+
 # --------------------------------------------------------------------------- peers
 
 def _vw_lines(x, K, label=None):
@@ -221,7 +371,7 @@ def play_mabwiser(name, contexts, rewards, expected, seed):
 
 def available(agent: str) -> bool:
     """Whether the agent's library is importable (the peers are optional)."""
-    module = {"vw": "vowpalwabbit", "mabwiser": "mabwiser"}.get(agent.split("_")[0])
+    module = {"vw": "vowpalwabbit", "mabwiser": "mabwiser", "neural": "optax"}.get(agent.split("_")[0])
     if module is None:
         return True
     try:
@@ -236,6 +386,8 @@ def play(agent, contexts, rewards, expected, seed, cache):
         return play_jr(agent, contexts, rewards, expected, seed, cache)
     if agent in NUMPY_AGENTS:
         return play_numpy(agent, contexts, rewards, expected, seed)
+    if agent in NEURAL_AGENTS:
+        return play_neural(agent, contexts, rewards, expected, seed)
     if agent.startswith("vw_"):
         return play_vw(agent, contexts, rewards, expected, seed)
     return play_mabwiser(agent, contexts, rewards, expected, seed)
@@ -259,8 +411,9 @@ def main(argv=None) -> list:
     parser.add_argument("--out", default=None, help="CSV file of rows problem,agent,seed,regret,ms_per_round")
     parser.add_argument("--prior-var", type=float, default=None, help="the library agents' prior variance")
     parser.add_argument("--noise", type=float, nargs=2, default=None, metavar=("SHAPE", "RATE"),
-                        help="the library agents' inverse-gamma prior on a learned noise variance (default: "
-                             "rewards standardised online, unit noise variance)")
+                        help="the library agents' inverse-gamma prior on a learned noise variance of the raw "
+                             "rewards (default: rewards standardised online, the noise variance learned in those "
+                             "units from InvGamma(1, 1))")
     parser.add_argument("--scale", type=float, default=None, help="the Thompson agents' posterior scale")
     a = parser.parse_args(argv)
     OPTIONS.update(prior_var=a.prior_var, noise=None if a.noise is None else tuple(a.noise), scale=a.scale)

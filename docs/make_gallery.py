@@ -43,6 +43,7 @@ SIZES = {
     "ekf_calibration": dict(num_train=600, num_test=597, hidden=16, num_samples=256),
     "tuning_free": dict(),
     "thompson_bandit": dict(),
+    "neural_bandit": dict(rounds=2000),
 }
 
 
@@ -276,6 +277,23 @@ def fig_thompson_bandit(out):
             ax.plot(rounds, out[setting][policy]["curve"], label=labels[policy])
         ax.set(xlabel="round", ylabel=f"cumulative regret (mean of {out['seeds']} seeds)", title=title)
     axes[0].legend(fontsize=8)
+    return fig
+
+
+def fig_neural_bandit(out):
+    from examples.neural_bandit import AGENTS
+
+    labels = {"neural_thompson": "neural Thompson (L-RVGA, library)", "neural_greedy": "neural greedy (same network)",
+              "linear_thompson": "linear Thompson (jr.bandits.linear)", "linear_greedy": "linear greedy",
+              "neural_linear": "NeuralLinear (Adam + last-layer BLR)", "uniform": "uniform"}
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    rounds = np.arange(1, out["rounds"] + 1)
+    for name in AGENTS:
+        ax.plot(rounds, out[name]["curve"], label=f"{labels[name]}: {out[name]['regret']:.0f}",
+                lw=2 if name == "neural_thompson" else 1)
+    ax.set(xlabel="round", ylabel="cumulative regret (wrong arms)",
+           title=f"mnist bandit, seed {out['seed']}")
+    ax.legend(fontsize=7)
     return fig
 
 

