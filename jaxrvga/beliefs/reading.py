@@ -1,13 +1,14 @@
 """Reading a state as a belief (of_state, by the type of the state) and exact draws of it (sample, draws)."""
 from __future__ import annotations
 
+import functools
 
 import jax
 import jax.numpy as jnp
 
 from .. import noise as noise_belief
 from ..validation import check_cov, check_finite, check_float_array, check_key, check_positive, positive_int
-from .dense import Dense, GaussianState, sqrt_factor
+from .dense import Dense, GaussianState
 from .diagonal import Diagonal, DiagonalState
 from .lowrank import LowRank, LowRankState
 
@@ -81,39 +82,6 @@ def draws(belief, state, stats, key, num: int, scale=1.0):
     return state.mean + spread * (belief.sample(state, k_theta, num) - state.mean), s2
 
 
-def _sample_average(state, key, num: int):
-    """:func:`sample` of a :func:`jaxrvga.model_average` state: a forecaster ``(k, s)`` drawn by its
-    weight ``w_ks = softmax(log_weight)``, then ``theta ~ N(mean_k, c_s P_k)`` (a draw of the mixture
-    ``sum_ks w_ks N(mean_k, c_s P_k)``). Dense members share one batched :func:`~.dense.sqrt_factor`
-    (one Cholesky per member, not per draw); other beliefs draw from the member gathered per draw."""
-    from .. import average
-
-    average.check_members(state)
-    average.check_log_weight("state.log_weight", state.log_weight)
-    K, S = state.log_weight.shape
-    k_pick, k_s2, k_z = jax.random.split(key, 3)
-    logits = jnp.where(jnp.isnan(state.log_weight), -jnp.inf, state.log_weight).ravel()
-    pick = jax.random.categorical(k_pick, logits, shape=(num,))
-    member, scale = pick // S, state.scales[pick % S]
-    members = state.members
-    stats = noise_belief.stats_of(members)
-    if isinstance(members, GaussianState):
-        mean = members.mean[member]
-        R = sqrt_factor(members.cov)[member]  # (num, d, d)
-        z = jax.random.normal(k_z, mean.shape, mean.dtype)
-        spread = scale if stats is None else scale * jax.vmap(
-            lambda a, b, k: noise_belief.sample_variance((a, b), k, 1)[0])(
-                stats.shape[member], stats.rate[member], jax.random.split(k_s2, num))
-        return mean + jnp.sqrt(spread)[:, None] * jnp.einsum("nij,nj->ni", R, z)
-
-    def one(k, c, key):
-        one_member = jax.tree_util.tree_map(lambda a: a[k], members)
-        belief, st = of_state(one_member)
-        return draws(belief, st, noise_belief.stats_of(one_member), key, 1, c)[0][0]
-
-    return jax.vmap(one)(member, scale, jax.random.split(k_z, num))
-
-
 def sample(state, key, num: int):
     """``num`` independent exact draws of ``theta`` from the belief ``state``, shape (num, d).
 
@@ -135,14 +103,20 @@ def sample(state, key, num: int):
     :func:`jaxrvga.predictive` (the scales are predictive widths learned from the forecasters'
     scores, so a draw is as wide as the forecaster that scored well, not as the member's belief).
     """
-    from ..average import AverageState
+    return sample_of(state, check_key(key, required=True, needed_by="sample"), positive_int("num", num))
 
-    key = check_key(key, required=True, needed_by="sample")
-    num = positive_int("num", num)
-    if isinstance(state, AverageState):
-        return _sample_average(state, key, num)
+
+@functools.singledispatch
+def sample_of(state, key, num: int):
+    """:func:`sample` of ``state`` once ``key`` and ``num`` are checked, dispatched on the type of
+    ``state``: this one reads a belief (:func:`of_state`); a state of another kind registers its own
+    (``sample_of.register(StateType)``: the mixture of :mod:`jaxrvga.average`).
+
+    Returns:
+      The draws, (num, d).
+    """
     belief, st = of_state(state)
     return draws(belief, st, noise_belief.stats_of(state), key, num)[0]
 
 
-__all__ = ['of_state', 'draws', 'sample']
+__all__ = ['of_state', 'draws', 'sample', 'sample_of']
