@@ -35,11 +35,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import beliefs, noise
+from . import beliefs, io, noise
+from . import file_checks as fc
 from ._values import Bound
 from .beliefs.dense import GaussianState, sqrt_factor
 from .beliefs.reading import sample_of
-from .core import Filter, SolverInfo, solver_info
+from .core import Filter, SolverInfo, check_solver_info, solver_info
 from .kernels.special import check_num_points
 from .predictive import Predictive, log_predictive, log_predictive_of, predictive, predictive_of
 from .validation import is_concrete
@@ -283,6 +284,31 @@ def _sample_average(state: AverageState, key, num: int):
         return beliefs.draws(belief, st, noise.stats_of(one_member), key, 1, c)[0][0]
 
     return jax.vmap(one)(member, scale, jax.random.split(k_z, num))
+
+
+def _check_average(st):
+    """``AverageState``: ``log_weight`` (K, S) floating, not NaN and not +inf (-inf: a forecaster of
+    weight 0) with at least one finite entry, ``scales`` (S,) finite and >= 0, K the leading axis of the
+    stacked ``members`` (each checked by its own class), ``step`` and ``info`` scalars."""
+    fc.floating("log_weight", st.log_weight)
+    fc.floating("scales", st.scales)
+    KS = fc.shape_of(st.log_weight)
+    lw, sc = fc.values(st.log_weight), fc.values(st.scales)
+    fc.need(len(KS) == 2 and not np.any(np.isnan(lw)) and not np.any(lw == np.inf) and np.any(np.isfinite(lw)),
+          f"log_weight must be a (K, S) array without NaN or +inf and with a finite entry, got shape {KS}")
+    fc.need(fc.shape_of(st.scales) == KS[1:] and np.all(np.isfinite(sc)) and np.all(sc >= 0),
+          f"scales must be {KS[1:]} finite values >= 0, one per column of log_weight")
+    sizes = {fc.shape_of(a)[:1] for a in jax.tree_util.tree_leaves(st.members)}
+    fc.need(sizes == {KS[:1]}, f"members must be stacked along a leading axis of {KS[0]} (one per row of log_weight)")
+    check_solver_info(st.info)
+    fc.need(fc.shape_of(st.info.converged) == (), f"info fields must be scalars, got shape {fc.shape_of(st.info.converged)}")
+    fc.need(fc.dtype_of(st.info.residual) == fc.dtype_of(st.log_weight) == fc.dtype_of(st.scales),
+          "log_weight, scales and info.residual must share one dtype")
+    fc.need(fc.is_array(st.step) and fc.shape_of(st.step) == () and fc.dtype_of(st.step) == np.dtype(np.int32),
+          "step must be an int32 scalar")
+
+
+io.register(AverageState, _check_average)
 
 
 __all__ = ["AverageState", "PREDICTIVE_SCALES", "model_average", "weights", "each_forecaster", "mixture_moments",

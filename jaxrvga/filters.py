@@ -54,7 +54,8 @@ import numpy as np
 from . import noise as noise_belief
 from . import schemes
 from ._values import Bound
-from .beliefs import Belief, Dense, Diagonal, LowRank, PublishedLowRank
+from .beliefs import Belief, Dense, Diagonal, LowRank
+from .beliefs.lowrank import low_rank_belief
 from .core import Filter
 from .dynamics import Dynamics, dynamics
 from .kernels.factor_analysis import PSI_FLOOR
@@ -267,10 +268,8 @@ def build(belief: Belief, scheme: schemes.Scheme, model: Model, dynamics: Dynami
         raise ValueError(f"belief must be a belief value such as {belief.__name__}(...), got the class itself")
     if not isinstance(belief, Belief):
         raise ValueError(f"belief must satisfy jaxrvga.beliefs.Belief, got {type(belief).__name__}")
-    if isinstance(belief, LowRank):  # the options lrvga validates, in the same words
-        low_rank_belief(belief.rank, belief.inner_loops, published=isinstance(belief, PublishedLowRank),
-                        psi_floor=belief.psi_floor, block_rows=belief.block_rows, buffer=belief.buffer,
-                        em_tol=belief.em_tol)
+    if hasattr(belief, "check_options"):  # a belief with options checks them itself
+        belief.check_options()
     if not callable(scheme.step) or not isinstance(scheme.cfg, tuple):
         raise ValueError(f"scheme {scheme.name!r}: step must be callable and cfg a NamedTuple of its options, "
                          f"got {scheme.step!r} and {scheme.cfg!r}")
@@ -456,43 +455,6 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme=Non
                              buffer=buffer, em_tol=em_tol)
     value, dyn = _scheme_and_dynamics(model, scheme, options, published=published, num_samples_default=10)
     return build(belief, value, model, dyn)
-
-
-def low_rank_belief(rank: int, inner_loops: Optional[int] = None, *, published: bool = False,
-                    psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None, buffer: int = 0,
-                    em_tol: Optional[float] = None) -> LowRank:
-    """The low-rank belief of :func:`lrvga` from its options (validated; the defaults of :func:`lrvga`):
-    a :class:`~jaxrvga.beliefs.LowRank`, or a :class:`~jaxrvga.beliefs.PublishedLowRank` with ``published``."""
-    if isinstance(rank, (int, np.integer)) and not isinstance(rank, bool) and rank == 0:
-        raise ValueError("rank must be a positive integer, got 0; the belief without factors (precision "
-                         "diag(psi)) is jr.diag_rvga(model)")
-    rank = positive_int("rank", rank)
-    if published:
-        inner_loops = positive_int("inner_loops", 1 if inner_loops is None else inner_loops)
-    else:
-        inner_loops = 0 if inner_loops is None else inner_loops
-        if isinstance(inner_loops, bool) or not isinstance(inner_loops, (int, np.integer)) or inner_loops < 0:
-            raise ValueError(f"inner_loops must be an integer >= 0, got {inner_loops!r}")
-        inner_loops = int(inner_loops)
-    if not (isinstance(psi_floor, (int, float)) and 0.0 <= psi_floor < 1.0):
-        raise ValueError(f"psi_floor must be a number in [0, 1), got {psi_floor!r}")
-    if block_rows is not None and block_rows != 0:
-        block_rows = positive_int("block_rows", block_rows)
-    if isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer)) or buffer < 0:
-        raise ValueError(f"buffer must be an integer >= 0, got {buffer!r}")
-    if buffer and published:
-        raise ValueError("buffer: the published projection projects every step (buffer=0)")
-    if em_tol is not None:
-        if published:
-            raise ValueError("em_tol: the published projection runs a fixed number of loops (inner_loops)")
-        if isinstance(em_tol, bool) or not isinstance(em_tol, (int, float)) or not em_tol >= 0:
-            raise ValueError(f"em_tol must be a number >= 0, got {em_tol!r}")
-        if inner_loops == 0:
-            raise ValueError("em_tol needs inner_loops >= 1, the maximum number of EM loops")
-        em_tol = float(em_tol)
-    if published:
-        return PublishedLowRank(rank, inner_loops, None, float(psi_floor), block_rows)
-    return LowRank(rank, inner_loops, None, float(psi_floor), block_rows, int(buffer), em_tol)
 
 
 def diag_rvga(model: Model, scheme=None, **options) -> Filter:

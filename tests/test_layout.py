@@ -89,6 +89,15 @@ def test_no_module_imports_itself_back():
     assert not circles, circles
 
 
+def test_io_is_the_codec_and_names_no_state_type():
+    """Each state type registers its own reader and file check in its own module
+    (:func:`jaxrvga.beliefs.base.register_state`, :func:`jaxrvga.io.register`): ``io.py`` imports
+    nothing of the package but the checks' pieces."""
+    assert _imported(PACKAGE / "io.py") <= {"jaxrvga.file_checks"}
+    text = (PACKAGE / "io.py").read_text()
+    assert not any(name in text for name in ("GaussianState", "LowRankState", "DiagonalState", "AverageState"))
+
+
 def test_the_top_level_is_small():
     values = [getattr(jr, n) for n in jr.__all__]
     modules = [v for v in values if isinstance(v, types.ModuleType)]

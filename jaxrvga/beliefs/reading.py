@@ -7,35 +7,9 @@ import jax
 import jax.numpy as jnp
 
 from .. import noise as noise_belief
-from ..validation import check_cov, check_finite, check_float_array, check_key, check_positive, positive_int
-from .dense import Dense, GaussianState
-from .diagonal import Diagonal, DiagonalState
-from .lowrank import LowRank, LowRankState
-
-
-def _read_lowrank(state, mean):
-    W = check_finite("state.W", check_float_array("state.W", state.W))
-    psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
-    return LowRank(W.shape[-1]), LowRankState(mean, W, psi, None, None, None, state.gram)
-
-
-def _read_diagonal(state, mean):
-    psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
-    if psi.shape != mean.shape:
-        raise ValueError(f"state.psi must have shape {mean.shape} to match the mean, got {psi.shape}")
-    return Diagonal(), DiagonalState(mean, psi, None, None)
-
-
-def _read_dense(state, mean):
-    d = mean.shape[0]
-    cov = check_float_array("state.cov", state.cov)
-    if cov.shape != (d, d):
-        raise ValueError(f"state.cov must have shape {(d, d)} to match the mean, got {cov.shape}")
-    return Dense(), GaussianState(mean, check_cov("state.cov", cov, d, semidefinite=True), None, None)
-
-
-#: The reader of each belief's state type.
-_READERS = {LowRankState: _read_lowrank, DiagonalState: _read_diagonal, GaussianState: _read_dense}
+from ..validation import check_finite, check_float_array, check_key, positive_int
+from .base import READERS
+from .dense import read_dense
 
 
 def of_state(state):
@@ -54,13 +28,13 @@ def of_state(state):
     mean = check_finite("state.mean", check_float_array("state.mean", state.mean))
     if mean.ndim != 1:
         raise ValueError(f"state.mean must be a vector, got shape {mean.shape}")
-    reader = next((read for cls, read in _READERS.items() if isinstance(state, cls)), None)
+    reader = next((read for cls, read in READERS.items() if isinstance(state, cls)), None)
     if reader is None:
         if not hasattr(state, "cov") or hasattr(state, "W") or hasattr(state, "psi"):
             raise ValueError("state must be a GaussianState, LowRankState or DiagonalState, or an object with "
                              f"fields (mean, cov) and no W or psi (a batch result), got {type(state).__name__} "
                              f"with fields {getattr(state, '_fields', None)}")
-        reader = _read_dense
+        reader = read_dense
     return reader(state, mean)
 
 
