@@ -35,8 +35,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import beliefs, io, noise
+from . import file_checks as fc
 from ._values import Bound
-from .core import Filter, SolverInfo, solver_info
+from .beliefs.dense import GaussianState, sqrt_factor
+from .beliefs.reading import sample_of
+from .core import Filter, SolverInfo, check_solver_info, solver_info
+from .kernels.special import check_num_points
+from .predictive import Predictive, log_predictive, log_predictive_of, predictive, predictive_of
 from .validation import is_concrete
 
 
@@ -110,8 +116,6 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
     (the member's Jacobian computed once for all its scales). A forecaster whose log predictive is
     not finite gets weight 0 (``-inf``); where no weight is finite (non-finite data), the weights
     stay and the step is flagged."""
-    from .predictive import log_predictive
-
     def one(member):
         prior = _member_prior(flt, member)
         lp = jax.vmap(lambda c: log_predictive(prior, x, y, flt.model, num_points=num_points, scale=c))(state.scales)
@@ -153,8 +157,6 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     per observation: the members' updates plus one log predictive per member (a Jacobian and a
     ``J P J^T``; the scales share them).
     """
-    from .kernels.special import check_num_points
-
     if not isinstance(flt, Filter):
         raise ValueError(f"flt must be a jaxrvga.Filter, got {type(flt).__name__}")
     if flt.model is None:
@@ -215,8 +217,6 @@ def check_members(state: AverageState):
     """Each member of a concrete ``state`` read as a plain state is (:func:`jaxrvga.beliefs.of_state`:
     a finite mean, a positive definite covariance or positive ``psi``, valid noise statistics);
     ``ValueError`` naming ``state.members[k]``. Traced states are taken as given."""
-    from . import beliefs, noise
-
     if not is_concrete(state.members):
         return
     with jax.ensure_compile_time_eval():  # concrete members inside a trace (a scan's trace function) stay concrete
@@ -229,6 +229,86 @@ def check_members(state: AverageState):
                     raise ValueError(f"state.noise must be positive and finite, got {stats}")
             except ValueError as err:
                 raise ValueError(f"state.members[{k}]: {err}") from None
+
+
+# --------------------------------------------------------------------------- an average's predictions
+
+@predictive_of.register
+def _predictive(state: AverageState, X, model, *, key, num_samples: int, observation_noise: bool, scale,
+                hint: str = "") -> Predictive:
+    """:func:`jaxrvga.predictive` of an average: the mixture of its forecasters' predictives
+    (:func:`mixture_moments`)."""
+    check_members(state)
+    each = each_forecaster(state, lambda m, c: predictive(
+        m, X, model, key=key, num_samples=num_samples, observation_noise=observation_noise, scale=scale * c))
+    return Predictive(*mixture_moments(weights(state), each.mean, each.var))
+
+
+@log_predictive_of.register
+def _log_predictive(state: AverageState, x, y, model, *, key, num_samples: int, num_points: int, scale):
+    """:func:`jaxrvga.log_predictive` of an average: ``log sum_ks w_ks p_ks(y | x)``
+    (:func:`mixture_log_density`)."""
+    check_members(state)
+    each = each_forecaster(state, lambda m, c: log_predictive(
+        m, x, y, model, key=key, num_samples=num_samples, num_points=num_points, scale=scale * c))
+    return mixture_log_density(state.log_weight, each)
+
+
+@sample_of.register
+def _sample_average(state: AverageState, key, num: int):
+    """:func:`sample` of a :func:`jaxrvga.model_average` state: a forecaster ``(k, s)`` drawn by its
+    weight ``w_ks = softmax(log_weight)``, then ``theta ~ N(mean_k, c_s P_k)`` (a draw of the mixture
+    ``sum_ks w_ks N(mean_k, c_s P_k)``). Dense members share one batched :func:`~jaxrvga.beliefs.dense.sqrt_factor`
+    (one Cholesky per member, not per draw); other beliefs draw from the member gathered per draw."""
+    check_members(state)
+    check_log_weight("state.log_weight", state.log_weight)
+    K, S = state.log_weight.shape
+    k_pick, k_s2, k_z = jax.random.split(key, 3)
+    logits = jnp.where(jnp.isnan(state.log_weight), -jnp.inf, state.log_weight).ravel()
+    pick = jax.random.categorical(k_pick, logits, shape=(num,))
+    member, scale = pick // S, state.scales[pick % S]
+    members = state.members
+    stats = noise.stats_of(members)
+    if isinstance(members, GaussianState):
+        mean = members.mean[member]
+        R = sqrt_factor(members.cov)[member]  # (num, d, d)
+        z = jax.random.normal(k_z, mean.shape, mean.dtype)
+        spread = scale if stats is None else scale * jax.vmap(
+            lambda a, b, k: noise.sample_variance((a, b), k, 1)[0])(
+                stats.shape[member], stats.rate[member], jax.random.split(k_s2, num))
+        return mean + jnp.sqrt(spread)[:, None] * jnp.einsum("nij,nj->ni", R, z)
+
+    def one(k, c, key):
+        one_member = jax.tree_util.tree_map(lambda a: a[k], members)
+        belief, st = beliefs.of_state(one_member)
+        return beliefs.draws(belief, st, noise.stats_of(one_member), key, 1, c)[0][0]
+
+    return jax.vmap(one)(member, scale, jax.random.split(k_z, num))
+
+
+def _check_average(st):
+    """``AverageState``: ``log_weight`` (K, S) floating, not NaN and not +inf (-inf: a forecaster of
+    weight 0) with at least one finite entry, ``scales`` (S,) finite and >= 0, K the leading axis of the
+    stacked ``members`` (each checked by its own class), ``step`` and ``info`` scalars."""
+    fc.floating("log_weight", st.log_weight)
+    fc.floating("scales", st.scales)
+    KS = fc.shape_of(st.log_weight)
+    lw, sc = fc.values(st.log_weight), fc.values(st.scales)
+    fc.need(len(KS) == 2 and not np.any(np.isnan(lw)) and not np.any(lw == np.inf) and np.any(np.isfinite(lw)),
+          f"log_weight must be a (K, S) array without NaN or +inf and with a finite entry, got shape {KS}")
+    fc.need(fc.shape_of(st.scales) == KS[1:] and np.all(np.isfinite(sc)) and np.all(sc >= 0),
+          f"scales must be {KS[1:]} finite values >= 0, one per column of log_weight")
+    sizes = {fc.shape_of(a)[:1] for a in jax.tree_util.tree_leaves(st.members)}
+    fc.need(sizes == {KS[:1]}, f"members must be stacked along a leading axis of {KS[0]} (one per row of log_weight)")
+    check_solver_info(st.info)
+    fc.need(fc.shape_of(st.info.converged) == (), f"info fields must be scalars, got shape {fc.shape_of(st.info.converged)}")
+    fc.need(fc.dtype_of(st.info.residual) == fc.dtype_of(st.log_weight) == fc.dtype_of(st.scales),
+          "log_weight, scales and info.residual must share one dtype")
+    fc.need(fc.is_array(st.step) and fc.shape_of(st.step) == () and fc.dtype_of(st.step) == np.dtype(np.int32),
+          "step must be an int32 scalar")
+
+
+io.register(AverageState, _check_average)
 
 
 __all__ = ["AverageState", "PREDICTIVE_SCALES", "model_average", "weights", "each_forecaster", "mixture_moments",

@@ -17,6 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
+from . import file_checks as fc
+from . import io
 from ._values import same, value_key
 from .validation import all_finite, is_concrete
 
@@ -495,5 +497,45 @@ def trace_mean(state, x=None, y=None):
     return state.mean
 
 
+# --------------------------------------------------------------------------- in a file (jaxrvga.io)
+
+def _completed_info(obj):
+    """A ``SolverInfo`` of a file written before its trailing fields existed gets them as zeros
+    (``dropped``, ``em_loops``), so that a filter can go on from it (a scan needs the same fields)."""
+    if not isinstance(obj, SolverInfo) or not fc.is_array(obj.converged):
+        return obj
+    shape = fc.shape_of(obj.converged)
+    if obj.dropped is None and fc.is_array(obj.residual):
+        obj = obj._replace(dropped=jnp.zeros(shape, fc.dtype_of(obj.residual)))
+    return obj._replace(em_loops=jnp.zeros(shape, jnp.int32)) if obj.em_loops is None else obj
+
+
+def check_solver_info(s):
+    """The check of a loaded :class:`SolverInfo`: arrays of one shape, ``converged`` bool, ``residual`` and
+    ``dropped`` floating, ``iterations`` and ``em_loops`` integer (``ValueError``)."""
+    for f in s._fields:
+        fc.need(fc.is_array(getattr(s, f)), f"SolverInfo.{f} must be an array")
+    fc.need(np.dtype(s.converged.dtype) == np.bool_, f"SolverInfo.converged must be bool, got {s.converged.dtype}")
+    fc.floating("SolverInfo.residual", s.residual)
+    fc.need(np.issubdtype(s.iterations.dtype, np.integer), "SolverInfo.iterations must be integer")
+    fc.floating("SolverInfo.dropped", s.dropped)
+    fc.need(np.issubdtype(s.em_loops.dtype, np.integer), "SolverInfo.em_loops must be integer")
+    fc.need(len({fc.shape_of(getattr(s, f)) for f in s._fields}) == 1, "the SolverInfo fields must share one shape")
+
+
+def _check_noise_stats(noise):
+    """A bare ``NoiseStats``: floating ``shape`` and ``rate`` of one shape and dtype, positive and finite."""
+    for f in ("shape", "rate"):
+        fc.floating(f"noise.{f}", getattr(noise, f))
+        fc.positive(f"noise.{f}", getattr(noise, f))
+    fc.need(fc.shape_of(noise.shape) == fc.shape_of(noise.rate) and fc.dtype_of(noise.shape) == fc.dtype_of(noise.rate),
+          "noise.shape and noise.rate must share one shape and dtype")
+
+
+io.register(SolverInfo, check_solver_info, upgrade=_completed_info)
+io.register(NoiseStats, _check_noise_stats)
+
+
 __all__ = ["Filter", "SolverInfo", "NoiseStats", "run", "solver_info", "Prequential", "prequential",
-           "Traces", "traces", "masked_update", "trace_info", "trace_mean", "scan", "Step", "step_fn"]
+           "Traces", "traces", "masked_update", "trace_info", "trace_mean", "scan", "Step", "step_fn",
+           "check_solver_info"]

@@ -54,13 +54,14 @@ import numpy as np
 from . import noise as noise_belief
 from . import schemes
 from ._values import Bound
-from .beliefs import Belief, Dense, Diagonal, LowRank, PublishedLowRank
+from .beliefs import Belief, Dense, Diagonal, LowRank
+from .beliefs.lowrank import low_rank_belief
 from .core import Filter
 from .dynamics import Dynamics, dynamics
 from .kernels.factor_analysis import PSI_FLOOR
-from .models import Model, SparseRow
+from .models import Model, check_data, check_observation
 from .schemes import MAX_MOVE, MOMENT_JITTER  # noqa: F401  (their former home: jaxrvga.filters.MAX_MOVE)
-from .validation import all_finite, check_choice, check_key, is_concrete, positive_int
+from .validation import all_finite, check_choice, check_key, positive_int
 
 #: The factory of each scheme name of :func:`rvga`, :func:`lrvga` and :func:`diag_rvga` (module table).
 _FACTORIES = {"exact": schemes.exact, "implicit": schemes.implicit, "explicit": schemes.explicit,
@@ -247,85 +248,6 @@ def _conform_info(scheme, info, like):
     return type(like)(*(b if a is None else jnp.asarray(a, b.dtype) for a, b in zip(info, like)))
 
 
-def check_observation(state, x, y, model: Model):
-    """One observation ``(x, y)`` of ``model`` checked against the belief ``state`` (shapes, dtypes and,
-    where concrete, the family's values of ``y``): ``(x, y)`` as the update takes them."""
-    if model.is_glm:
-        return _glm_inputs(state, x, y, model)
-    if jnp.iscomplexobj(jnp.asarray(y)):
-        raise ValueError("y must be real")
-    model.family.check_y("y", y)
-    _check_y_shape(model, "y", y, jax.eval_shape(model.predict, state.mean, x).shape)
-    return x, jnp.asarray(y, state.mean.dtype)
-
-
-def _glm_inputs(state, x, y, model):
-    """``x`` (d,) with scalar ``y``, or (m, d) with ``y`` (m,), or a :class:`~jaxrvga.models.SparseRow`
-    of shape (nnz,) or (m, nnz); returns ``(X (m, d), y (m,))`` in the state's dtype (a sparse ``x``
-    scattered into its dense rows)."""
-    d, dtype = state.mean.shape[0], state.mean.dtype
-    sparse = isinstance(x, SparseRow)
-    x = x.checked("x", d, dtype) if sparse else jnp.asarray(x)
-    if jnp.iscomplexobj(x.values if sparse else x) or jnp.iscomplexobj(jnp.asarray(y)):
-        raise ValueError("x and y must be real")
-    if sparse and x.ndim > 2:
-        raise ValueError(f"x: a SparseRow must have shape (nnz,) or (m, nnz), got {x.shape}")
-    if not sparse and (x.ndim not in (1, 2) or x.shape[-1] != d):
-        raise ValueError(f"x must have shape ({d},) or (m, {d}) to match the state, got {x.shape}")
-    want = () if x.ndim == 1 else x.shape[:1]
-    if jnp.shape(y) != want:
-        raise ValueError(f"y must have shape {want} to match x of shape {x.shape} for the {model.kind} "
-                         f"model, got {jnp.shape(y)}")
-    model.family.check_y("y", y)
-    X = x.todense(d, dtype) if sparse else x.astype(dtype)
-    return jnp.atleast_2d(X), jnp.reshape(jnp.asarray(y, dtype), (-1,))
-
-
-def _check_y_shape(model: Model, name: str, y, eta_shape, time_axis: bool = False):
-    """``y`` of a nonlinear model has the shape of the predictor's output ``eta`` (one per output; a
-    single output may be a scalar): no silent broadcasting. A categorical family takes labels
-    (``eta``'s shape without its last axis, the K logits) or one-hot rows of ``eta``'s shape, each
-    with exactly one 1 and zeros elsewhere (checked where concrete). ``time_axis``: ``y`` and
-    ``eta_shape`` lead with the time axis T of a data set."""
-    shape = tuple(jnp.shape(y))
-    eta_shape = tuple(eta_shape)
-    one = (shape[:1] if time_axis else ()) + (1,)
-    if model.family.vector_output:
-        if shape == eta_shape[:-1]:
-            return
-        if shape == eta_shape:
-            a = np.asarray(y) if is_concrete(y) else None
-            if a is not None and not (np.all((a == 0) | (a == 1)) and np.all(np.sum(a, axis=-1) == 1)):
-                raise ValueError(f"{name}: one-hot rows of the categorical model must hold exactly one 1 "
-                                 f"and zeros elsewhere")
-            return
-        raise ValueError(f"{name} must hold labels of shape {eta_shape[:-1]} or one-hot rows of shape "
-                         f"{eta_shape} for the model's logits, got shape {shape}")
-    if shape != eta_shape and not (eta_shape in (one, one[:-1]) and shape in (one, one[:-1])):
-        raise ValueError(f"{name} must have the shape {eta_shape} of the model's output, got {shape}")
-
-
-def _check_data(model: Model, state, xs, ys):
-    """Data-set check run by :func:`jaxrvga.run` before it scans (never under jit)."""
-    if model.is_glm:
-        d = state.mean.shape[0]
-        if isinstance(xs, SparseRow):
-            shape = xs.checked("xs", d).shape
-            if len(shape) not in (2, 3):
-                raise ValueError(f"xs: a SparseRow stream must have shape (T, nnz) or (T, m, nnz), got {shape}")
-        else:
-            shape = jnp.shape(xs)
-            if len(shape) not in (2, 3) or shape[-1] != d:
-                raise ValueError(f"xs must have shape (T, {d}) or (T, m, {d}) to match the state, got {shape}")
-        if jnp.shape(ys) != shape[:-1]:
-            raise ValueError(f"ys must have shape {shape[:-1]} to match xs, got {jnp.shape(ys)}")
-    model.family.check_y("ys", ys)
-    if not model.is_glm:
-        x0 = jax.tree_util.tree_map(lambda a: a[0], xs)
-        eta = jax.eval_shape(model.predict, state.mean, x0).shape
-        _check_y_shape(model, "ys", ys, tuple(jnp.shape(ys)[:1]) + eta, time_axis=True)
-
-
 # --------------------------------------------------------------------------- building a filter
 
 def build(belief: Belief, scheme: schemes.Scheme, model: Model, dynamics: Dynamics = Dynamics()) -> Filter:
@@ -346,10 +268,8 @@ def build(belief: Belief, scheme: schemes.Scheme, model: Model, dynamics: Dynami
         raise ValueError(f"belief must be a belief value such as {belief.__name__}(...), got the class itself")
     if not isinstance(belief, Belief):
         raise ValueError(f"belief must satisfy jaxrvga.beliefs.Belief, got {type(belief).__name__}")
-    if isinstance(belief, LowRank):  # the options lrvga validates, in the same words
-        low_rank_belief(belief.rank, belief.inner_loops, published=isinstance(belief, PublishedLowRank),
-                        psi_floor=belief.psi_floor, block_rows=belief.block_rows, buffer=belief.buffer,
-                        em_tol=belief.em_tol)
+    if hasattr(belief, "check_options"):  # a belief with options checks them itself
+        belief.check_options()
     if not callable(scheme.step) or not isinstance(scheme.cfg, tuple):
         raise ValueError(f"scheme {scheme.name!r}: step must be callable and cfg a NamedTuple of its options, "
                          f"got {scheme.step!r} and {scheme.cfg!r}")
@@ -362,7 +282,7 @@ def build(belief: Belief, scheme: schemes.Scheme, model: Model, dynamics: Dynami
                          "variance is known (build it with noise_var=None, e.g. jr.kalman(None), or drop "
                          "noise_discount)")
     spec = Spec(model, belief, scheme, dynamics)
-    return Filter(_OfSpec(_init, spec), _OfSpec(_update, spec), Bound(_check_data, model), _OfSpec(_predict_alone, spec),
+    return Filter(_OfSpec(_init, spec), _OfSpec(_update, spec), Bound(check_data, model), _OfSpec(_predict_alone, spec),
                   model, spec)
 
 
@@ -535,43 +455,6 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme=Non
                              buffer=buffer, em_tol=em_tol)
     value, dyn = _scheme_and_dynamics(model, scheme, options, published=published, num_samples_default=10)
     return build(belief, value, model, dyn)
-
-
-def low_rank_belief(rank: int, inner_loops: Optional[int] = None, *, published: bool = False,
-                    psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None, buffer: int = 0,
-                    em_tol: Optional[float] = None) -> LowRank:
-    """The low-rank belief of :func:`lrvga` from its options (validated; the defaults of :func:`lrvga`):
-    a :class:`~jaxrvga.beliefs.LowRank`, or a :class:`~jaxrvga.beliefs.PublishedLowRank` with ``published``."""
-    if isinstance(rank, (int, np.integer)) and not isinstance(rank, bool) and rank == 0:
-        raise ValueError("rank must be a positive integer, got 0; the belief without factors (precision "
-                         "diag(psi)) is jr.diag_rvga(model)")
-    rank = positive_int("rank", rank)
-    if published:
-        inner_loops = positive_int("inner_loops", 1 if inner_loops is None else inner_loops)
-    else:
-        inner_loops = 0 if inner_loops is None else inner_loops
-        if isinstance(inner_loops, bool) or not isinstance(inner_loops, (int, np.integer)) or inner_loops < 0:
-            raise ValueError(f"inner_loops must be an integer >= 0, got {inner_loops!r}")
-        inner_loops = int(inner_loops)
-    if not (isinstance(psi_floor, (int, float)) and 0.0 <= psi_floor < 1.0):
-        raise ValueError(f"psi_floor must be a number in [0, 1), got {psi_floor!r}")
-    if block_rows is not None and block_rows != 0:
-        block_rows = positive_int("block_rows", block_rows)
-    if isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer)) or buffer < 0:
-        raise ValueError(f"buffer must be an integer >= 0, got {buffer!r}")
-    if buffer and published:
-        raise ValueError("buffer: the published projection projects every step (buffer=0)")
-    if em_tol is not None:
-        if published:
-            raise ValueError("em_tol: the published projection runs a fixed number of loops (inner_loops)")
-        if isinstance(em_tol, bool) or not isinstance(em_tol, (int, float)) or not em_tol >= 0:
-            raise ValueError(f"em_tol must be a number >= 0, got {em_tol!r}")
-        if inner_loops == 0:
-            raise ValueError("em_tol needs inner_loops >= 1, the maximum number of EM loops")
-        em_tol = float(em_tol)
-    if published:
-        return PublishedLowRank(rank, inner_loops, None, float(psi_floor), block_rows)
-    return LowRank(rank, inner_loops, None, float(psi_floor), block_rows, int(buffer), em_tol)
 
 
 def diag_rvga(model: Model, scheme=None, **options) -> Filter:

@@ -86,7 +86,7 @@ def stats_of(state, learned=None):
 
 def residual(model, belief, state, x, y, scale=1.0):
     """``(r, S)``: the residual ``y - h(mu, x)`` (k,) and ``S = I + scale J P J^T`` (k, k) of one checked
-    observation (:func:`jaxrvga.filters.check_observation`; a GLM's ``x`` is (m, d))."""
+    observation (:func:`jaxrvga.models.check_observation`; a GLM's ``x`` is (m, d))."""
     plug_in = is_plug_in(scale)  # S = I: no Jacobian needed
     if model.is_glm:
         J, eta = x, x @ state.mean

@@ -21,15 +21,15 @@ times ``E[s2] = b / (a - 1)`` and its log predictive is the Student-t of
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import average, beliefs, models, noise
+from . import beliefs, models, noise
 from .kernels import special
-from .filters import check_observation
 from .validation import check_float_array, check_key, is_concrete, is_plug_in, positive_int
 
 
@@ -140,12 +140,21 @@ def predictive(state, X, model: models.Model | None = None, *, key=None, num_sam
     model = models.logistic() if model is None else model
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
-    scale = _check_scale(scale)
-    if isinstance(state, average.AverageState):  # the mixture of the members' predictives
-        average.check_members(state)
-        each = average.each_forecaster(state, lambda m, c: predictive(
-            m, X, model, key=key, num_samples=num_samples, observation_noise=observation_noise, scale=scale * c))
-        return Predictive(*average.mixture_moments(average.weights(state), each.mean, each.var))
+    return predictive_of(state, X, model, key=key, num_samples=num_samples, observation_noise=observation_noise,
+                         scale=_check_scale(scale), hint=hint)
+
+
+@functools.singledispatch
+def predictive_of(state, X, model: models.Model, *, key, num_samples: int, observation_noise: bool, scale,
+                  hint: str = "") -> Predictive:
+    """:func:`predictive` of ``state`` once ``model`` and ``scale`` are checked, dispatched on the type of
+    ``state``: this one reads a belief (:func:`jaxrvga.beliefs.of_state`). A state of another kind
+    registers its own (``predictive_of.register(StateType)``: the mixture of :mod:`jaxrvga.average`),
+    so that this module knows no such kind. ``hint`` ends the message of a refused ``X``.
+
+    Returns:
+      :class:`Predictive`, as :func:`predictive`.
+    """
     if model.per_input is not None:  # X is a batch of inputs already
         model = model._replace(predict=model.per_input, per_input=None)
     belief, st = beliefs.of_state(state)  # the predictions ask the belief
@@ -242,15 +251,21 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
     model = models.logistic() if model is None else model
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
-    scale = _check_scale(scale)
-    if isinstance(state, average.AverageState):  # log sum_k w_k p_k(y | x)
-        average.check_members(state)
-        each = average.each_forecaster(state, lambda m, c: log_predictive(
-            m, x, y, model, key=key, num_samples=num_samples, num_points=num_points, scale=scale * c))
-        return average.mixture_log_density(state.log_weight, each)
+    return log_predictive_of(state, x, y, model, key=key, num_samples=num_samples, num_points=num_points,
+                             scale=_check_scale(scale))
+
+
+@functools.singledispatch
+def log_predictive_of(state, x, y, model: models.Model, *, key, num_samples: int, num_points: int, scale):
+    """:func:`log_predictive` of ``state`` once ``model`` and ``scale`` are checked, dispatched on the type
+    of ``state`` as :func:`predictive_of` (this one reads a belief; a mixture registers its own).
+
+    Returns:
+      A scalar, as :func:`log_predictive`.
+    """
     belief, st = beliefs.of_state(state)
     stats = noise.stats_of(state, model.family.learned_noise)
-    x, y = check_observation(st, x, y, model)  # the filters' own check of an observation
+    x, y = models.check_observation(st, x, y, model)  # the filters' own check of an observation
     if key is not None:
         return _log_density_monte_carlo(model, belief, st, stats, x, y, check_key(key),
                                         positive_int("num_samples", num_samples), scale)
@@ -348,4 +363,5 @@ def _check_scale(scale):
     return scale
 
 
-__all__ = ["Predictive", "predictive", "log_predictive", "Scores", "predictive_scores"]
+__all__ = ["Predictive", "predictive", "log_predictive", "predictive_of", "log_predictive_of", "Scores",
+           "predictive_scores"]

@@ -193,7 +193,7 @@ def check_batch_problem(family, X, y, prior_mean, prior_cov, x_name: str = "X"):
     return X.astype(dtype), y.astype(dtype), mu.astype(dtype), Sigma.astype(dtype)
 
 
-def _raw_key_shape():
+def raw_key_shape():
     """Shape of the raw key data of JAX's default PRNG implementation ((2,) for threefry2x32)."""
     return jax.eval_shape(lambda: jax.random.PRNGKey(0)).shape
 
@@ -218,7 +218,7 @@ def check_key(key, required: bool = False, needed_by: str = "this filter"):
         if key.shape != ():
             raise ValueError(f"key must be one typed PRNG key (shape ()), got shape {key.shape}")
         return key
-    want = _raw_key_shape()
+    want = raw_key_shape()
     if dtype != jnp.uint32 or tuple(key.shape) != want:
         raise ValueError(f"key must be {hint}; raw key data must be uint32 of shape {want}, "
                          f"got {dtype} of shape {tuple(key.shape)}")
@@ -227,4 +227,4 @@ def check_key(key, required: bool = False, needed_by: str = "this filter"):
 
 __all__ = ["is_concrete", "is_plug_in", "check_float_array", "check_vector", "all_finite", "check_finite", "check_cov",
            "check_invertible", "check_positive", "check_labels01", "check_counts", "positive_int",
-           "check_tolerance", "check_choice", "check_batch_problem", "check_key"]
+           "check_tolerance", "check_choice", "check_batch_problem", "check_key", "raw_key_shape"]

@@ -2,7 +2,7 @@
 
 Shared by the test modules (``from conftest import ...``): the catalogue of filters
 (:data:`LOGISTIC_FILTERS`, :data:`FULL_FILTERS`, :data:`LOWRANK_SCHEMES`, :func:`lowrank_filter`,
-:func:`lowrank_variants`)
+:func:`lowrank_variants`), the package's beliefs (:func:`package_beliefs`),
 the relative error :func:`rel` and :func:`outer` (``W W^T``, the comparable part of a low-rank factor).
 
 One BLAS thread: on a loaded 2-core machine a multithreaded OpenBLAS (used by NumPy, SciPy and
@@ -38,6 +38,15 @@ import numpy as np  # noqa: E402
 import jaxrvga as jr  # noqa: E402
 
 LOGISTIC = jr.models.logistic()
+
+
+def package_beliefs():
+    """Every belief class that :mod:`jaxrvga.beliefs` exports (a class with a ``state_type``), sorted by
+    name: a new belief is picked up by its export line and runs through the conformance tests with its
+    own ``example(dim, rng)``."""
+    classes = {getattr(jr.beliefs, n) for n in jr.beliefs.__all__}
+    return sorted((c for c in classes if isinstance(c, type) and hasattr(c, "state_type")), key=lambda c: c.__name__)
+
 
 #: The full-covariance filters of the logistic model (labels y in {0, 1}): name -> constructor.
 LOGISTIC_FILTERS = {

@@ -13,10 +13,19 @@ import pytest
 import jaxrvga as jr
 from jaxrvga.core import solver_info
 
+from conftest import package_beliefs
+
 LINEAR = jr.models.linear_gaussian(0.5)
-BELIEFS = {"dense": (jr.beliefs.Dense(), lambda d, dt: (jnp.eye(d, dtype=dt),)),
-           "lowrank": (jr.beliefs.LowRank(1), lambda d, dt: (jnp.zeros((d, 1), dt), jnp.ones(d, dt))),
-           "diagonal": (jr.beliefs.Diagonal(), lambda d, dt: (jnp.ones(d, dt),))}
+
+
+def _factors(cls):
+    """``factors(d, dtype)``: the ``init`` factors of the class's example for ``d`` dimensions, in ``dtype``."""
+    return lambda d, dt: tuple(jnp.asarray(f, dt) for f in cls.example(d, np.random.default_rng(0))[1])
+
+
+#: Every belief of the package (:func:`conftest.package_beliefs`), by its lower-case class name.
+BELIEFS = {cls.__name__.lower(): (cls.example(3, np.random.default_rng(0))[0], _factors(cls))
+           for cls in package_beliefs()}
 
 
 def _stream(d=3, n=6, dtype=np.float64):

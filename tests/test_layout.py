@@ -64,6 +64,40 @@ def test_the_filter_layer_never_imports_the_baselines_and_the_kernels_only_the_k
             assert outside <= {"jaxrvga.validation", "jaxrvga.core"}, (path, outside)
 
 
+def _module_name(path: Path) -> str:
+    parts = ["jaxrvga", *path.relative_to(PACKAGE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _reaches(graph: dict, start: str) -> set:
+    """The modules that ``start`` imports, directly or through others."""
+    seen, todo = set(), list(graph[start])
+    while todo:
+        mod = todo.pop()
+        if mod not in seen:
+            seen.add(mod)
+            todo.extend(graph.get(mod, ()))
+    return seen
+
+
+def test_no_module_imports_itself_back():
+    """No import circle, an import inside a function included (``average`` and ``predictive`` were one:
+    a state type of its own registers its predictive instead of being named by it)."""
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {m: {i for i in _imported(p) if i in paths and i != m} for m, p in paths.items()}
+    circles = sorted(m for m in graph if m in _reaches(graph, m) and not m.endswith(("jaxrvga", "__init__")))
+    assert not circles, circles
+
+
+def test_io_is_the_codec_and_names_no_state_type():
+    """Each state type registers its own reader and file check in its own module
+    (:func:`jaxrvga.beliefs.base.register_state`, :func:`jaxrvga.io.register`): ``io.py`` imports
+    nothing of the package but the checks' pieces."""
+    assert _imported(PACKAGE / "io.py") <= {"jaxrvga.file_checks"}
+    text = (PACKAGE / "io.py").read_text()
+    assert not any(name in text for name in ("GaussianState", "LowRankState", "DiagonalState", "AverageState"))
+
+
 def test_the_top_level_is_small():
     values = [getattr(jr, n) for n in jr.__all__]
     modules = [v for v in values if isinstance(v, types.ModuleType)]

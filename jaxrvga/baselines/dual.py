@@ -441,8 +441,8 @@ def lvb_elbo(conj: Conjugate, W, y, prior_mean, prior_cov, mean, cov):
     return -metrics.gaussian_kl(mean, cov, prior_mean, prior_cov) - jnp.sum(conj.f(h, rho, y))
 
 
-io.register(DualResult, io.moments_check(("alpha", "lam", "xi"),
-                                         scalars=("value", "iterations", "converged", "residual")))
+io.register(DualResult, io.moments_check(("alpha", "lam", "xi"), scalars=("value", "iterations", "converged", "residual")),
+            former=("jaxrvga.dual",))
 
 __all__ = ["Conjugate", "DualResult", "dual_objective", "fenchel_young_gap", "fit",
            "gaussian_conjugate", "jj_conjugate", "lvb_elbo", "poisson_conjugate"]

@@ -165,7 +165,7 @@ def online_fa_em(num_steps: Optional[int] = None, averaging: Optional[str] = "pa
     return Filter(init, update)
 
 
-io.register(FAState, io.factors_check)
-io.register(OnlineFAState)
+io.register(FAState, io.factors_check, former=("jaxrvga.factor_analysis",))
+io.register(OnlineFAState, former=("jaxrvga.factor_analysis",))
 
 __all__ = ["FAState", "recursive_em", "OnlineFAState", "online_fa_em"]

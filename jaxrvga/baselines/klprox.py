@@ -671,9 +671,10 @@ def se_kernel(X1, X2=None, lengthscale=1.0, variance=1.0):
 
 
 _RESULT_SCALARS = ("iterations", "converged", "residual", "elbo", "r", "rejected")
-io.register(KLProxResult, io.moments_check(("alpha", "gamma"), scalars=_RESULT_SCALARS))
+io.register(KLProxResult, io.moments_check(("alpha", "gamma"), scalars=_RESULT_SCALARS),
+            former=("jaxrvga.klprox",))
 io.register(KernelResult, io.moments_check(("var", "alpha", "gamma", "gt"), cov="chol", scalars=_RESULT_SCALARS,
-                                           like_mean=("var",)))
+                                           like_mean=("var",)), former=("jaxrvga.klprox",))
 
 __all__ = ["KLProxResult", "KernelResult", "elbo", "expectation", "fit", "fit_kernel",
            "laplace_likelihood", "laplace_likelihood_family", "predict", "proximal_point_step",

@@ -109,6 +109,6 @@ def _laplace_newton(log_lik, X, y, mu0, P0, max_iter, tol):
 def _laplace_jit(model: Static, *args):
     return _laplace_newton(model.value.log_lik, *args)
 
-io.register(LaplaceResult, io.moments_check(scalars=("converged", "iterations")))
+io.register(LaplaceResult, io.moments_check(scalars=("converged", "iterations")), former=("jaxrvga.batch",))
 
 __all__ = ["laplace", "LaplaceResult"]

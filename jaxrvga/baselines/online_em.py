@@ -437,10 +437,10 @@ def incremental_em_decay(decay, burn_in: int = 20) -> Filter:
     return Filter(init, update, _check_stream)
 
 
-io.register(GMMParams, io.vectors_check("weights", "means", "variances"))
-io.register(GMMStats, io.vectors_check("s0", "s1", "s2"))
+io.register(GMMParams, io.vectors_check("weights", "means", "variances"), former=("jaxrvga.online_em",))
+io.register(GMMStats, io.vectors_check("s0", "s1", "s2"), former=("jaxrvga.online_em",))
 for _state in (MixtureStatsState, TitteringtonState, IncrementalEMState):
-    io.register(_state, io.one_float_dtype)
+    io.register(_state, io.one_float_dtype, former=("jaxrvga.online_em",))
 
 __all__ = ["GMMParams", "GMMStats", "IncrementalEMState", "MixtureStatsState", "TitteringtonState",
            "batch_mixture_em", "cappe_moulines", "check_params", "complete_data_fisher", "em_step",

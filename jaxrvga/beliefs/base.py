@@ -5,15 +5,24 @@ from typing import Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ..validation import check_finite, check_vector
+from .. import file_checks as fc
+from .. import io
+from ..core import NoiseStats, SolverInfo
+from ..validation import check_finite, check_vector, raw_key_shape
 
 
 @runtime_checkable
 class Belief(Protocol):
     """The contract every belief satisfies (:class:`Dense`, :class:`LowRank`, :class:`Diagonal`); the
     schemes and the guard of :mod:`jaxrvga.filters` use nothing else. ``state_type`` is the
-    NamedTuple of its states (fields ``mean``, ``step``, ``info``, ``key`` and the belief's own)."""
+    NamedTuple of its states (fields ``mean``, ``step``, ``info``, ``key`` and the belief's own).
+
+    Besides the protocol, a belief of the package has a classmethod ``example(dim, rng) -> (belief,
+    factors)`` (what the conformance tests run) and, where it takes options, ``check_options()``
+    (``ValueError`` where they are invalid; :func:`jaxrvga.build` calls it); its module registers its
+    state type with :func:`register_state`."""
 
     state_type: type
 
@@ -71,7 +80,7 @@ class Belief(Protocol):
         every state it keeps and every prediction."""
 
 
-def _symmetric(S):
+def symmetrize(S):
     """``(S + S^T) / 2``."""
     return 0.5 * (S + S.T)
 
@@ -127,7 +136,7 @@ def _finish_keeping_mean(belief, state):
     return out._replace(mean=None), report
 
 
-def _check_mean(mean):
+def check_mean(mean):
     """A finite real vector with at least one entry."""
     mean = check_finite("mean", check_vector("mean", mean))
     if mean.shape[0] == 0:
@@ -141,7 +150,7 @@ def psi_min(dtype):
     return jnp.sqrt(jnp.finfo(dtype).tiny).astype(dtype)
 
 
-def _resolved(chol, gram):
+def pivots_resolved(chol, gram):
     """Every pivot of the Cholesky factor of ``M = I + gram`` exceeds the rounding of its diagonal.
 
     The exact pivots of ``M >= I`` are >= 1; one below ``2 q eps M_jj`` is rounding noise (a new
@@ -152,4 +161,77 @@ def _resolved(chol, gram):
     return jnp.all(jnp.diagonal(chol) ** 2 >= 2 * chol.shape[0] * eps * (1.0 + jnp.diagonal(gram)))
 
 
-__all__ = ['Belief', 'antithetic_normals', 'no_projection', 'add_then_solve', 'finish_or_keep', 'psi_min']
+# --------------------------------------------------------------------------- a belief's state, registered
+
+#: The reader of each belief's state type, ``reader(state, mean) -> (belief, state)`` (:func:`register_state`):
+#: :func:`jaxrvga.beliefs.of_state` asks it.
+READERS: dict = {}
+
+
+def register_state(state_type, reader, check, former: tuple = ()):
+    """Makes a belief's state type known to the package, from the belief's own module.
+
+    Args:
+      state_type: the NamedTuple of the belief's states.
+      reader: ``reader(state, mean) -> (belief, state)``, the belief that reads such a state and the
+        state with its mean and belief arrays only (checked where concrete), for
+        :func:`jaxrvga.beliefs.of_state` (the predictions, :func:`jaxrvga.sample`); ``mean`` is the
+        state's mean, already checked.
+      check: the check of such a state loaded from a file (:func:`jaxrvga.io.register`), e.g. with
+        :func:`check_state_fields` for the fields every state has.
+      former: modules that held ``state_type`` in files written earlier.
+
+    Returns:
+      ``state_type``.
+    """
+    READERS[state_type] = reader
+    return io.register(state_type, check, former=former)
+
+
+def check_state_fields(state, batch):
+    """The check of a loaded state's ``step``, ``info``, ``key`` and ``noise`` (mean of batch shape
+    ``batch``): as the beliefs' ``init`` makes them (:func:`jaxrvga.core.solver_info`), so that a filter
+    can go on from it. Raises ``ValueError``."""
+    fc.need(isinstance(state.info, SolverInfo), "info must be a SolverInfo")
+    real, i32, info = fc.dtype_of(state.mean), np.dtype(np.int32), state.info
+    fields = {"step": (state.step, i32), "info.converged": (info.converged, np.dtype(np.bool_)),
+              "info.residual": (info.residual, real), "info.iterations": (info.iterations, i32),
+              "info.dropped": (info.dropped, real), "info.em_loops": (info.em_loops, i32)}
+    for f, (x, dtype) in fields.items():
+        fc.need(fc.is_array(x) and fc.dtype_of(x) == dtype,
+              f"{f} must be an array of dtype {dtype}, got {type(x).__name__} {getattr(x, 'dtype', '')}")
+        fc.need(fc.shape_of(x) == batch, f"{f} has shape {fc.shape_of(x)}, expected {batch}")
+    _check_key(state.key, batch)
+    _check_noise(getattr(state, "noise", None), real, batch)
+
+
+def _check_key(key, batch):
+    """``key`` None, typed PRNG keys of shape ``batch`` or raw ``uint32`` key data of ``batch`` plus the
+    default implementation's shape (what :func:`jaxrvga.validation.check_key` takes, per state)."""
+    if key is None:
+        return
+    fc.need(fc.is_array(key), f"key must be a PRNG key or None, got {type(key).__name__}")
+    dtype, shape = key.dtype, fc.shape_of(key)
+    if jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        fc.need(shape == batch, f"key has shape {shape}, expected {batch}")
+        return
+    want = batch + tuple(raw_key_shape())
+    fc.need(dtype == np.uint32 and shape == want,
+          f"key must be a PRNG key or None; raw key data must be uint32 of shape {want}, got {dtype} of shape {shape}")
+
+
+def _check_noise(noise, dtype, batch):
+    """A learned noise variance's ``NoiseStats``: ``shape`` and ``rate`` arrays of the state's dtype
+    and batch shape, positive and finite (:mod:`jaxrvga.noise`); ``None`` for a known variance."""
+    if noise is None:
+        return
+    fc.need(isinstance(noise, NoiseStats), f"noise must be a NoiseStats, got {type(noise).__name__}")
+    for f in ("shape", "rate"):
+        x = getattr(noise, f)
+        fc.need(fc.is_array(x) and fc.dtype_of(x) == dtype and fc.shape_of(x) == batch,
+              f"noise.{f} must be an array of dtype {dtype} and shape {batch}")
+        fc.positive(f"noise.{f}", x)
+
+
+__all__ = ['Belief', 'symmetrize', 'check_mean', 'pivots_resolved', 'antithetic_normals', 'no_projection', 'add_then_solve', 'finish_or_keep', 'psi_min', 'READERS',
+           'register_state', 'check_state_fields']

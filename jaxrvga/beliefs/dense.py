@@ -5,11 +5,13 @@ from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..core import NoiseStats, SolverInfo, solver_info
 from ..dynamics import Dynamics
-from ..validation import check_cov
-from .base import _check_mean, _symmetric, antithetic_normals, no_projection
+from .. import file_checks as fc
+from ..validation import check_cov, check_float_array
+from .base import antithetic_normals, check_mean, check_state_fields, no_projection, register_state, symmetrize
 
 
 class GaussianState(NamedTuple):
@@ -70,9 +72,20 @@ class Dense(NamedTuple):
 
     state_type = GaussianState
 
+    @classmethod
+    def example(cls, dim: int, rng):
+        """A belief of this class and its ``init`` factors for ``dim`` dimensions, drawn from the NumPy
+        generator ``rng``: a covariance ``A A^T / dim + I / 2`` (what the conformance tests run).
+
+        Returns:
+          ``(belief, factors)``, so that ``belief.init(mean, *factors)`` is a valid state.
+        """
+        A = rng.normal(size=(dim, dim))
+        return cls(), (A @ A.T / dim + 0.5 * np.eye(dim),)
+
     def init(self, mean, cov, key=None) -> GaussianState:
         """Initial state ``N(mean, cov)``; ``cov`` must be symmetric positive definite (checked where concrete)."""
-        mean = _check_mean(mean)
+        mean = check_mean(mean)
         if jnp.ndim(cov) < 2:
             raise ValueError(f"cov must be a (d, d) covariance matrix, got shape {jnp.shape(cov)}: for a belief "
                              f"given by its variances use jr.diag_rvga(model).init(mean, var) (diagonal, O(d)), "
@@ -96,7 +109,7 @@ class Dense(NamedTuple):
 
     def sandwich(self, state, J):
         """``J P J^T`` (k, k) for ``J`` (k, d), symmetrised."""
-        return _symmetric(J @ (state.cov @ J.T))
+        return symmetrize(J @ (state.cov @ J.T))
 
     def solve(self, state, g):
         """``P g``."""
@@ -155,8 +168,8 @@ class Dense(NamedTuple):
         if X.shape[1] <= X.shape[0]:  # Woodbury in the m-dimensional space of the columns
             A = X.T @ V
             K = jnp.linalg.solve(jnp.eye(X.shape[1], dtype=A.dtype) + c[:, None] * A, jnp.diag(c))
-            K = _symmetric(K)
-            cov = _symmetric(state.cov - V @ K @ V.T)
+            K = symmetrize(K)
+            cov = symmetrize(state.cov - V @ K @ V.T)
             nu = jnp.diagonal(A) - jnp.sum(A * (A @ K), axis=0)  # diag(X^T P_new X)
             ok = jnp.all(jnp.isfinite(cov)) & jnp.all(jnp.diagonal(cov) > 0) & self._resolvable(state.cov, X, nu)
             ok = ok & _stored_pd(cov)  # the columns' own variances miss a collinear pair's difference
@@ -164,7 +177,7 @@ class Dense(NamedTuple):
         # more columns than parameters (many samples): information form, d x d solves
         eye = jnp.eye(X.shape[0], dtype=X.dtype)
         prec = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(state.cov), True), eye) + (X * c) @ X.T
-        cov = _symmetric(jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(_symmetric(prec)), True), eye))
+        cov = symmetrize(jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(symmetrize(prec)), True), eye))
         return state._replace(cov=cov), jnp.all(jnp.isfinite(cov)) & _stored_pd(cov), None
 
     @staticmethod
@@ -220,6 +233,31 @@ def _no_overflow(cov, s, v):
     entry of a positive definite ``cov``) are each at most a quarter of the dtype's largest value."""
     big = jnp.finfo(cov.dtype).max / 4
     return (jnp.abs(s) * jnp.max(v * v) <= big) & (jnp.max(jnp.diagonal(cov)) <= big) & jnp.all(jnp.isfinite(v))
+
+
+# --------------------------------------------------------------------------- read and saved
+
+def read_dense(state, mean):
+    """The belief that reads a :class:`GaussianState` and the state with its belief arrays only (checked
+    where concrete; :func:`~jaxrvga.beliefs.of_state`)."""
+    d = mean.shape[0]
+    cov = check_float_array("state.cov", state.cov)
+    if cov.shape != (d, d):
+        raise ValueError(f"state.cov must have shape {(d, d)} to match the mean, got {cov.shape}")
+    return Dense(), GaussianState(mean, check_cov("state.cov", cov, d, semidefinite=True), None, None)
+
+
+def _check_gaussian(st):
+    """Shapes and dtypes of ``GaussianState``; finite mean and a finite, symmetric, positive
+    definite covariance (every filter state is, by its guard)."""
+    fc.check_moments(st)
+    m = fc.shape_of(st.mean)
+    fc.finite("mean", st.mean)
+    fc.symmetric_pd("cov", st.cov)
+    check_state_fields(st, m[:-1])
+
+
+register_state(GaussianState, read_dense, _check_gaussian, former=("jaxrvga.core",))
 
 
 __all__ = ['GaussianState', 'Dense', 'sqrt_factor']

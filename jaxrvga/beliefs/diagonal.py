@@ -9,8 +9,10 @@ import jax.numpy as jnp
 from ..core import NoiseStats, SolverInfo, solver_info
 from ..dynamics import Dynamics
 from ..kernels import woodbury
-from ..validation import check_invertible
-from .base import _check_mean, _resolved, _symmetric, antithetic_normals, finish_or_keep, no_projection, psi_min
+from .. import file_checks as fc
+from ..validation import check_float_array, check_invertible, check_positive
+from .base import (antithetic_normals, check_mean, check_state_fields, finish_or_keep, no_projection, pivots_resolved,
+                   psi_min, register_state, symmetrize)
 
 
 class DiagonalState(NamedTuple):
@@ -41,9 +43,19 @@ class Diagonal(NamedTuple):
 
     state_type = DiagonalState
 
+    @classmethod
+    def example(cls, dim: int, rng):
+        """A belief of this class and its ``init`` factors for ``dim`` dimensions, drawn from the NumPy
+        generator ``rng``: variances uniform in [0.3, 2] (what the conformance tests run).
+
+        Returns:
+          ``(belief, factors)``, so that ``belief.init(mean, *factors)`` is a valid state.
+        """
+        return cls(), (rng.uniform(0.3, 2.0, dim),)
+
     def init(self, mean, var, key=None) -> DiagonalState:
         """Initial state ``N(mean, diag(var))``: ``var`` the (d,) prior variances (a scalar broadcasts), > 0."""
-        mean = _check_mean(mean)
+        mean = check_mean(mean)
         var = jnp.asarray(var)
         if jnp.iscomplexobj(var):
             raise ValueError("var must be real")
@@ -68,7 +80,7 @@ class Diagonal(NamedTuple):
 
     def sandwich(self, state, J):
         """``J P J^T = J diag(1 / psi) J^T`` (k, k) for ``J`` (k, d), symmetrised."""
-        return _symmetric((J * (1.0 / state.psi)) @ J.T)
+        return symmetrize((J * (1.0 / state.psi)) @ J.T)
 
     def solve(self, state, g):
         """``P g = g / psi``."""
@@ -112,7 +124,7 @@ class Diagonal(NamedTuple):
         ``c_+ = max(c, 0)``, as the low-rank factor's (:meth:`LowRank._pending_root`): ``Lam >= diag(psi)``
         is then positive definite for every ``c``, whereas the exact ``diag(psi) + X diag(c) X^T`` of a
         non-log-concave site need not be (the stored diagonal keeps the signed ``c``). Returns
-        ``(state, ok)``, ``ok`` also False where the solve is not resolved in the dtype (:func:`_resolved`).
+        ``(state, ok)``, ``ok`` also False where the solve is not resolved in the dtype (:func:`pivots_resolved`).
         """
         new, ok = self.add(prior, X, c)
         if prior_gain:
@@ -139,7 +151,7 @@ class Diagonal(NamedTuple):
 
 
 def _diagonal_plus_root_solve(psi, R, g):
-    """``(diag(psi) + R R^T)^{-1} g`` for ``R`` (d, m) and whether it is resolved (:func:`_resolved`), O(d m^2).
+    """``(diag(psi) + R R^T)^{-1} g`` for ``R`` (d, m) and whether it is resolved (:func:`pivots_resolved`), O(d m^2).
 
     Whitened, ``B = diag(psi)^{-1/2} R`` and ``h = g / sqrt(psi)``: ``diag(psi)^{-1/2} (I + B B^T)^{-1} h``,
     by Woodbury ([LRVGA] eq. 27) through the Cholesky factor of the m x m ``I + B^T B`` with the
@@ -162,7 +174,33 @@ def _diagonal_plus_root_solve(psi, R, g):
 
         cancels = woodbury.cancellation_bound(h @ h, gram) > woodbury.CANCELLATION_TOL
         z = jax.lax.cond(cancels, corrected, lambda z: z, z)
-    return z / scale, _resolved(chol, gram)
+    return z / scale, pivots_resolved(chol, gram)
+
+
+# --------------------------------------------------------------------------- read and saved
+
+def _read_diagonal(state, mean):
+    """The belief that reads a :class:`DiagonalState` and the state with its belief arrays only (checked
+    where concrete; :func:`~jaxrvga.beliefs.of_state`)."""
+    psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
+    if psi.shape != mean.shape:
+        raise ValueError(f"state.psi must have shape {mean.shape} to match the mean, got {psi.shape}")
+    return Diagonal(), DiagonalState(mean, psi, None, None)
+
+
+def _check_diagonal(st):
+    """Shapes and dtypes of ``DiagonalState``; a finite mean and precisions ``psi > 0``."""
+    fc.floating("mean", st.mean)
+    fc.floating("psi", st.psi)
+    m = fc.shape_of(st.mean)
+    fc.need(len(m) >= 1 and fc.shape_of(st.psi) == m, f"psi has shape {fc.shape_of(st.psi)}, expected {m}")
+    fc.need(fc.dtype_of(st.psi) == fc.dtype_of(st.mean), "mean and psi must share one dtype")
+    check_state_fields(st, m[:-1])
+    fc.finite("mean", st.mean)
+    fc.positive("psi", st.psi)
+
+
+register_state(DiagonalState, _read_diagonal, _check_diagonal, former=("jaxrvga.core",))
 
 
 __all__ = ['DiagonalState', 'Diagonal']

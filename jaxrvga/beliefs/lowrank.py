@@ -11,9 +11,11 @@ from ..core import NoiseStats, SolverInfo, solver_info
 from ..dynamics import Dynamics
 from ..kernels import woodbury
 from ..kernels.factor_analysis import PSI_FLOOR, recursive_em_step, spectral_em_step
-from ..validation import all_finite, check_invertible, is_concrete
-from .base import (_check_mean, _resolved, _symmetric, add_then_solve, antithetic_normals, finish_or_keep,
-                   no_projection, psi_min)
+from .. import file_checks as fc
+from ..validation import (all_finite, check_finite, check_float_array, check_invertible, check_positive, is_concrete,
+                          positive_int)
+from .base import (add_then_solve, antithetic_normals, check_mean, check_state_fields, finish_or_keep, no_projection,
+                   pivots_resolved, psi_min, register_state, symmetrize)
 
 
 class LowRankState(NamedTuple):
@@ -69,6 +71,19 @@ class LowRank(NamedTuple):
 
     state_type = LowRankState
 
+    @classmethod
+    def example(cls, dim: int, rng):
+        """A belief of this class and its ``init`` factors for ``dim`` dimensions, drawn from the NumPy
+        generator ``rng``: rank 2 (or ``dim``), standard normal ``W`` and ``psi`` uniform in [0.5, 2]
+        (what the conformance tests run; the published belief with Algorithm 1's two inner loops).
+
+        Returns:
+          ``(belief, factors)``, so that ``belief.init(mean, *factors)`` is a valid state.
+        """
+        rank = min(2, dim)
+        W, psi = rng.normal(size=(dim, rank)), rng.uniform(0.5, 2.0, dim)
+        return cls(rank, 2 if cls is PublishedLowRank else 0), (W, psi)
+
     rank: int
     inner_loops: int = 1
     fa_step: Optional[Callable] = None
@@ -84,7 +99,7 @@ class LowRank(NamedTuple):
 
     def init(self, mean, W, psi, key=None) -> LowRankState:
         """Initial state ``N(mean, (W W^T + diag(psi))^{-1})`` (shapes and values checked where concrete)."""
-        mean = _check_mean(mean)
+        mean = check_mean(mean)
         _check_lowrank_dtype(mean.dtype)
         d = mean.shape[0]
         W = jnp.asarray(W)
@@ -155,7 +170,7 @@ class LowRank(NamedTuple):
 
     def sandwich(self, state, J):
         """``J P J^T`` (k, k) for ``J`` (k, d) by Woodbury, symmetrised."""
-        return _symmetric(J @ self.solve(state, J.T))
+        return symmetrize(J @ self.solve(state, J.T))
 
     def solve(self, state, g):
         """``P g`` by Woodbury ([LRVGA] eq. 27), O(d p^2) (O(d p) with a cached Gram); where ``W`` has at
@@ -255,7 +270,7 @@ class LowRank(NamedTuple):
         source, projection = (prior, Lg[:prior.gram.shape[0]]) if prior_gain else (pre, Lg)
         fac = woodbury.factorize(source.W, source.psi, source.gram)
         step = fac.solve_accurate(g, projection, source.gram)
-        return pre._replace(mean=prior.mean + step), _resolved(fac.chol, source.gram)
+        return pre._replace(mean=prior.mean + step), pivots_resolved(fac.chol, source.gram)
 
     def finish(self, state):
         """Projection of the factor ``[W, X]`` of :meth:`add` back to rank p; returns
@@ -301,6 +316,12 @@ class LowRank(NamedTuple):
             return finish_or_keep(self, prior, new, ok)
         (W, psi, gram), report = self._store_or_project(new, ok, prior.gram)
         return new._replace(mean=jnp.where(ok, new.mean, prior.mean), W=W, psi=psi, gram=gram), report
+
+    def check_options(self):
+        """``ValueError`` unless this belief's options are valid, in the words of :func:`low_rank_belief`
+        (which :func:`jaxrvga.lrvga` calls; :func:`jaxrvga.build` calls this for a belief given as a value)."""
+        low_rank_belief(self.rank, self.inner_loops, published=isinstance(self, PublishedLowRank),
+                        psi_floor=self.psi_floor, block_rows=self.block_rows, buffer=self.buffer, em_tol=self.em_tol)
 
     def checked_fields(self, state):
         """The arrays whose finiteness decides a step, the mean first. A factor with a cached whitened
@@ -444,10 +465,101 @@ def _wide_factor(psi, W):
 
 def _wide_solve(psi, W, g):
     """``((W W^T + diag(psi))^{-1} g, resolved)`` through :func:`_wide_factor` (``g`` (d,) or (d, k));
-    ``resolved`` as :func:`~jaxrvga.beliefs.base._resolved`."""
+    ``resolved`` as :func:`~jaxrvga.beliefs.base.pivots_resolved`."""
     chol, gram = _wide_factor(psi, W)
     scale = jnp.sqrt(psi) if g.ndim == 1 else jnp.sqrt(psi)[:, None]
-    return jax.scipy.linalg.cho_solve((chol, True), g / scale) / scale, _resolved(chol, gram)
+    return jax.scipy.linalg.cho_solve((chol, True), g / scale) / scale, pivots_resolved(chol, gram)
 
 
-__all__ = ['LowRankState', 'LowRank', 'PublishedLowRank', 'LOWRANK_DTYPES']
+def low_rank_belief(rank: int, inner_loops: Optional[int] = None, *, published: bool = False,
+                    psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None, buffer: int = 0,
+                    em_tol: Optional[float] = None) -> LowRank:
+    """The low-rank belief of :func:`jaxrvga.lrvga` from its options (validated; the defaults of :func:`jaxrvga.lrvga`):
+    a :class:`~jaxrvga.beliefs.LowRank`, or a :class:`~jaxrvga.beliefs.PublishedLowRank` with ``published``."""
+    if isinstance(rank, (int, np.integer)) and not isinstance(rank, bool) and rank == 0:
+        raise ValueError("rank must be a positive integer, got 0; the belief without factors (precision "
+                         "diag(psi)) is jr.diag_rvga(model)")
+    rank = positive_int("rank", rank)
+    if published:
+        inner_loops = positive_int("inner_loops", 1 if inner_loops is None else inner_loops)
+    else:
+        inner_loops = 0 if inner_loops is None else inner_loops
+        if isinstance(inner_loops, bool) or not isinstance(inner_loops, (int, np.integer)) or inner_loops < 0:
+            raise ValueError(f"inner_loops must be an integer >= 0, got {inner_loops!r}")
+        inner_loops = int(inner_loops)
+    if not (isinstance(psi_floor, (int, float)) and 0.0 <= psi_floor < 1.0):
+        raise ValueError(f"psi_floor must be a number in [0, 1), got {psi_floor!r}")
+    if block_rows is not None and block_rows != 0:
+        block_rows = positive_int("block_rows", block_rows)
+    if isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer)) or buffer < 0:
+        raise ValueError(f"buffer must be an integer >= 0, got {buffer!r}")
+    if buffer and published:
+        raise ValueError("buffer: the published projection projects every step (buffer=0)")
+    if em_tol is not None:
+        if published:
+            raise ValueError("em_tol: the published projection runs a fixed number of loops (inner_loops)")
+        if isinstance(em_tol, bool) or not isinstance(em_tol, (int, float)) or not em_tol >= 0:
+            raise ValueError(f"em_tol must be a number >= 0, got {em_tol!r}")
+        if inner_loops == 0:
+            raise ValueError("em_tol needs inner_loops >= 1, the maximum number of EM loops")
+        em_tol = float(em_tol)
+    if published:
+        return PublishedLowRank(rank, inner_loops, None, float(psi_floor), block_rows)
+    return LowRank(rank, inner_loops, None, float(psi_floor), block_rows, int(buffer), em_tol)
+
+
+# --------------------------------------------------------------------------- read and saved
+
+def _read_lowrank(state, mean):
+    """The belief that reads a :class:`LowRankState` and the state with its belief arrays only (checked
+    where concrete; :func:`~jaxrvga.beliefs.of_state`)."""
+    W = check_finite("state.W", check_float_array("state.W", state.W))
+    psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
+    return LowRank(W.shape[-1]), LowRankState(mean, W, psi, None, None, None, state.gram)
+
+
+def _check_lowrank(st):
+    """Shapes and dtypes of ``LowRankState``; finite ``mean`` and ``W``, ``psi > 0``, and a cached
+    ``gram`` equal to ``W^T diag(psi)^-1 W`` recomputed from them (:func:`_check_gram`)."""
+    for f in ("mean", "W", "psi"):
+        fc.floating(f, getattr(st, f))
+    m, W = fc.shape_of(st.mean), fc.shape_of(st.W)
+    fc.need(len(m) >= 1 and len(W) == len(m) + 1 and W[:-1] == m and 1 <= W[-1] <= m[-1],
+          f"W has shape {W}, expected {m} + (p,) with 1 <= p <= d for a mean of shape {m}")
+    fc.need(fc.shape_of(st.psi) == m, f"psi has shape {fc.shape_of(st.psi)}, expected {m}")
+    fc.need(fc.dtype_of(st.W) == fc.dtype_of(st.mean) == fc.dtype_of(st.psi), "mean, W and psi must share one dtype")
+    if st.gram is not None:
+        fc.floating("gram", st.gram)
+        fc.need(fc.shape_of(st.gram) == W[:-2] + (W[-1], W[-1]),
+              f"gram has shape {fc.shape_of(st.gram)}, expected {W[:-2] + (W[-1], W[-1])} for W of shape {W}")
+        fc.need(fc.dtype_of(st.gram) == fc.dtype_of(st.W), "gram must have the dtype of W")
+    check_state_fields(st, m[:-1])
+    fc.finite("mean", st.mean)
+    fc.finite("W", st.W)
+    fc.positive("psi", st.psi)
+    if st.gram is not None:
+        _check_gram(st.gram, st.W, st.psi)
+
+
+def _check_gram(gram, W, psi):
+    """The cached whitened Gram is verified, not trusted (nor silently replaced, which would change
+    a round trip's bits): ``G = B^T B``, ``B = W / sqrt(psi)``, recomputed in float64, must match
+    the stored one entry by entry to ``sqrt(eps)`` of the dtype in the metric of ``I + G``,
+    ``|G_ij - stored_ij| <= sqrt(eps) sqrt((1 + G_ii)(1 + G_jj))`` (a filter's own Gram is within
+    a few eps: it is recomputed at every projection). A Gram edited by hand gave wrong steps with
+    every step converged."""
+    B = fc.values(W) / np.sqrt(fc.values(psi))[..., None]
+    G = np.einsum("...ip,...iq->...pq", B, B)
+    d = 1.0 + np.diagonal(G, axis1=-2, axis2=-1)
+    scale = np.sqrt(d[..., :, None] * d[..., None, :])
+    err = np.abs(fc.values(gram) - G) / scale
+    worst = float(np.max(np.where(np.isnan(err), np.inf, err), initial=0.0))
+    tol = float(np.sqrt(np.finfo(fc.dtype_of(W)).eps))
+    fc.need(worst <= tol, f"gram does not match W and psi (relative deviation {worst:.3g} > {tol:.1g}); "
+                        f"save the state with gram=None to have it recomputed")
+
+
+register_state(LowRankState, _read_lowrank, _check_lowrank, former=("jaxrvga.core",))
+
+
+__all__ = ['low_rank_belief', 'LowRankState', 'LowRank', 'PublishedLowRank', 'LOWRANK_DTYPES']

@@ -1,40 +1,15 @@
 """Reading a state as a belief (of_state, by the type of the state) and exact draws of it (sample, draws)."""
 from __future__ import annotations
 
+import functools
 
 import jax
 import jax.numpy as jnp
 
 from .. import noise as noise_belief
-from ..validation import check_cov, check_finite, check_float_array, check_key, check_positive, positive_int
-from .dense import Dense, GaussianState, sqrt_factor
-from .diagonal import Diagonal, DiagonalState
-from .lowrank import LowRank, LowRankState
-
-
-def _read_lowrank(state, mean):
-    W = check_finite("state.W", check_float_array("state.W", state.W))
-    psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
-    return LowRank(W.shape[-1]), LowRankState(mean, W, psi, None, None, None, state.gram)
-
-
-def _read_diagonal(state, mean):
-    psi = check_positive("state.psi", check_float_array("state.psi", state.psi))
-    if psi.shape != mean.shape:
-        raise ValueError(f"state.psi must have shape {mean.shape} to match the mean, got {psi.shape}")
-    return Diagonal(), DiagonalState(mean, psi, None, None)
-
-
-def _read_dense(state, mean):
-    d = mean.shape[0]
-    cov = check_float_array("state.cov", state.cov)
-    if cov.shape != (d, d):
-        raise ValueError(f"state.cov must have shape {(d, d)} to match the mean, got {cov.shape}")
-    return Dense(), GaussianState(mean, check_cov("state.cov", cov, d, semidefinite=True), None, None)
-
-
-#: The reader of each belief's state type.
-_READERS = {LowRankState: _read_lowrank, DiagonalState: _read_diagonal, GaussianState: _read_dense}
+from ..validation import check_finite, check_float_array, check_key, positive_int
+from .base import READERS
+from .dense import read_dense
 
 
 def of_state(state):
@@ -53,13 +28,13 @@ def of_state(state):
     mean = check_finite("state.mean", check_float_array("state.mean", state.mean))
     if mean.ndim != 1:
         raise ValueError(f"state.mean must be a vector, got shape {mean.shape}")
-    reader = next((read for cls, read in _READERS.items() if isinstance(state, cls)), None)
+    reader = next((read for cls, read in READERS.items() if isinstance(state, cls)), None)
     if reader is None:
         if not hasattr(state, "cov") or hasattr(state, "W") or hasattr(state, "psi"):
             raise ValueError("state must be a GaussianState, LowRankState or DiagonalState, or an object with "
                              f"fields (mean, cov) and no W or psi (a batch result), got {type(state).__name__} "
                              f"with fields {getattr(state, '_fields', None)}")
-        reader = _read_dense
+        reader = read_dense
     return reader(state, mean)
 
 
@@ -79,39 +54,6 @@ def draws(belief, state, stats, key, num: int, scale=1.0):
         s2 = noise_belief.sample_variance(stats, k_s2, num)
         spread = jnp.sqrt(scale * s2)[:, None]
     return state.mean + spread * (belief.sample(state, k_theta, num) - state.mean), s2
-
-
-def _sample_average(state, key, num: int):
-    """:func:`sample` of a :func:`jaxrvga.model_average` state: a forecaster ``(k, s)`` drawn by its
-    weight ``w_ks = softmax(log_weight)``, then ``theta ~ N(mean_k, c_s P_k)`` (a draw of the mixture
-    ``sum_ks w_ks N(mean_k, c_s P_k)``). Dense members share one batched :func:`~.dense.sqrt_factor`
-    (one Cholesky per member, not per draw); other beliefs draw from the member gathered per draw."""
-    from .. import average
-
-    average.check_members(state)
-    average.check_log_weight("state.log_weight", state.log_weight)
-    K, S = state.log_weight.shape
-    k_pick, k_s2, k_z = jax.random.split(key, 3)
-    logits = jnp.where(jnp.isnan(state.log_weight), -jnp.inf, state.log_weight).ravel()
-    pick = jax.random.categorical(k_pick, logits, shape=(num,))
-    member, scale = pick // S, state.scales[pick % S]
-    members = state.members
-    stats = noise_belief.stats_of(members)
-    if isinstance(members, GaussianState):
-        mean = members.mean[member]
-        R = sqrt_factor(members.cov)[member]  # (num, d, d)
-        z = jax.random.normal(k_z, mean.shape, mean.dtype)
-        spread = scale if stats is None else scale * jax.vmap(
-            lambda a, b, k: noise_belief.sample_variance((a, b), k, 1)[0])(
-                stats.shape[member], stats.rate[member], jax.random.split(k_s2, num))
-        return mean + jnp.sqrt(spread)[:, None] * jnp.einsum("nij,nj->ni", R, z)
-
-    def one(k, c, key):
-        one_member = jax.tree_util.tree_map(lambda a: a[k], members)
-        belief, st = of_state(one_member)
-        return draws(belief, st, noise_belief.stats_of(one_member), key, 1, c)[0][0]
-
-    return jax.vmap(one)(member, scale, jax.random.split(k_z, num))
 
 
 def sample(state, key, num: int):
@@ -135,14 +77,20 @@ def sample(state, key, num: int):
     :func:`jaxrvga.predictive` (the scales are predictive widths learned from the forecasters'
     scores, so a draw is as wide as the forecaster that scored well, not as the member's belief).
     """
-    from ..average import AverageState
+    return sample_of(state, check_key(key, required=True, needed_by="sample"), positive_int("num", num))
 
-    key = check_key(key, required=True, needed_by="sample")
-    num = positive_int("num", num)
-    if isinstance(state, AverageState):
-        return _sample_average(state, key, num)
+
+@functools.singledispatch
+def sample_of(state, key, num: int):
+    """:func:`sample` of ``state`` once ``key`` and ``num`` are checked, dispatched on the type of
+    ``state``: this one reads a belief (:func:`of_state`); a state of another kind registers its own
+    (``sample_of.register(StateType)``: the mixture of :mod:`jaxrvga.average`).
+
+    Returns:
+      The draws, (num, d).
+    """
     belief, st = of_state(state)
     return draws(belief, st, noise_belief.stats_of(state), key, num)[0]
 
 
-__all__ = ['of_state', 'draws', 'sample']
+__all__ = ['of_state', 'draws', 'sample', 'sample_of']
