@@ -139,7 +139,7 @@ class Dense(NamedTuple):
         ``P_new = (I + P diag(delta))^{-1} P``, no inverse of ``P`` formed. Returns ``(state, ok)``, ``ok``
         False where ``P_new`` is not finite and positive definite."""
         A = jnp.eye(state.cov.shape[0], dtype=state.cov.dtype) + state.cov * delta[None, :]
-        cov = _symmetric(jnp.linalg.solve(A, state.cov))
+        cov = symmetrize(jnp.linalg.solve(A, state.cov))
         ok = jnp.all(jnp.isfinite(jnp.linalg.cholesky(cov)))
         return state._replace(cov=cov), ok
 

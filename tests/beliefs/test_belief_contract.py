@@ -162,3 +162,16 @@ def test_a_finish_that_moves_the_mean_is_refused():
         flt.update(state, np.ones(D), 1.0)
     plain = jr.build(beliefs.Diagonal(), jr.schemes.exact(), jr.models.linear_gaussian(1.0))
     assert np.all(np.isfinite(plain.update(state, np.ones(D), 1.0).mean))
+
+
+def test_variances_and_a_shifted_precision_follow_the_covariance(belief_and_state):
+    """``variances`` is ``diag(P)``; ``shift_precision(delta)`` is ``(P^{-1} + diag(delta))^{-1}``, the
+    mean unchanged, for a delta of either sign (what :func:`jaxrvga.evidence.fit_prior_precision` moves)."""
+    belief, state = belief_and_state
+    P = _covariance(state)
+    np.testing.assert_allclose(belief.variances(state), np.diag(P), rtol=1e-10)
+    delta = 0.2 * RNG.uniform(-1.0, 1.0, D)
+    shifted, ok = belief.shift_precision(state, jnp.asarray(delta))
+    assert bool(ok)
+    np.testing.assert_allclose(_covariance(shifted), np.linalg.inv(np.linalg.inv(P) + np.diag(delta)), rtol=1e-9)
+    np.testing.assert_array_equal(shifted.mean, state.mean)
