@@ -289,11 +289,17 @@ def log_predictive_of(state, x, y, model: models.Model, *, key, num_samples: int
 
 class Scores(NamedTuple):
     """A test set's predictive under one approximation: ``mean`` and ``var`` as :class:`Predictive` with
-    the observation noise (``Var(y | x)``), and ``log_density`` (n,), ``log p(y_i | x_i)``."""
+    the observation noise (``var = Var(y | x)``), ``log_density`` (n,), ``log p(y_i | x_i)``, and the
+    two parts of ``var`` by the law of total variance, named so that neither is read for the other:
+    ``param_var = Var_q[E[y | theta, x]]`` (the parameters' uncertainty, what ``jr.predictive`` returns
+    by default) and ``noise_var = E_q[Var(y | theta, x)]`` (the observation noise; ``p (1 - p)``
+    averaged over ``q`` for a binary output)."""
 
     mean: jax.Array
     var: jax.Array
     log_density: jax.Array
+    param_var: jax.Array
+    noise_var: jax.Array
 
 
 def predictive_scores(state, X, y, model: models.Model | None = None, *, scale=1.0,
@@ -344,6 +350,7 @@ def _padded(a, size: int):
 def _scores(state, X, y, model, scale) -> Scores:
     """:func:`predictive_scores` of one chunk."""
     mean, var = predictive(state, X, model, observation_noise=True, scale=scale)
+    param_var = predictive(state, X, model, scale=scale).var  # shares the Jacobians under jit
     family = model.family
     if family.name == "bernoulli":  # the log probability of the label under the probit predictive
         log_density = family.log_prob(y, jnp.log(mean) - jnp.log1p(-mean))
@@ -351,7 +358,7 @@ def _scores(state, X, y, model, scale) -> Scores:
         log_density = jax.vmap(family.log_prob)(y, jnp.log(mean))
     else:
         log_density = jax.vmap(lambda x, t: log_predictive(state, x, t, model, scale=scale))(X, y)
-    return Scores(mean, var, jnp.reshape(log_density, (-1,)))
+    return Scores(mean, var, jnp.reshape(log_density, (-1,)), param_var, var - param_var)
 
 
 def _check_scale(scale):

@@ -79,6 +79,17 @@ def test_predictive_scores_read_one_predictive():
     np.testing.assert_allclose(whole.log_density, by_hand, rtol=1e-12)
     np.testing.assert_allclose(jr.predictive_scores(gs, X, y, lg, chunk_size=2).log_density, by_hand, rtol=1e-12)
     np.testing.assert_allclose(whole.var, np.sum(X * X, 1) + 0.3, rtol=1e-12)
+    np.testing.assert_allclose(whole.param_var, np.sum(X * X, 1), rtol=1e-12)  # x^T P x, P = I
+    np.testing.assert_allclose(whole.noise_var, 0.3, rtol=1e-12)
+    np.testing.assert_allclose(ones.noise_var + ones.param_var, ones.mean * (1 - ones.mean), rtol=1e-12)
+    assert np.all(np.asarray(ones.param_var) > 0) and np.all(np.asarray(ones.noise_var) > 0)
+    plug = jr.predictive_scores(gs, X, y, lg, scale=0.0)
+    np.testing.assert_array_equal(plug.param_var, 0.0)
+    np.testing.assert_allclose(plug.noise_var, 0.3, rtol=1e-12)
+    learned = jr.kalman(None).init(jnp.zeros(3), jnp.eye(3), noise=(3.0, 2.0))  # E[s2] = 1
+    parts = jr.predictive_scores(learned, X, y, jr.models.linear_gaussian(None))
+    np.testing.assert_allclose(parts.noise_var, 1.0, rtol=1e-12)
+    np.testing.assert_allclose(parts.param_var, np.sum(X * X, 1), rtol=1e-12)  # E[s2] x^T P x
     with pytest.raises(ValueError, match="^X must be a batch of n test inputs and y their n outputs"):
         jr.predictive_scores(gs, X, y[:3], lg)
     with pytest.raises(ValueError, match="chunk_size"):
