@@ -152,3 +152,15 @@ def test_bad_arguments_are_refused_by_name():
         jr.evidence.fit_prior_precision(state, 1.0, groups=np.array([0, 2, 2, 0]))
     with pytest.raises(ValueError, match="groups"):
         jr.evidence.fit_prior_precision(state, 1.0, groups=np.zeros(3, int))
+
+
+def test_a_fleet_is_fitted_under_vmap_and_jit_as_each_alone():
+    """Three runs of different data, fitted at once (``jax.vmap`` under ``jax.jit``), equal each fitted alone."""
+    states = [_kalman(*_data(seed), 1.0) for seed in (6, 7, 8)]
+    fleet = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
+    together = jax.jit(jax.vmap(lambda s: jr.evidence.fit_prior_precision(s, 1.0)))(fleet)
+    for k, state in enumerate(states):
+        alone = jr.evidence.fit_prior_precision(state, 1.0)
+        assert bool(together.converged[k]) and bool(alone.converged)
+        assert rel(together.precision[k], alone.precision) < 1e-10
+        assert rel(together.state.mean[k], alone.state.mean) < 1e-10
