@@ -1,6 +1,7 @@
-"""The checks of a state read from a file (:mod:`jaxrvga.io`): NumPy on concrete arrays, each a
-``ValueError`` naming the field. A state type's own check, written with these, lives with the type and
-is passed to :func:`jaxrvga.io.register` there."""
+"""The checks of a state read from a file: NumPy on concrete arrays, each a ``ValueError`` naming the field.
+
+A state type's own check, written with these, lives with the type and is passed to
+:func:`jaxrvga.io.register` there (:mod:`jaxrvga.io` is the codec)."""
 from __future__ import annotations
 
 import jax

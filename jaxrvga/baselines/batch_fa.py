@@ -1,6 +1,7 @@
 r"""Batch factor analysis of a dense target ``S ~ W W^T + diag(psi)`` ([LRVGA] §3, App. A-B): the
-reference that the recursive EM of Algorithm 1 (:mod:`jaxrvga.kernels.factor_analysis`) is measured
-against, and the scores of a fit.
+reference that the recursive EM of Algorithm 1 is measured against, and the scores of a fit.
+
+Algorithm 1 itself is :mod:`jaxrvga.kernels.factor_analysis`, whose E- and M-steps these share.
 
 * :func:`batch_em_step`, :func:`batch_em` - batch EM on a dense target ([LRVGA] eqs. 20-21;
   O(d^2 p), a baseline only), with the E- and M-steps of Algorithm 1;

@@ -1,7 +1,8 @@
-"""The law of ``y`` given the natural parameter ``eta``: :class:`Family`, a value (its log likelihood,
-mean, variance, Fisher information and optional closed forms), and the families of the papers:
-:func:`gaussian`, :func:`bernoulli`, :func:`poisson_family`, :func:`categorical` (K logits, softmax
-link, full Fisher ``diag(p) - p p^T`` with a square-root factor).
+"""The law of ``y`` given the natural parameter ``eta``, and the families of the papers.
+
+A :class:`Family` is a value (its log likelihood, mean, variance, Fisher information and optional
+closed forms): :func:`gaussian`, :func:`bernoulli`, :func:`poisson_family`, :func:`categorical` (K
+logits, softmax link, full Fisher ``diag(p) - p p^T`` with a square-root factor).
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The checks of an observation ``(x, y)`` of a model against a belief, and of a data set before a run:
-what every filter's update and :func:`jaxrvga.run` ask, and :func:`jaxrvga.log_predictive` too."""
+"""The checks of an observation ``(x, y)`` of a model against a belief, and of a data set before a run.
+
+Every filter's update asks them, :func:`jaxrvga.run` before it scans and :func:`jaxrvga.log_predictive`."""
 from __future__ import annotations
 
 import jax

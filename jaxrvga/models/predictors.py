@@ -1,4 +1,4 @@
-"""Observation models: a :class:`~jaxrvga.models.families.Family` on a predictor ``eta = h(theta, x)``.
+"""Observation models: a family of the output on a predictor ``eta = h(theta, x)``.
 
 For generalised linear models (``eta = x^T theta``) every Gaussian expectation the filters need
 reduces to a 1-D expectation over ``eta ~ N(x^T mu, x^T P x)`` ([RVGA] §4, [LRVGA] §4.1):

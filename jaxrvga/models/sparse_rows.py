@@ -1,4 +1,4 @@
-"""Sparse inputs of the linear predictors: :class:`SparseRow`, the indices and values of a row's non-zeros."""
+"""Sparse inputs of the linear predictors: the indices and values of the non-zeros of a row, a ``SparseRow``."""
 from __future__ import annotations
 
 from typing import Optional

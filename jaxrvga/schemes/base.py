@@ -1,4 +1,4 @@
-"""What every update scheme shares: the increment of a step, the options, the guard's limit on a move.
+"""What every update scheme shares: the increment of a step, the options, the limit on a move.
 
 An R-VGA step ([RVGA] eqs. 28-29, [LRVGA] eqs. 7-8) moves the belief to
 

@@ -1,5 +1,7 @@
-"""Steps linearised at the mean: ``ekf``, curvature ``J^T F J`` ([RVGA] Thm 3, eqs. 54-55, 81), and
-``moment_ekf``, the EKF of a Gaussian likelihood with the output's mean and variance plus a jitter.
+"""Steps linearised at the mean: ``ekf`` and ``moment_ekf``.
+
+``ekf`` takes the curvature ``J^T F J`` ([RVGA] Thm 3, eqs. 54-55, 81); ``moment_ekf`` is the EKF of
+a Gaussian likelihood with the output's mean and variance plus a jitter.
 
 :func:`linearise` gives the rows ``C = R J`` of the generalised Gauss-Newton curvature of any model
 ``eta = h(theta, x)`` by autodiff ([LRVGA] eq. 41); the sampled schemes take it at each draw.

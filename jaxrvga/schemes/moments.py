@@ -1,7 +1,8 @@
-"""GLM steps from Gaussian expectations under the previous belief: ``explicit`` ([RVGA] eqs. 30-31,
-78-80) and ``extragrad``, mirror prox ([LRVGA] eqs. 139-145): a second evaluation under the explicit
-step's belief; ``correction=True`` adds the natural-parameter term ``c x x^T (muhat - mu)`` that makes
-it exact on linear-Gaussian models (the paper's eq. 142 omits it).
+"""GLM steps from Gaussian expectations under the previous belief: ``explicit`` and ``extragrad``.
+
+``explicit`` ([RVGA] eqs. 30-31, 78-80); ``extragrad``, mirror prox ([LRVGA] eqs. 139-145): a second
+evaluation under the explicit step's belief; ``correction=True`` adds the natural-parameter term
+``c x x^T (muhat - mu)`` that makes it exact on linear-Gaussian models (the paper's eq. 142 omits it).
 """
 from __future__ import annotations
 

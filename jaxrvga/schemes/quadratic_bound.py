@@ -1,4 +1,4 @@
-"""The quadratic Kalman filter's step: the Jaakkola-Jordan bound of the logistic model ([RVGA] eqs. 82-90)."""
+"""The step of the quadratic Kalman filter: the Jaakkola-Jordan bound of the logistic model ([RVGA] eqs. 82-90)."""
 from __future__ import annotations
 
 import jax.numpy as jnp

@@ -1,7 +1,8 @@
-"""Monte-Carlo steps for any model ``eta = h(theta, x)`` ([LRVGA] eqs. 41-46): ``sampled``, GGN
-curvature ``E[J^T F J]`` or the Hessian, ``num_iters`` passes of the implicit iteration, each
-restarting from the previous belief so the observation is counted once; ``published_sampled``, the
-published L-RVGA's form ([LRVGA] eqs. 143-145).
+"""Monte-Carlo steps for any model ``eta = h(theta, x)`` ([LRVGA] eqs. 41-46).
+
+``sampled``: GGN curvature ``E[J^T F J]`` or the Hessian, ``num_iters`` passes of the implicit
+iteration, each restarting from the previous belief so the observation is counted once;
+``published_sampled``, the published L-RVGA's form ([LRVGA] eqs. 143-145).
 """
 from __future__ import annotations
 
