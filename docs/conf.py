@@ -174,12 +174,13 @@ def _skip_namedtuple_fields(app, what, name, obj, skip, options):
 
 
 def _viewcode_own_module(app, modname, fullname):
-    """No source link for a name a module re-exports (``jaxrvga.kernels.factor_analysis.fa_kl``).
+    """No source link for a name a module re-exports (``jaxrvga.baselines.metrics.fa_kl``, defined in
+    ``batch_fa.py``).
 
     viewcode keeps, for each source file, the module of the first page that documented one of its
-    names and links every name of that file to that module's page: when ``factor_analysis``'s page
-    (read first) documents ``fa_kl`` from ``metrics.py``, all the links of ``metrics.py``'s source
-    page pointed at anchors of ``factor_analysis`` on the ``metrics`` page, which do not exist.
+    names and links every name of that file to that module's page: when the re-exporting module's page
+    is read first, all the links of the defining file's source page pointed at anchors of the
+    re-exporting module on the defining module's page, which do not exist.
     Answering with the documenting module itself, where the name is not defined, leaves the
     re-export without a source link and the defining module's page with correct ones.
     """

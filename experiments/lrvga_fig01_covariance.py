@@ -43,7 +43,7 @@ from experiments.common import cli, label_axes, progress, pyplot, run_snapshots,
 
 from jaxrvga.baselines import data
 from jaxrvga.baselines import fa_filters
-from jaxrvga.kernels import factor_analysis as fa
+from jaxrvga.baselines import batch_fa
 from jaxrvga.baselines import metrics  # noqa: E402
 
 BATCH_REF = 1000  # iterations of the reference batch-EM run
@@ -117,7 +117,7 @@ def run_panel(name, d, p, N, loops, batch_iters, quick):
             t, kl = np.concatenate([[1], t]), np.concatenate([[firsts[label]], kl])
         curves[label] = (np.concatenate([[0], t]), np.concatenate([[kl0], kl]))
     # batch EM: KL after j iterations, drawn over [jN, (j+1)N)
-    step = jax.jit(fa.batch_em_step)
+    step = jax.jit(batch_fa.batch_em_step)
     W, psi = W0, psi0
     kl_batch = [kl0]
     for _ in range(batch_iters):
@@ -125,7 +125,7 @@ def run_panel(name, d, p, N, loops, batch_iters, quick):
         kl_batch.append(float(metrics.fa_kl(S, W, psi, logdet_S)))
     tb = np.concatenate([[j * N, (j + 1) * N] for j in range(batch_iters + 1)])
     curves["batchEM"] = (tb, np.repeat(kl_batch, 2))
-    Wr, psir, _ = jax.jit(fa.batch_em, static_argnums=(3,))(S, W0, psi0, BATCH_REF)
+    Wr, psir, _ = jax.jit(batch_fa.batch_em, static_argnums=(3,))(S, W0, psi0, BATCH_REF)
     kl_ref = float(metrics.fa_kl(S, Wr, psir, logdet_S))
     return dict(name=name, d=d, p=p, N=N, curves=curves, firsts=firsts, kl0=kl0,
                 kl_batch=kl_batch, kl_ref=kl_ref, batch_iters=batch_iters)

@@ -84,9 +84,9 @@ def _factors(d, p):
 def _run_batch(S, W, psi, iters):
     import jax
 
-    from jaxrvga.kernels import factor_analysis as fa
+    from jaxrvga.baselines import batch_fa
 
-    step = jax.jit(fa.batch_em_step, donate_argnums=(1, 2))
+    step = jax.jit(batch_fa.batch_em_step, donate_argnums=(1, 2))
     for _ in range(iters):
         W, psi = step(S, W, psi)
     return jax.block_until_ready(W)

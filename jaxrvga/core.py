@@ -33,7 +33,7 @@ class Filter(NamedTuple):
     next ``update`` conditions on the observation (:mod:`jaxrvga.dynamics`; ``None``: a filter
     without dynamics, whose prior is the state itself). ``model``: the observation model, when the
     filter has one (used by :func:`jaxrvga.log_evidence`). ``spec``: for a filter made by
-    :func:`jaxrvga.build`, its :class:`~jaxrvga.filters.Spec` (belief, scheme, model, dynamics),
+    :func:`jaxrvga.build`, its :class:`~jaxrvga.guard.Spec` (belief, scheme, model, dynamics),
     which :func:`jaxrvga.filters.with_block_rows` and :mod:`jaxrvga.sharding` rebuild from (a filter
     whose ``update`` you replace should carry ``spec=None``). The library's filters make ``update``
     and ``predict`` callables that compare by configuration (:meth:`program`), not Python

@@ -1,6 +1,7 @@
-"""The checks of a state read from a file (:mod:`jaxrvga.io`): NumPy on concrete arrays, each a
-``ValueError`` naming the field. A state type's own check, written with these, lives with the type and
-is passed to :func:`jaxrvga.io.register` there."""
+"""The checks of a state read from a file: NumPy on concrete arrays, each a ``ValueError`` naming the field.
+
+A state type's own check, written with these, lives with the type and is passed to
+:func:`jaxrvga.io.register` there (:mod:`jaxrvga.io` is the codec)."""
 from __future__ import annotations
 
 import jax
@@ -54,7 +55,7 @@ def positive(name, x):
 def symmetric_pd(name, cov):
     """``cov`` (..., d, d): finite, symmetric to ``sqrt(eps)`` of its dtype relative to its largest
     entry, and positive definite (a float64 Cholesky factorisation of each matrix succeeds): what
-    the skip-and-flag guard of every filter keeps (:mod:`jaxrvga.filters`)."""
+    the skip-and-flag guard of every filter keeps (:mod:`jaxrvga.guard`)."""
     c = values(cov)
     finite(name, c)
     tol = np.sqrt(np.finfo(dtype_of(cov)).eps) * max(float(np.max(np.abs(c), initial=0.0)), 1e-300)

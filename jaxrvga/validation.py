@@ -116,6 +116,13 @@ def check_positive(name: str, v, allow_traced: bool = True):
     return v
 
 
+def check_nonnegative(name: str, value):
+    """``value >= 0`` (and not NaN) where concrete."""
+    if value is not None and is_concrete(value) and not np.min(np.asarray(value)) >= 0.0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return value
+
+
 def check_labels01(name: str, y):
     """Labels of a Bernoulli model must be 0 or 1 (checked where concrete)."""
     if is_concrete(y):
@@ -226,5 +233,5 @@ def check_key(key, required: bool = False, needed_by: str = "this filter"):
 
 
 __all__ = ["is_concrete", "is_plug_in", "check_float_array", "check_vector", "all_finite", "check_finite", "check_cov",
-           "check_invertible", "check_positive", "check_labels01", "check_counts", "positive_int",
+           "check_invertible", "check_positive", "check_nonnegative", "check_labels01", "check_counts", "positive_int",
            "check_tolerance", "check_choice", "check_batch_problem", "check_key", "raw_key_shape"]

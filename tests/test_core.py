@@ -56,7 +56,7 @@ def test_validate_mode_names_the_first_bad_step():
 def test_skipped_update_is_flagged_and_keeps_the_belief():
     """An update that would make the covariance indefinite (a non-log-concave likelihood
     with strongly negative curvature) is skipped and flagged, never applied."""
-    from jaxrvga.filters import _guarded
+    from jaxrvga.guard import _guarded
     from jaxrvga.schemes import Increment, absorb
     belief = jr.beliefs.Dense()
     s0 = belief.init(np.zeros(2), np.eye(2))

@@ -209,7 +209,7 @@ def test_guard_sees_a_non_finite_curvature_column_through_the_bordered_gram(buff
     and the same step with a finite ``X`` is taken (the control)."""
     from jaxrvga.beliefs import LowRank
     from jaxrvga.core import solver_info
-    from jaxrvga.filters import _guarded
+    from jaxrvga.guard import _guarded
     belief = LowRank(rank=2, inner_loops=0, buffer=buffer)
     W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), D, 2, prior_var=2.0)
     prior = belief.init(jnp.ones(D), W0, psi0)

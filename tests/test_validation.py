@@ -15,6 +15,7 @@ import pytest
 import jaxrvga as jr
 from jaxrvga.baselines import fa_filters
 from jaxrvga.kernels import factor_analysis as fa
+from jaxrvga.baselines import batch_fa
 from jaxrvga.kernels import woodbury as lowrank
 from jaxrvga.baselines import online_em as oem
 
@@ -380,9 +381,9 @@ def test_online_fa_em_step_exponent_is_a_robbins_monro_exponent():
 def test_batch_em_step_target_must_be_a_matching_symmetric_matrix():
     W, psi = _factors()
     with pytest.raises(ValueError, match=r"^S must have shape \(5, 5\)"):
-        fa.batch_em_step(jnp.eye(4), W, psi)
+        batch_fa.batch_em_step(jnp.eye(4), W, psi)
     with pytest.raises(ValueError, match=r"^S must be symmetric"):
-        fa.batch_em_step(jnp.eye(5).at[0, 1].set(1.0), W, psi)
+        batch_fa.batch_em_step(jnp.eye(5).at[0, 1].set(1.0), W, psi)
 
 
 def test_init_factors_validation():

@@ -9,11 +9,13 @@ wing; each module registers its own states with :mod:`jaxrvga.io`.
 * :mod:`~jaxrvga.baselines.dual` - dual variational inference (Khan et al.).
 * :mod:`~jaxrvga.baselines.online_em` - recursive EM on a Gaussian mixture (Titterington,
   Cappe & Moulines).
+* :mod:`~jaxrvga.baselines.batch_fa` - batch factor analysis of a dense target and its scores (the
+  reference of Algorithm 1).
 * :mod:`~jaxrvga.baselines.fa_filters` - the factor-analysis filters of the L-RVGA paper's EM
   comparison.
 * :mod:`~jaxrvga.baselines.data` - the papers' data generators and data sets.
 * :mod:`~jaxrvga.baselines.metrics` - KL divergences, Monte Carlo KL, predictive scores, ECE.
 """
-from . import data, dual, fa_filters, klprox, laplace, metrics, online_em
+from . import batch_fa, data, dual, fa_filters, klprox, laplace, metrics, online_em
 
-__all__ = ["data", "dual", "fa_filters", "klprox", "laplace", "metrics", "online_em"]
+__all__ = ["batch_fa", "data", "dual", "fa_filters", "klprox", "laplace", "metrics", "online_em"]

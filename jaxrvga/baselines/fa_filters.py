@@ -14,9 +14,9 @@ import jax.numpy as jnp
 
 from ..core import Filter
 from ..kernels import woodbury
-from ..kernels.factor_analysis import (PSI_FLOOR, _check_factors, _chol_inv, _floor, _rowdot, check_nonnegative,
-                                       recursive_em_step)
-from ..validation import check_choice, positive_int
+from ..kernels.factor_analysis import PSI_FLOOR, chol_inverse, psi_floor_value, recursive_em_step, rowdot
+from ..validation import check_choice, check_nonnegative, positive_int
+from .batch_fa import check_factors
 from .. import io
 
 
@@ -53,7 +53,7 @@ def recursive_em(inner_loops: int = 1, mode: str = "covariance", process_noise=N
     eta = 0.0 if process_noise is None else process_noise
 
     def init(W, psi):
-        W, psi = _check_factors(W, psi)
+        W, psi = check_factors(W, psi)
         return FAState(W, psi, jnp.asarray(0, jnp.int32))
 
     def update(state, x, y=None):
@@ -125,7 +125,7 @@ def online_fa_em(num_steps: Optional[int] = None, averaging: Optional[str] = "pa
         average_start = 500
 
     def init(W, psi):
-        W, psi = _check_factors(W, psi)
+        W, psi = check_factors(W, psi)
         d, p = W.shape
         zeros = jnp.zeros
         # The averages start at (W, psi) but own their buffers: leaves that alias one another
@@ -143,13 +143,13 @@ def online_fa_em(num_steps: Optional[int] = None, averaging: Optional[str] = "pa
         tf = t.astype(v.dtype)
         gamma = jnp.where(t == 0, 1.0, jnp.maximum(tf, 1.0) ** (-step_exponent))
         fac = woodbury.factorize(state.W, state.psi)
-        Minv = _chol_inv(fac.chol)
+        Minv = chol_inverse(fac.chol)
         Ez = Minv @ ((v / state.psi) @ state.W)
         S2 = (1 - gamma) * state.S2 + gamma * jnp.outer(v, Ez)
         S3 = (1 - gamma) * state.S3 + gamma * (Minv + jnp.outer(Ez, Ez))
         s1 = (1 - gamma) * state.s1 + gamma * v * v
-        W_new = S2 @ _chol_inv(jnp.linalg.cholesky(S3))
-        psi_new = jnp.maximum(s1 - _rowdot(W_new, S2), _floor(s1, psi_floor))
+        W_new = S2 @ chol_inverse(jnp.linalg.cholesky(S3))
+        psi_new = jnp.maximum(s1 - rowdot(W_new, S2), psi_floor_value(s1, psi_floor))
 
         if averaging is None:
             W_avg, psi_avg = W_new, psi_new

@@ -71,7 +71,7 @@ from jax.scipy.stats import norm
 
 from . import metrics
 from ..kernels import special
-from ..models import Family, Model, _linear_predict
+from ..models import Family, Model, linear_predict
 from ..validation import (check_batch_problem, check_cov, check_finite, check_float_array, check_positive,
                          check_tolerance, check_vector, is_concrete, positive_int)
 from .. import io
@@ -118,7 +118,7 @@ def laplace_likelihood(scale=1.0) -> Model:
         u = (y - m) / s
         return (2.0 * norm.cdf(u) - 1.0) / scale, -2.0 * norm.pdf(u) / (s * scale)
 
-    return Model("glm", fam, _linear_predict, moments, None, expected)
+    return Model("glm", fam, linear_predict, moments, None, expected)
 
 
 def expectation(likelihood: Union[Model, Family], num_points: Optional[int] = None):

@@ -34,7 +34,7 @@ from jax.scipy.linalg import solve_triangular
 
 from ..kernels import woodbury
 from ..kernels import special
-from ..kernels.factor_analysis import fa_kl
+from .batch_fa import fa_kl
 
 _LOG_2PI = math.log(2.0 * math.pi)
 

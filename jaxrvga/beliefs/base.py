@@ -10,13 +10,14 @@ import numpy as np
 from .. import file_checks as fc
 from .. import io
 from ..core import NoiseStats, SolverInfo
+from ..kernels.woodbury import symmetrize
 from ..validation import check_finite, check_vector, raw_key_shape
 
 
 @runtime_checkable
 class Belief(Protocol):
     """The contract every belief satisfies (:class:`Dense`, :class:`LowRank`, :class:`Diagonal`); the
-    schemes and the guard of :mod:`jaxrvga.filters` use nothing else. ``state_type`` is the
+    schemes and the guard of :mod:`jaxrvga.guard` use nothing else. ``state_type`` is the
     NamedTuple of its states (fields ``mean``, ``step``, ``info``, ``key`` and the belief's own).
 
     Besides the protocol, a belief of the package has a classmethod ``example(dim, rng) -> (belief,
@@ -78,11 +79,6 @@ class Belief(Protocol):
     def positive(self, state):
         """Whether the belief's variances are positive (a traced bool, O(d)): checked by the guard on
         every state it keeps and every prediction."""
-
-
-def symmetrize(S):
-    """``(S + S^T) / 2``."""
-    return 0.5 * (S + S.T)
 
 
 def antithetic_normals(key, num: int, dim: int, dtype):

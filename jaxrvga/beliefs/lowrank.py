@@ -194,7 +194,7 @@ class LowRank(NamedTuple):
         iterated scheme): common random numbers across its passes. The draws depend on the basis
         of ``W`` (``W Q``, ``Q`` orthogonal, is the same belief but maps ``e`` to other draws), so a
         rounding that rotates ``W`` at a projection changes them; for that reason the cached Gram
-        is not reused here (BENCHMARKS.md, "A fourth session").
+        is not reused here (BENCHMARKS.md, the profile of the sampled scheme).
         """
         z, ke = noise
         column = jax.vmap(lambda j: antithetic_normals(jax.random.fold_in(ke, j), z.shape[0], 1, z.dtype)[:, 0])

@@ -4,10 +4,8 @@ r"""Factor analysis (FA) of a symmetric matrix: ``S ~ W W^T + diag(psi)`` ([LRVG
   ``alpha (W_prev W_prev^T + diag(psi_prev)) + beta X X^T`` in O(d p (m + p)) without
   any d x d matrix. It is the covariance stage of every L-RVGA filter (over a data stream:
   :func:`jaxrvga.baselines.fa_filters.recursive_em`).
-* :func:`batch_em_step`, :func:`batch_em` - batch EM on a dense target ([LRVGA] eqs. 20-21;
-  O(d^2 p), a baseline only).
-* :func:`ml_residuals` (App. B eqs. 73-77), :func:`fa_neg_log_lik` (eq. 13) and :func:`fa_kl`
-  (eq. 11).
+* :func:`e_step`, :func:`m_step` - the E- and M-steps of every EM map (below; the batch EM of
+  :mod:`jaxrvga.baselines.batch_fa` too).
 
 Algorithm 1 fits, at each step, the FA model to the target of [LRVGA] eq. (28) by the EM
 iteration of eqs. (20)-(21), with ``M = I_p + W^T Psi^{-1} W``:
@@ -31,16 +29,15 @@ Ghahramani & Hinton. With ``M = I_p + W^T Psi^{-1} W`` and the E-step gain
     W_new   = Q C^{-1}             (= V (I_p + M^{-1} W^T Psi^{-1} V)^{-1}, eq. 21)
     psi_new = Diag(S) - rowdot(W_new, Q)   (= Diag(S) - rowdot(W_new M^{-1}, V))
 
-``C`` stays well conditioned when ``psi`` becomes tiny, unlike ``M + G`` whose condition
-number grows like ``1/psi^2``.
+``C`` stays well conditioned when ``psi`` becomes tiny, unlike ``M + G`` whose condition number grows like
+``1/psi^2``.
 
-``psi`` is kept positive by a tiny floor relative to the mean diagonal of the target:
-``psi_new_i >= max(psi_floor, eps) * mean(Diag(S))`` with ``eps`` the machine epsilon of
-the dtype (``psi_floor = PSI_FLOOR = 1e-12`` by default, so the float64 floor is 1e-12 and
-the float32 floor the rounding level 1.2e-7). Mathematically ``0 <= psi_new_i <= S_ii`` (a
-Schur complement), so the floor only binds when the target is (nearly) representable with
-``psi_i = 0`` and rounding would make ``psi`` vanish or turn negative, which the authors'
-code for [LRVGA] Alg. 1 does not guard against. It keeps ``1 / psi`` finite.
+``psi`` is kept positive by a tiny floor relative to the mean diagonal of the target: ``psi_new_i >=
+max(psi_floor, eps) * mean(Diag(S))`` with ``eps`` the machine epsilon of the dtype (``psi_floor = PSI_FLOOR =
+1e-12`` by default, so the float64 floor is 1e-12 and the float32 floor the rounding level 1.2e-7).
+Mathematically ``0 <= psi_new_i <= S_ii`` (a Schur complement), so the floor only binds when the target is
+(nearly) representable with ``psi_i = 0`` and rounding would make ``psi`` vanish or turn negative, which the
+authors' code for [LRVGA] Alg. 1 does not guard against. It keeps ``1 / psi`` finite.
 """
 from __future__ import annotations
 
@@ -48,58 +45,46 @@ from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.scipy.linalg import cho_solve
 
 from . import row_blocks
 from . import woodbury
-from ..validation import all_finite, check_cov, check_positive, is_concrete, positive_int
+from ..validation import all_finite, check_nonnegative, check_positive, positive_int
 
 #: Relative floor of ``psi`` in every EM map (module docstring).
 PSI_FLOOR = 1e-12
 
 
-def check_nonnegative(name: str, value):
-    """``value >= 0`` (and not NaN) where concrete."""
-    if value is not None and is_concrete(value) and not np.min(np.asarray(value)) >= 0.0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return value
-
-
-def _rowdot(A, B):
+def rowdot(A, B):
     """``Diag(A B^T) = sum_j A[:, j] * B[:, j]`` (the paper's ``A * B`` operator, Alg. 1)."""
     return jnp.sum(A * B, axis=-1)
 
 
-def _sym(A):
-    return 0.5 * (A + A.T)
-
-
-def _e_step(W, psi):
+def e_step(W, psi):
     """``(Bt, M^{-1})`` with ``Bt = Psi^{-1} W M^{-1}`` (d x p), one Cholesky of ``M`` (p x p)."""
     fac = woodbury.factorize(W, psi)
-    return fac.gain(), _chol_inv(fac.chol)
+    return fac.gain(), chol_inverse(fac.chol)
 
 
-def _chol_inv(chol):
+def chol_inverse(chol):
     """``A^{-1}`` (p x p, symmetrised) from the lower Cholesky factor of ``A``."""
-    return _sym(cho_solve((chol, True), jnp.eye(chol.shape[0], dtype=chol.dtype)))
+    return woodbury.symmetrize(cho_solve((chol, True), jnp.eye(chol.shape[0], dtype=chol.dtype)))
 
 
-def _m_step(Q, C, diagS, psi_floor):
+def m_step(Q, C, diagS, psi_floor):
     """Shared EM M-step: ``W = Q C^{-1}``, ``psi = Diag(S) - rowdot(W, Q)`` (module docstring)."""
-    W_new = Q @ _chol_inv(jnp.linalg.cholesky(C))
-    psi_new = diagS - _rowdot(W_new, Q)
-    return W_new, jnp.maximum(psi_new, _floor(diagS, psi_floor))
+    W_new = Q @ chol_inverse(jnp.linalg.cholesky(C))
+    psi_new = diagS - rowdot(W_new, Q)
+    return W_new, jnp.maximum(psi_new, psi_floor_value(diagS, psi_floor))
 
 
-def _floor(diagS, psi_floor):
+def psi_floor_value(diagS, psi_floor):
     """The floor of ``psi`` (module docstring): ``max(psi_floor, eps) * mean(Diag(S))``."""
     return _floor_at(jnp.mean(diagS), psi_floor)
 
 
 def _floor_at(mean_diag, psi_floor):
-    """:func:`_floor` from ``mean(Diag(S))``."""
+    """:func:`psi_floor_value` from ``mean(Diag(S))``."""
     finfo = jnp.finfo(mean_diag.dtype)
     return jnp.maximum(psi_floor, finfo.eps) * mean_diag + finfo.tiny
 
@@ -116,10 +101,8 @@ def _mean_diag(W_prev, psi_prev, X, alpha, beta):
 def _block_grams(Wp_b, pp_b, X_b, W_b, psi_b, first: bool):
     """The small Grams of one row block that an inner loop needs (summed over the blocks).
 
-    ``G = W^T Psi^{-1} W`` (exactly symmetric, as ``B^T B`` with ``B = Psi^{-1/2} W``) and
-    ``X^T Psi^{-1} W``; after the first loop also ``W_prev^T Psi^{-1} W`` and
-    ``W^T Psi^{-1} Psi_prev Psi^{-1} W``.
-    """
+    ``G = W^T Psi^{-1} W`` (exactly symmetric, as ``B^T B`` with ``B = Psi^{-1/2} W``) and ``X^T Psi^{-1} W``;
+    after the first loop also ``W_prev^T Psi^{-1} W`` and ``W^T Psi^{-1} Psi_prev Psi^{-1} W``."""
     root = jnp.sqrt(psi_b)[:, None]
     B = W_b / root
     Ws = B / root  # Psi^{-1} W
@@ -140,14 +123,14 @@ def _em_gains(grams, alpha, beta, first: bool):
     """
     p = grams["G"].shape[0]
     eye = jnp.eye(p, dtype=grams["G"].dtype)
-    Minv = _chol_inv(jnp.linalg.cholesky(eye + grams["G"]))
+    Minv = chol_inverse(jnp.linalg.cholesky(eye + grams["G"]))
     A = grams["XWs"] @ Minv
     if first:
         C = alpha * eye + (1 - alpha) * Minv + beta * (A.T @ A)
     else:
         B = grams["WpWs"] @ Minv
-        C = Minv + _sym(beta * (A.T @ A) + alpha * (B.T @ B + Minv @ _sym(grams["WqWq"]) @ Minv))
-    Cinv = _chol_inv(jnp.linalg.cholesky(C))
+        C = Minv + woodbury.symmetrize(beta * (A.T @ A) + alpha * (B.T @ B + Minv @ woodbury.symmetrize(grams["WqWq"]) @ Minv))
+    Cinv = chol_inverse(jnp.linalg.cholesky(C))
     if first:
         return C, beta * A @ Cinv, alpha * Cinv, None
     return C, beta * A @ Cinv, alpha * B @ Cinv, alpha * (Minv @ Cinv)
@@ -199,7 +182,7 @@ def _stored_rows(W_b, psi_b, Wp_b, pp_b, X_b, KX, KP, KW):
 
 def _psi_rows(W_b, dS_b, C, floor):
     """``psi_k = Diag(S) - rowdot(W_k, W_k C_k)`` of the rows (the M-step, module docstring), floored."""
-    return jnp.maximum(dS_b - _rowdot(W_b, W_b @ C), floor)
+    return jnp.maximum(dS_b - rowdot(W_b, W_b @ C), floor)
 
 
 def _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb: int, gram=None):
@@ -292,7 +275,7 @@ def _thin_residual(Wp_b, X_b, KP, KX, Vp, top, bottom):
     W_b = Wp_b @ KP + X_b @ KX
     EW = top * Wp_b - W_b @ Vp[:p].T
     EX = bottom * X_b - W_b @ Vp[p:].T
-    return W_b, _rowdot(EW, EW) + _rowdot(EX, EX)
+    return W_b, rowdot(EW, EW) + rowdot(EX, EX)
 
 
 def _last_pass(usable, run, W, psi, nb: int, out_gram: bool):
@@ -492,16 +475,14 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
         psi_new = beta rowdot(X, X) + alpha (rowdot(W_prev, W_prev) + psi_prev)
                   - rowdot(W_new M^{-1}, V)
 
-    It is computed in the equivalent well-scaled form of the module docstring: with the
-    E-step gain ``Bt = Psi^{-1} W M^{-1}``, ``Q = S Bt = V M^{-1}`` and the p x p matrix
-    ``Bt^T S Bt`` are assembled from the Grams ``A = X^T Bt``, ``B = W_prev^T Bt`` and
-    ``Bt^T Psi_prev Bt``, then ``W_new = Q C^{-1}`` with ``C = M^{-1} + Bt^T S Bt`` (p x p
-    Cholesky factorisations only). In the first inner loop ``(W, psi) = (W_prev, psi_prev)``
-    gives ``B = I - M^{-1}``, hence ``Q = alpha W + beta X A`` and
-    ``C = alpha I + (1 - alpha) M^{-1} + beta A^T A``: two Grams instead of four. The iterates
-    are recomputed row by row from ``W_prev`` rather than stored (:func:`_em_loops`), and every
-    pass streams over row blocks (:mod:`jaxrvga.kernels.row_blocks`). No 1/m normalisation is applied to a (d, m) ``X``: scale it by
-    ``1/sqrt(m)`` (as eq. 46 does) or through ``beta``.
+    It is computed in the equivalent well-scaled form of the module docstring: with the E-step gain ``Bt =
+    Psi^{-1} W M^{-1}``, ``Q = S Bt = V M^{-1}`` and the p x p matrix ``Bt^T S Bt`` are assembled from the Grams
+    ``A = X^T Bt``, ``B = W_prev^T Bt`` and ``Bt^T Psi_prev Bt``, then ``W_new = Q C^{-1}`` with ``C = M^{-1} +
+    Bt^T S Bt`` (p x p Cholesky factorisations only). In the first inner loop ``(W, psi) = (W_prev, psi_prev)``
+    gives ``B = I - M^{-1}``, hence ``Q = alpha W + beta X A`` and ``C = alpha I + (1 - alpha) M^{-1} + beta A^T
+    A``: two Grams instead of four. The iterates are recomputed row by row from ``W_prev`` rather than stored
+    (:func:`_em_loops`), and every pass streams over row blocks (:mod:`jaxrvga.kernels.row_blocks`). No 1/m
+    normalisation is applied to a (d, m) ``X``: scale it by ``1/sqrt(m)`` (as eq. 46 does) or through ``beta``.
 
     Args:
       W_prev: (d, p).
@@ -531,8 +512,8 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
     W_prev, psi_prev, X = _check_em_inputs(W_prev, psi_prev, X)
     check_nonnegative("alpha", alpha)
     check_nonnegative("beta", beta)
-    diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
-    floor = _floor(diagS, psi_floor)
+    diagS = beta * rowdot(X, X) + alpha * (rowdot(W_prev, W_prev) + psi_prev)
+    floor = psi_floor_value(diagS, psi_floor)
     nb = row_blocks.num_blocks(*W_prev.shape, block_rows)
     if store_iterate is None:
         store_iterate = W_prev.size < row_blocks.BLOCK_MIN_ELEMENTS
@@ -540,11 +521,10 @@ def recursive_em_step(W_prev, psi_prev, X, alpha, beta, inner_loops: int = 1, *,
 
 
 class Projection(NamedTuple):
-    """All that :func:`spectral_em_step` computes: the factors, ``dropped``, the whitened Gram
-    ``W^T Psi^{-1} W`` of the result (summed in its last pass), the number of EM loops run and
-    ``ok``: False where a gain of the projection was not finite (an eigen-decomposition or a
-    Cholesky factor that failed), in which case ``W``, ``psi`` and the Gram are the input's and
-    ``dropped`` is 0."""
+    """All that :func:`spectral_em_step` computes: the factors, ``dropped``, the whitened Gram ``W^T Psi^{-1} W``
+    of the result (summed in its last pass), the number of EM loops run and ``ok``: False where a gain of the
+    projection was not finite (an eigen-decomposition or a Cholesky factor that failed), in which case ``W``,
+    ``psi`` and the Gram are the input's and ``dropped`` is 0."""
 
     W: jax.Array
     psi: jax.Array
@@ -559,12 +539,11 @@ def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int 
                      tol: Optional[float] = None, details: bool = False):
     """Algorithm 1 started from the spectral warm start: FA of ``alpha (W_prev W_prev^T + Psi_prev) + beta X X^T``.
 
-    Same target and EM loops as :func:`recursive_em_step`, but the EM starts from the rank-p
-    truncation of the target in the metric whitened by ``alpha Psi_prev`` (:func:`_spectral_gains`)
-    instead of from ``W_prev``, which holds almost nothing of the new directions ``X``. When
-    ``[W_prev, X]`` has rank <= p the start equals the target and EM stays there, so the
-    projection is exact at full rank (experiments/REPORT.md, "L-RVGA accurate by default").
-    ``inner_loops`` EM loops follow the start (0 allowed). ``alpha`` must be > 0.
+    Same target and EM loops as :func:`recursive_em_step`, but the EM starts from the rank-p truncation of the
+    target in the metric whitened by ``alpha Psi_prev`` (:func:`_spectral_gains`) instead of from ``W_prev``,
+    which holds almost nothing of the new directions ``X``. When ``[W_prev, X]`` has rank <= p the start equals
+    the target and EM stays there, so the projection is exact at full rank (experiments/REPORT.md, "L-RVGA
+    accurate by default"). ``inner_loops`` EM loops follow the start (0 allowed). ``alpha`` must be > 0.
 
     Returns ``(W, psi, dropped)``: ``dropped`` is the fraction of the increment's whitened
     trace ``tr(beta X^T (alpha Psi_prev)^{-1} X)`` that the rank-p start left to the diagonal
@@ -583,8 +562,8 @@ def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int 
     check_positive("alpha", alpha)
     check_nonnegative("beta", beta)
     if inner_loops:
-        diagS = beta * _rowdot(X, X) + alpha * (_rowdot(W_prev, W_prev) + psi_prev)
-        floor = _floor(diagS, psi_floor)
+        diagS = beta * rowdot(X, X) + alpha * (rowdot(W_prev, W_prev) + psi_prev)
+        floor = psi_floor_value(diagS, psi_floor)
     else:  # the start alone needs only the mean of Diag(S), for the floor of psi
         diagS, floor = None, _floor_at(_mean_diag(W_prev, psi_prev, X, alpha, beta), psi_floor)
     nb = row_blocks.num_blocks(*W_prev.shape, block_rows)
@@ -616,99 +595,5 @@ def _check_em_inputs(W_prev, psi_prev, X):
     return W_prev, psi_prev, X
 
 
-def _check_factors(W, psi):
-    W, psi = woodbury.check_factors(W, psi)
-    psi = psi.astype(W.dtype)
-    if not 1 <= W.shape[1] <= W.shape[0]:
-        raise ValueError(f"the rank p = W.shape[1] must satisfy 1 <= p <= d, got W {W.shape}")
-    check_positive("psi", psi)
-    return W, psi
-
-
-def batch_em_step(S, W, psi, *, psi_floor: float = PSI_FLOOR):
-    """One batch-EM iteration for FA of a dense target ``S`` ([LRVGA] eqs. 20-21, App. A).
-
-        W_new   = S Psi^{-1} W (I_p + M^{-1} W^T Psi^{-1} S Psi^{-1} W)^{-1}
-        psi_new = Diag(S - W_new M^{-1} W^T Psi^{-1} S)
-
-    O(d^2 p) time and O(d^2) memory (``S`` itself): a baseline, not a limited-memory method.
-    Any exact representation ``S = W W^T + diag(psi)`` is a fixed point.
-    """
-    W, psi = _check_factors(W, psi)
-    S = check_cov("S", S, W.shape[0], semidefinite=True)
-    Bt, Minv = _e_step(W, psi)
-    Q = S @ Bt
-    return _m_step(Q, Minv + _sym(Bt.T @ Q), jnp.diagonal(S), psi_floor)
-
-
-def batch_em(S, W0, psi0, max_iter: int = 1000, tol: float = 0.0, *,
-             psi_floor: float = PSI_FLOOR):
-    """Iterate :func:`batch_em_step` until the relative change of ``(W, psi)`` is <= ``tol``.
-
-    Returns ``(W, psi, num_iterations)``. ``tol = 0`` runs exactly ``max_iter`` iterations.
-    """
-    def change(W, psi, W_new, psi_new):
-        num = jnp.sqrt(jnp.sum((W_new - W) ** 2) + jnp.sum((psi_new - psi) ** 2))
-        return num / jnp.sqrt(jnp.sum(W_new**2) + jnp.sum(psi_new**2))
-
-    def cond(c):
-        _, _, it, delta = c
-        return (it < max_iter) & (delta > tol)
-
-    def body(c):
-        W, psi, it, _ = c
-        W_new, psi_new = batch_em_step(S, W, psi, psi_floor=psi_floor)
-        return W_new, psi_new, it + 1, change(W, psi, W_new, psi_new)
-
-    init = (W0, psi0, jnp.asarray(0, jnp.int32), jnp.asarray(jnp.inf, dtype=W0.dtype))
-    W, psi, it, _ = jax.lax.while_loop(cond, body, init)
-    return W, psi, it
-
-
-def ml_residuals(S, W, psi):
-    """Relative residuals of the FA maximum-likelihood equations ([LRVGA] App. B eqs. 73-77).
-
-    ``W = S (W W^T + Psi)^{-1} W`` and ``psi = Diag(S - W W^T)``; returns the pair
-    ``(||W - S Lam^{-1} W|| / ||W||, ||psi - Diag(S - W W^T)|| / ||psi||)``. At a fixed point
-    of EM both vanish (App. B, Proposition 1).
-    """
-    rW = W - S @ woodbury.solve(W, psi, W)
-    rpsi = psi - (jnp.diagonal(S) - _rowdot(W, W))
-    return jnp.linalg.norm(rW) / jnp.linalg.norm(W), jnp.linalg.norm(rpsi) / jnp.linalg.norm(psi)
-
-
-def fa_neg_log_lik(V, W, psi):
-    """Average negative log-likelihood of samples ``V`` (n, d) under ``N(0, W W^T + Psi)`` ([LRVGA] eq. 13).
-
-    ``= 1/2 [mean_i v_i^T Lam^{-1} v_i + logdet Lam + d log(2 pi)]``; equals
-    ``fa_kl(S) + const`` with ``S = V^T V / n``. O(n d p + d p^2).
-    """
-    V = jnp.atleast_2d(V)
-    fac = woodbury.factorize(W, psi)
-    quad = jnp.mean(fac.quad_form(V.T))
-    return 0.5 * (quad + fac.logdet() + V.shape[1] * jnp.log(2.0 * jnp.pi))
-
-
-def fa_kl(S, W, psi, logdet_S=None):
-    """``KL(N(0, S) || N(0, W W^T + diag(psi)))`` of [LRVGA] eq. (11), the y-axis of Fig. 1::
-
-        1/2 [ tr((W W^T + Psi)^{-1} S) + logdet(W W^T + Psi) - logdet S - d ]
-
-    Woodbury: ``tr(Lam^{-1} S) = sum_i S_ii / psi_i - tr(M^{-1} B^T S B)``, ``B = Psi^{-1} W``, so the
-    cost is O(d^2 p) (one product ``S B``) and no d x d inverse is formed. ``logdet_S`` may be
-    passed when S is fixed across many calls; otherwise it is computed by Cholesky (S must be
-    positive definite). Equals the authors' ``KLDivergence_largeScale``.
-    """
-    S = jnp.asarray(S)
-    fac = woodbury.factorize(W, psi)
-    B = fac.Wp  # Psi^{-1} W
-    trace = (jnp.sum(jnp.diagonal(S) / fac.psi)
-             - jnp.trace(cho_solve((fac.chol, True), B.T @ (S @ B))))
-    logdet_lam = fac.logdet()
-    if logdet_S is None:
-        logdet_S = 2.0 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(S))))
-    return 0.5 * (trace + logdet_lam - logdet_S - S.shape[-1])
-
-
-__all__ = ["PSI_FLOOR", "recursive_em_step", "spectral_em_step", "Projection", "batch_em_step", "batch_em",
-           "ml_residuals", "fa_neg_log_lik", "fa_kl", "check_nonnegative"]
+__all__ = ["PSI_FLOOR", "recursive_em_step", "spectral_em_step", "Projection", "rowdot",
+           "chol_inverse", "e_step", "m_step", "psi_floor_value"]

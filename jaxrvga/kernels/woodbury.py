@@ -156,6 +156,11 @@ def cancellation_bound(h_squared, gram):
     return 2 * eps * jnp.sqrt(h_squared * (1 + jnp.trace(gram)))
 
 
+def symmetrize(S):
+    """``(S + S^T) / 2``."""
+    return 0.5 * (S + S.T)
+
+
 def symmetric_eigh(A):
     """``(lam, V)`` of a symmetric ``A`` (..., q, q), ascending, as ``jnp.linalg.eigh``, on any IEEE machine.
 
@@ -405,7 +410,7 @@ def to_dense_covariance(W, psi):
     return factorize(W, psi).solve(jnp.eye(W.shape[0], dtype=W.dtype))
 
 
-__all__ = ["Woodbury", "CANCELLATION_TOL", "cancellation_bound", "check_factors", "factorize", "gram_m",
+__all__ = ["symmetrize", "Woodbury", "CANCELLATION_TOL", "cancellation_bound", "check_factors", "factorize", "gram_m",
            "whitened_gram", "bordered_gram", "symmetric_eigh", "solve",
            "quad_form", "logdet", "inverse_diag", "matvec",
            "ensemble_gain", "sample", "sample_from_noise", "init_factors", "init_factors_plain",

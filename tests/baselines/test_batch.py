@@ -30,13 +30,13 @@ class Counter:
 
 def counting_linear_predict(monkeypatch):
     """Make ``models.logistic()`` build models whose predictor counts its (trace-time) calls."""
-    counter, plain = Counter(), models._linear_predict
+    counter, plain = Counter(), models.linear_predict
 
     def predict(theta, x):
         counter.n += 1
         return plain(theta, x)
 
-    monkeypatch.setattr(models, "_linear_predict", predict)
+    monkeypatch.setattr(models.predictors, "linear_predict", predict)  # where logistic() reads it
     return counter
 
 

@@ -6,7 +6,7 @@ updates, implicit-solver diagnostics, determinism, and checkpoint / resume with 
   covariances stay finite, exactly symmetric and positive definite; for L-RVGA psi > 0 and W
   finite.
 * Full filters skip an update that would destroy positive definiteness (or is not finite) and
-  flag it with ``info.converged = False`` (:func:`jaxrvga.filters._guarded`).
+  flag it with ``info.converged = False`` (:func:`jaxrvga.guard._guarded`).
 * L-RVGA keeps ``psi`` above the relative floor of Algorithm 1 (:mod:`jaxrvga.kernels.factor_analysis`).
 * Same inputs and key give bit-identical results; ``jr.io.save`` / ``load`` round-trip every
   library state exactly, and a stream processed in two halves with a save / load between gives
@@ -27,7 +27,7 @@ from jaxrvga.kernels import woodbury as lowrank
 from jaxrvga.baselines import online_em as oem
 from jaxrvga.kernels.root_solvers import coarse_box, solve_logistic
 from jaxrvga.models import Family
-from jaxrvga.filters import _guarded
+from jaxrvga.guard import _guarded
 from jaxrvga.schemes import Increment, absorb
 
 from conftest import FULL_FILTERS, LOGISTIC, LOGISTIC_FILTERS, LOWRANK_SCHEMES, lowrank_filter, with_fa_step
@@ -552,7 +552,7 @@ _GRAD_FILTERS = {  # name -> (filter, dense)
 def test_grad_through_a_skipped_step_equals_finite_differences(name):
     """Issue 26.2: step 5 holds an inf in x, so it is skipped and flagged; ``jax.grad`` of a loss of
     the final state with respect to the prior scale was NaN (the discarded branch's inf reached the
-    gradient as 0 * inf). The guard's double ``where`` (:func:`jaxrvga.filters._clean_data`) makes
+    gradient as 0 * inf). The guard's double ``where`` (:func:`jaxrvga.guard._clean_data`) makes
     it equal central finite differences (float64)."""
     flt, dense = _GRAD_FILTERS[name]
     d, T = 3, 8

@@ -13,6 +13,7 @@ from scipy.stats import multivariate_normal
 from jaxrvga.kernels import row_blocks as blocks
 from jaxrvga.baselines import fa_filters
 from jaxrvga.kernels import factor_analysis as fa
+from jaxrvga.baselines import batch_fa
 from jaxrvga.kernels import woodbury as lowrank
 
 from conftest import rel
@@ -35,7 +36,7 @@ def test_exact_representation_is_fixed_point():
     d, p = 40, 4
     W, psi = random_factors(d, p)
     S = lowrank.to_dense_precision(W, psi)
-    W1, psi1 = fa.batch_em_step(S, W, psi)
+    W1, psi1 = batch_fa.batch_em_step(S, W, psi)
     assert rel(W1, W) <= 1e-12 and rel(psi1, psi) <= 1e-12
     # Algorithm 1 with target alpha (W W^T + Psi) + beta X X^T, X = 0, and with beta = 0
     for alpha, beta, X in [(1.0, 0.0, np.ones(d)), (1.0, 2.5, np.zeros((d, 3)))]:
@@ -48,7 +49,7 @@ def test_one_inner_loop_alpha0_equals_batch_em_step():
     W, psi = random_factors(d, p, seed=1)
     V = np.random.default_rng(2).normal(size=(d, K))
     Wr, psir = fa.recursive_em_step(W, psi, V / np.sqrt(K), 0.0, 1.0, inner_loops=1)
-    Wb, psib = fa.batch_em_step(jnp.asarray(V @ V.T / K), W, psi)
+    Wb, psib = batch_fa.batch_em_step(jnp.asarray(V @ V.T / K), W, psi)
     assert rel(Wr, Wb) <= 1e-12 and rel(psir, psib) <= 1e-12
 
 
@@ -63,7 +64,7 @@ def test_inner_loops_equal_batch_em_on_dense_target(alpha, beta, m, loops, store
     S = alpha * lowrank.to_dense_precision(W, psi) + beta * X @ X.T
     Wb, psib = W, psi
     for _ in range(loops):
-        Wb, psib = fa.batch_em_step(S, Wb, psib)
+        Wb, psib = batch_fa.batch_em_step(S, Wb, psib)
     Wr, psir = fa.recursive_em_step(W, psi, X[:, 0] if m == 1 else X, alpha, beta, loops, store_iterate=store)
     assert rel(Wr, Wb) <= 1e-11 and rel(psir, psib) <= 1e-11
 
@@ -73,9 +74,9 @@ def test_em_fixed_point_is_ml_fixed_point():
     _, S = fa_samples(d, p, 2000)
     rng = np.random.default_rng(5)
     W0, psi0 = jnp.asarray(rng.normal(size=(d, p))), jnp.asarray(np.diag(S))
-    W, psi, it = jax.jit(fa.batch_em, static_argnums=3)(jnp.asarray(S), W0, psi0, 20000, 1e-15)
+    W, psi, it = jax.jit(batch_fa.batch_em, static_argnums=3)(jnp.asarray(S), W0, psi0, 20000, 1e-15)
     assert int(it) < 20000
-    rW, rpsi = fa.ml_residuals(jnp.asarray(S), W, psi)
+    rW, rpsi = batch_fa.ml_residuals(jnp.asarray(S), W, psi)
     assert float(rW) <= 1e-10 and float(rpsi) <= 1e-10
 
 
@@ -87,8 +88,8 @@ def test_batch_em_decreases_fa_kl_monotonically():
     W, psi = 1e-2 * random_factors(d, p, seed=7)[0], jnp.diag(S)
     kls = []
     for _ in range(30):
-        kls.append(float(fa.fa_kl(S, W, psi)))
-        W, psi = fa.batch_em_step(S, W, psi)
+        kls.append(float(batch_fa.fa_kl(S, W, psi)))
+        W, psi = batch_fa.batch_em_step(S, W, psi)
     assert np.all(np.diff(kls) <= 1e-12 * abs(kls[0]))
     assert kls[-1] < 0.5 * kls[0]
 
@@ -100,15 +101,15 @@ def test_fa_kl_and_neg_log_lik_equal_dense_formulas():
     Lam = np.asarray(lowrank.to_dense_precision(W, psi))
     kl = 0.5 * (np.trace(np.linalg.solve(Lam, S)) + np.linalg.slogdet(Lam)[1]
                 - np.linalg.slogdet(S)[1] - d)
-    assert abs(float(fa.fa_kl(jnp.asarray(S), W, psi)) - kl) <= 1e-10 * abs(kl)
+    assert abs(float(batch_fa.fa_kl(jnp.asarray(S), W, psi)) - kl) <= 1e-10 * abs(kl)
     nll = -np.mean(multivariate_normal(np.zeros(d), Lam).logpdf(V))
-    assert abs(float(fa.fa_neg_log_lik(V, W, psi)) - nll) <= 1e-10 * abs(nll)
+    assert abs(float(batch_fa.fa_neg_log_lik(V, W, psi)) - nll) <= 1e-10 * abs(nll)
     # eq. 13: the average NLL equals the KL up to a constant independent of (W, psi)
     W2, psi2 = random_factors(d, p, seed=10)
-    diff_kl = fa.fa_kl(jnp.asarray(S), W, psi) - fa.fa_kl(jnp.asarray(S), W2, psi2)
-    diff_nll = fa.fa_neg_log_lik(V, W, psi) - fa.fa_neg_log_lik(V, W2, psi2)
+    diff_kl = batch_fa.fa_kl(jnp.asarray(S), W, psi) - batch_fa.fa_kl(jnp.asarray(S), W2, psi2)
+    diff_nll = batch_fa.fa_neg_log_lik(V, W, psi) - batch_fa.fa_neg_log_lik(V, W2, psi2)
     assert abs(float(diff_kl - diff_nll)) <= 1e-9 * abs(float(diff_kl))
-    assert abs(float(fa.fa_kl(lowrank.to_dense_precision(W, psi), W, psi))) <= 1e-10
+    assert abs(float(batch_fa.fa_kl(lowrank.to_dense_precision(W, psi), W, psi))) <= 1e-10
 
 
 def test_online_fa_em_equals_recursive_em_after_first_sample():

@@ -17,6 +17,7 @@ from jax.flatten_util import ravel_pytree
 import jaxrvga as jr
 from jaxrvga.baselines import fa_filters
 from jaxrvga.kernels import factor_analysis as fa
+from jaxrvga.baselines import batch_fa
 from jaxrvga import models
 from jaxrvga.kernels import woodbury as lowrank
 from jaxrvga.core import run
@@ -98,7 +99,7 @@ def test_p_equal_d_precision_kl_decreases_with_inner_loops():
     for n_in in (1, 3, 10, 100):
         flt = lrvga(models.linear_gaussian(1.0), rank=d, inner_loops=n_in, published=True)
         state, _ = run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
-        kls.append(float(fa.fa_kl(jnp.asarray(Lam_kf), state.W, state.psi)))
+        kls.append(float(batch_fa.fa_kl(jnp.asarray(Lam_kf), state.W, state.psi)))
     assert np.all(np.diff(kls) < 0), kls
     assert kls[-1] < 1e-2, kls
 
@@ -389,11 +390,11 @@ def test_default_update_memory_at_a_blocked_size(model):
     pending column ``x sqrt(c)``, the copy of it that the row-block loop takes, the new mean, and
     block-sized temporaries (under one d-vector). Two more were held before: the new mean returned
     by the guard's conditional (copied into its result) and the guard's ``where`` on ``x``, which
-    XLA materialised once per shape it is read in (``jaxrvga.filters._zero_unless``)."""
+    XLA materialised once per shape it is read in (``jaxrvga.guard._zero_unless``)."""
     from jaxrvga.kernels import row_blocks
 
     d, p, loops = 1 << 19, 8, 3
-    assert row_blocks.num_blocks(d, p) > 1 and d >= jr.filters.CLEAN_BY_COND_MIN_ELEMENTS
+    assert row_blocks.num_blocks(d, p) > 1 and d >= jr.guard.CLEAN_BY_COND_MIN_ELEMENTS
     flt = jr.lrvga(models.linear_gaussian(1.0) if model == "linear" else models.logistic(), rank=p,
                    inner_loops=loops)
     state = jax.eval_shape(lambda: flt.init(jnp.zeros(d), jnp.ones((d, p)), jnp.ones(d)))

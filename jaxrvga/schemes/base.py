@@ -1,0 +1,235 @@
+"""What every update scheme shares: the increment of a step, the options, the limit on a move.
+
+An R-VGA step ([RVGA] eqs. 28-29, [LRVGA] eqs. 7-8) moves the belief to
+
+    P_t^{-1} = P_{t-1}^{-1} + X diag(c) X^T,        mu_t = mu_{t-1} + P_t g
+
+A scheme computes the curvature factor ``X`` (d x m, with weights ``c``) and the gradient ``g``
+from the observation, as an :class:`Increment`; the belief does the algebra (:func:`absorb`).
+Every pass of :func:`iterate` restarts from ``q_{t-1}``: pass i evaluates the site under the
+belief of pass i - 1, so one pass is the explicit scheme, two the extragradient, and the fixed
+point the implicit one. A scheme is a value, :class:`Scheme`, made by its factory.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..core import SolverInfo, solver_info
+from ..validation import check_choice, positive_int
+
+
+class Increment(NamedTuple):
+    """A site's contribution: precision ``+ X diag(c) X^T``, gradient ``X coef + g``.
+
+    ``X`` (d, m); ``c`` (m,) or None (ones); ``coef`` (m,) or None; ``g`` (d,) or None.
+    ``prior_gain``: the mean step uses the previous precision (the implicit schemes, [RVGA] eq. 76).
+    """
+
+    X: jax.Array
+    c: Optional[jax.Array] = None
+    coef: Optional[jax.Array] = None
+    g: Optional[jax.Array] = None
+    prior_gain: bool = False
+
+    def gradient(self):
+        """``X coef + g``."""
+        parts = ([] if self.coef is None else [self.X @ self.coef]) + ([] if self.g is None else [self.g])
+        return sum(parts[1:], parts[0])
+
+    def curvature_times(self, v):
+        """``X diag(c) X^T v``."""
+        u = v @ self.X
+        return self.X @ (u if self.c is None else self.c * u)
+
+
+class Limited(NamedTuple):
+    """Options of a one-evaluation scheme (``exact``, ``qkf``): the guard's ``max_move`` (None: no limit)."""
+
+    max_move: Optional[float] = None
+
+
+class Implicit(NamedTuple):
+    """Options of ``implicit``: the root solve's iteration cap (None: the solver's) and ``max_move``."""
+
+    max_iter: Optional[int] = None
+    max_move: Optional[float] = None
+
+
+class Linearised(NamedTuple):
+    """Options of ``ekf`` and ``moment_ekf``: the curvature, the moment likelihood's ``jitter``
+    (0: the EKF), ``max_move`` and ``fisher_rank`` (None: every direction of a vector output's
+    Fisher, :func:`linearise`)."""
+
+    curvature: str = "ggn"
+    jitter: float = 0.0
+    max_move: Optional[float] = None
+    fisher_rank: Optional[int] = None
+
+
+class Iterated(NamedTuple):
+    """Options of the iterated schemes (:func:`iterate`: ``explicit``, ``extragrad``, ``sampled``,
+    ``published_sampled``): passes, their correction and curvature updates, ``max_move``; the
+    sampled ones' draws, curvature, tolerance and frozen noise."""
+
+    num_iters: int = 1
+    correction: bool = True
+    update_cov_twice: bool = True
+    max_move: Optional[float] = None
+    num_samples: int = 100
+    curvature: str = "ggn"
+    tol: float = 1e-2
+    frozen_noise: object = False
+
+
+def absorb(belief, prior, inc: Increment):
+    """``belief`` after the precision step of ``inc`` and the mean step ``mu + P g`` (unprojected).
+
+    Returns ``(state, ok)``; ``ok`` is False where the step is not positive definite.
+    """
+    return belief.absorb(prior, inc.X, inc.c, inc.gradient(), inc.prior_gain)
+
+
+def limit_move(prior, new, inc: Increment, max_move: Optional[float]):
+    """The mean step of ``inc`` shortened to Mahalanobis length ``max_move`` under the previous belief.
+
+    With ``Delta = mu_new - mu``, ``P_new^{-1} Delta = g`` (or ``P^{-1} Delta = g`` with
+    ``prior_gain``), so ``Delta^T P^{-1} Delta = g^T Delta - (X^T Delta)^T diag(c) (X^T Delta)``:
+    O(d m), no solve. ``P_new^{-1}`` is the unprojected ``P^{-1} + X diag(c) X^T`` with which the
+    dense, low-rank and diagonal beliefs take their mean steps (the diagonal one stores only the
+    diagonal of ``diag(psi) + X diag(c) X^T``), so the identity holds for each. Where ``c < 0``, the
+    low-rank and diagonal beliefs step with ``c`` clipped at 0 and the length is overestimated by
+    ``sum_{c_i < 0} |c_i| (x_i^T Delta)^2``: the limit is then conservative. A single observation
+    moves an exact posterior mean by a few predictive standard deviations at most; a longer step is
+    the signature of a linearisation that overshoots (a saturated output on the wrong side,
+    experiments/REPORT.md "Networks from any prior"). Returns
+    ``(state, calm)``, ``calm`` False where the step was shortened. ``None``: no limit.
+    """
+    if max_move is None:
+        return new, jnp.asarray(True)
+    delta = new.mean - prior.mean
+    sq = inc.gradient() @ delta
+    if not inc.prior_gain:
+        u = delta @ inc.X
+        sq = sq - u @ (u if inc.c is None else inc.c * u)
+    limit = jnp.asarray(max_move, delta.dtype)
+    calm = ~(sq > limit**2)  # NaN counts as calm here: the guard skips a non-finite step
+    scale = jnp.where(calm, 1.0, limit / jnp.sqrt(jnp.where(calm, 1.0, sq)))  # no NaN in the gradient
+    return new._replace(mean=prior.mean + scale * delta), calm
+
+
+def iterate(belief, prior, evaluate: Callable, cfg: Iterated):
+    """``cfg.num_iters`` passes of the implicit iteration from ``q_0 = q_{t-1}`` (module docstring).
+
+    ``evaluate(q, i) -> Increment`` gives the site under the belief ``q`` of pass ``i - 1``. With
+    ``correction``, the gradient of pass i > 0 gains ``X diag(c) X^T (mu_q - mu_{t-1})`` (the mirror
+    step in natural parameters); without ``update_cov_twice`` the curvature of the first pass is
+    kept. Each pass's mean step is limited by :func:`limit_move`. Returns ``(state, ok, change,
+    calm)``, ``change`` the relative move of the mean in the last pass, ``calm`` False where a pass was
+    shortened.
+    """
+    q, first, ok, calm = prior, None, jnp.asarray(True), jnp.asarray(True)
+    change = jnp.zeros((), prior.mean.dtype)
+    for i in range(cfg.num_iters):
+        inc = evaluate(q, i)
+        if cfg.correction and i > 0:
+            extra = inc.curvature_times(q.mean - prior.mean)
+            inc = inc._replace(g=extra if inc.g is None else inc.g + extra)
+        if i == 0:
+            first = inc
+        elif not cfg.update_cov_twice:
+            inc = first._replace(coef=inc.coef, g=inc.g)
+        new, ok = absorb(belief, prior, inc)
+        new, pass_calm = limit_move(prior, new, inc, cfg.max_move)
+        calm = calm & pass_calm
+        change = jnp.linalg.norm(new.mean - q.mean) / (1.0 + jnp.linalg.norm(prior.mean))
+        q = new
+    return q, ok, change, calm
+
+
+def info_from(change, cfg: Iterated, iterations) -> SolverInfo:
+    """Diagnostics of an iterated scheme: converged when the last pass moved the mean by <= ``tol``."""
+    return solver_info(change.dtype, converged=jnp.isfinite(change) & (change <= cfg.tol),
+                       residual=change, iterations=iterations)
+
+
+#: Default ``max_move`` of the schemes that linearise or sample (same section of the report).
+MAX_MOVE = 10.0
+
+
+class Scheme(NamedTuple):
+    """An update scheme as a value, made by its factory (:func:`~jaxrvga.schemes.exact`, ...,
+    :func:`~jaxrvga.schemes.sampled`),
+    which validated the options ``cfg``: a NamedTuple of this scheme's own options (:class:`Limited`,
+    :class:`Implicit`, :class:`Linearised`, :class:`Iterated`, or a user's).
+
+    ``step(cfg, model, belief, prior, x, y) -> (state, ok, info)`` is the unguarded step from the
+    predicted belief ``prior`` (:func:`jaxrvga.build` adds the prediction and the guard).
+    ``requires``: the :class:`~jaxrvga.models.Model` property the scheme needs (None: any model).
+    ``beliefs``: the belief types it applies to (None: any). ``needs_key``: it draws from the
+    state's PRNG key. ``certified``: its ``ok`` certifies the arrays its belief's ``add`` wrote, so
+    that the guard checks only the others (the library's factories set it; a step of the user's,
+    or a library scheme whose step was replaced, leaves it False and has every array checked).
+    """
+
+    name: str
+    step: Callable
+    cfg: tuple = Limited()
+    requires: Optional[str] = None
+    beliefs: Optional[tuple] = None
+    needs_key: bool = False
+    certified: bool = False
+
+    def check(self, model, belief):
+        """Raise ``ValueError`` where this scheme does not apply to ``model`` or ``belief``."""
+        if self.requires is not None and not getattr(model, self.requires):
+            raise ValueError(f"scheme {self.name!r} does not apply to the {model.kind} model")
+        if self.beliefs is not None and not isinstance(belief, self.beliefs):
+            names = " or ".join(t.__name__ for t in self.beliefs)
+            curvature = getattr(self.cfg, "curvature", "ggn")
+            what = f" with curvature={curvature!r}" if curvature != "ggn" else ""
+            raise ValueError(f"scheme {self.name!r}{what} needs a {names} belief, got {type(belief).__name__}")
+        noise = getattr(self.cfg, "frozen_noise", False)
+        if not isinstance(noise, bool) and noise[1].shape[1] != belief.rank:
+            raise ValueError(f"frozen_noise must be a pair (z, e) of shapes (K, d) and (K, {belief.rank}), "
+                             f"got {noise[0].shape} and {noise[1].shape}")
+
+
+def check_max_move(max_move) -> Optional[float]:
+    """The guard's Mahalanobis limit: a number > 0, ``inf`` (stored as None) for no limit."""
+    if isinstance(max_move, bool) or not isinstance(max_move, (int, float)) or not max_move > 0:
+        raise ValueError(f"max_move must be a number > 0 (inf: no limit), got {max_move!r}")
+    return None if max_move == np.inf else float(max_move)
+
+
+#: The curvatures of the schemes: the GGN ``J^T F J``, the Hessian, the empirical Fisher.
+CURVATURES = ("ggn", "hessian", "empirical")
+
+
+def check_curvature(curvature, allowed):
+    check_choice("curvature", curvature, CURVATURES)
+    if curvature not in allowed:
+        users = {"hessian": "scheme 'sampled'", "empirical": "schemes 'ekf' and 'moment_ekf'"}[curvature]
+        raise ValueError(f"curvature={curvature!r} is only used by {users}")
+    return curvature
+
+
+def count_at_least(name, value, minimum=1):
+    value = positive_int(name, value)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def absorb_limited(cfg, belief, prior, inc, info):
+    """The step of ``inc`` (:func:`absorb`), its mean step limited to ``cfg.max_move``
+    (:func:`limit_move`, flagged in ``info`` where shortened): ``(state, ok, info)``."""
+    new, ok = absorb(belief, prior, inc)
+    new, calm = limit_move(prior, new, inc, cfg.max_move)
+    return new, ok, info._replace(converged=info.converged & calm)
+
+
+__all__ = ["Scheme", "Increment", "Limited", "Implicit", "Linearised", "Iterated", "absorb", "limit_move", "iterate", "absorb_limited", "info_from", "check_max_move", "check_curvature", "count_at_least", "CURVATURES", "MAX_MOVE"]

@@ -1,0 +1,35 @@
+"""The step of the quadratic Kalman filter: the Jaakkola-Jordan bound of the logistic model ([RVGA] eqs. 82-90)."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from ..core import solver_info
+from ..kernels import special
+from .base import MAX_MOVE, Increment, Limited, Scheme, absorb_limited, check_max_move
+
+
+def qkf_site(belief, q, X, y):
+    """Jaakkola-Jordan bound: curvature ``2 lambda(xi)``, ``xi^2 = x^T (P + mu mu^T) x`` ([RVGA] eqs. 82-90)."""
+    alpha, nu = belief.marginal(q, X)
+    lam = 2.0 * special.jj_lambda(jnp.sqrt(nu + alpha**2))  # R^{-1} of eq. (90)
+    return Increment(X.T, lam, (y - 0.5) - lam * alpha)
+
+
+def _step_qkf(cfg, model, belief, prior, X, y):
+    return absorb_limited(cfg, belief, prior, qkf_site(belief, prior, X, y), solver_info(prior.mean.dtype))
+
+
+def qkf(*, max_move=MAX_MOVE) -> Scheme:
+    """The Jaakkola-Jordan quadratic bound of the logistic model ([RVGA] eqs. 82-90).
+
+    Returns:
+      A :class:`~jaxrvga.schemes.Scheme`.
+
+    Example::
+
+        jr.rvga(jr.models.logistic(), scheme=jr.schemes.qkf())
+    """
+    return Scheme("qkf", _step_qkf, Limited(check_max_move(max_move)), "has_logistic_root", certified=True)
+
+
+__all__ = ["qkf", "qkf_site"]
