@@ -23,7 +23,7 @@ from .core import NoiseStats
 from ._values import Bound, by_value
 from .core import Filter, Prequential, scan
 from .predictive import log_predictive
-from .validation import is_concrete
+from .validation import check_positive, is_concrete
 
 
 def trace_log_predictive(model: models.Model, *, key=None, num_samples: int = 1024,
@@ -141,10 +141,8 @@ def fit_prior_precision(state, prior_precision, prior_mean=0.0, groups=None, max
     belief, _ = beliefs.of_state(state)
     mean = state.mean
     d, dtype = mean.shape[0], mean.dtype
-    a0 = _per_parameter("prior_precision", prior_precision, d, dtype)
+    a0 = check_positive("prior_precision", _per_parameter("prior_precision", prior_precision, d, dtype))
     m0 = _per_parameter("prior_mean", prior_mean, d, dtype)
-    if is_concrete(a0) and not np.all(np.asarray(a0) > 0):
-        raise ValueError("prior_precision must be > 0 and finite")
     groups, G = _groups(groups, d)
     count = jax.ops.segment_sum(jnp.ones(d, dtype), groups, G)
     start = jax.ops.segment_sum(jnp.log(a0), groups, G) / count
