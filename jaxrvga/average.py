@@ -92,12 +92,27 @@ def _init(flt: Filter, scales, members, log_prior=None) -> AverageState:
 
 def usable_log_weight(log_weight):
     """Whether ``log_weight`` weighs a mixture: no NaN, no ``+inf`` and at least one finite entry (``-inf``
-    is a weight of 0); a traced bool."""
+    is a weight of 0); a traced bool.
+
+    Args:
+      log_weight: an array of log weights.
+
+    Returns:
+      A 0-d bool array.
+    """
     return ~jnp.any(jnp.isnan(log_weight) | (log_weight == jnp.inf)) & jnp.any(jnp.isfinite(log_weight))
 
 
 def check_log_weight(name: str, log_weight):
-    """``ValueError`` naming ``name`` where concrete ``log_weight`` is not :func:`usable_log_weight`."""
+    """``ValueError`` naming ``name`` where concrete ``log_weight`` is not :func:`usable_log_weight`.
+
+    Args:
+      name: the name in the message.
+      log_weight: an array of log weights (traced ones pass unchecked).
+
+    Returns:
+      ``log_weight`` unchanged.
+    """
     with jax.ensure_compile_time_eval():  # a concrete value inside a trace stays concrete
         usable = not is_concrete(log_weight) or bool(usable_log_weight(log_weight))
     if not usable:
@@ -156,6 +171,29 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     filter as any other: :func:`jaxrvga.run`, traces, :mod:`jaxrvga.io`, ``jax.vmap``. Its cost
     per observation: the members' updates plus one log predictive per member (a Jacobian and a
     ``J P J^T``; the scales share them).
+
+    Args:
+      flt: the members' filter (a :class:`~jaxrvga.Filter` with an observation model, ``flt.model``).
+      scales: the covariance scales ``c`` of each member's forecasters, S values >= 0 (default
+        :data:`PREDICTIVE_SCALES`).
+      num_points: Gauss-Hermite nodes of the log predictives that integrate numerically.
+
+    Returns:
+      A :class:`~jaxrvga.Filter` whose state is an :class:`AverageState`.
+
+    Example:
+      >>> X = jax.random.normal(jax.random.key(0), (100, 2))
+      >>> noise = 0.3 * jax.random.normal(jax.random.key(1), (100,))
+      >>> y = X @ jnp.array([1.0, -1.0]) + noise
+      >>> flt = jr.kalman(noise_var=0.1)
+      >>> prior_vars = jnp.array([0.01, 1.0, 100.0])  # three members
+      >>> def init(v):
+      ...     return flt.init(jnp.zeros(2), v * jnp.eye(2))
+      >>> members = jax.vmap(init)(prior_vars)
+      >>> avg = jr.model_average(flt, scales=(1.0,))
+      >>> state, _ = jr.run(avg, avg.init(members), X, y)
+      >>> jr.average.weights(state).shape
+      (3, 1)
     """
     if not isinstance(flt, Filter):
         raise ValueError(f"flt must be a jaxrvga.Filter, got {type(flt).__name__}")
@@ -181,12 +219,27 @@ def _check_scales(scales) -> tuple:
 
 def weights(state: AverageState) -> jax.Array:
     """The posterior probabilities of the forecasters, ``softmax(state.log_weight)`` over all of them
-    (K, S); ``.sum(1)`` gives the members'."""
+    (K, S); ``.sum(1)`` gives the members'.
+
+    Args:
+      state: an :class:`AverageState`.
+
+    Returns:
+      The (K, S) weights, summing to 1.
+    """
     return jax.nn.softmax(state.log_weight.ravel()).reshape(state.log_weight.shape)
 
 
 def each_forecaster(state: AverageState, fn):
-    """``fn(member, scale)`` for every member and scale: outputs stacked along a leading axis of K S."""
+    """``fn(member, scale)`` for every member and scale: outputs stacked along a leading axis of K S.
+
+    Args:
+      state: an :class:`AverageState` of K members and S scales.
+      fn: ``fn(member_state, scale) -> pytree``.
+
+    Returns:
+      ``fn``'s outputs, each leaf with a leading axis of K S entries (member-major).
+    """
     out = jax.vmap(lambda m: jax.vmap(lambda c: fn(m, c))(state.scales))(state.members)
     return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), out)
 
@@ -194,7 +247,15 @@ def each_forecaster(state: AverageState, fn):
 def mixture_moments(w, mean, var):
     """Mean and variance of the mixture ``sum_k w_k`` of components with moments ``mean``, ``var``
     (K, ...), ``w`` of any shape of K entries: ``sum_k w_k mean_k`` and ``sum_k w_k (var_k + (mean_k -
-    mean)^2)`` (total variance)."""
+    mean)^2)`` (total variance).
+
+    Args:
+      w: the K weights (any shape of K entries; a weight of 0 ignores its component).
+      mean, var: the components' means and variances, (K, ...).
+
+    Returns:
+      ``(mean, var)`` of the mixture, each of shape ``mean.shape[1:]``.
+    """
     w = jnp.ravel(w)
     w = w.reshape(w.shape + (1,) * (jnp.ndim(mean) - 1))
 
@@ -206,7 +267,15 @@ def mixture_moments(w, mean, var):
 
 
 def mixture_log_density(log_weight, log_density):
-    """``log sum_k w_k p_k = logsumexp(l_k + log p_k) - logsumexp(l_k)`` (``l`` of any shape of K entries)."""
+    """``log sum_k w_k p_k = logsumexp(l_k + log p_k) - logsumexp(l_k)`` (``l`` of any shape of K entries).
+
+    Args:
+      log_weight: the K unnormalised log weights (any shape of K entries; ``-inf`` is a weight of 0).
+      log_density: the K components' log densities, the shape of ``log_weight``.
+
+    Returns:
+      The scalar log density of the mixture.
+    """
     lse = jax.scipy.special.logsumexp
     log_weight = jnp.ravel(log_weight)
     weighted = jnp.where(log_weight == -jnp.inf, -jnp.inf, log_weight + log_density)  # weight 0: nothing, not NaN
@@ -216,7 +285,14 @@ def mixture_log_density(log_weight, log_density):
 def check_members(state: AverageState):
     """Each member of a concrete ``state`` read as a plain state is (:func:`jaxrvga.beliefs.of_state`:
     a finite mean, a positive definite covariance or positive ``psi``, valid noise statistics);
-    ``ValueError`` naming ``state.members[k]``. Traced states are taken as given."""
+    ``ValueError`` naming ``state.members[k]``. Traced states are taken as given.
+
+    Args:
+      state: an :class:`AverageState`.
+
+    Returns:
+      None; raises ``ValueError`` for the first invalid member.
+    """
     if not is_concrete(state.members):
         return
     with jax.ensure_compile_time_eval():  # concrete members inside a trace (a scan's trace function) stay concrete

@@ -81,7 +81,15 @@ class SolverInfo(NamedTuple):
 
 
 def solver_info(dtype=None, converged=True, residual=0.0, iterations=0, dropped=0.0, em_loops=0) -> SolverInfo:
-    """A :class:`SolverInfo` of scalars (the default marks an update with no inner solve)."""
+    """A :class:`SolverInfo` of scalars (the default marks an update with no inner solve).
+
+    Args:
+      dtype: the floating dtype of ``residual`` and ``dropped`` (default: JAX's default float).
+      converged, residual, iterations, dropped, em_loops: the fields' values (scalars).
+
+    Returns:
+      A :class:`SolverInfo` of 0-d arrays: ``converged`` bool, ``iterations`` and ``em_loops`` int32.
+    """
     dtype = jnp.result_type(float) if dtype is None else dtype
     return SolverInfo(jnp.asarray(converged, dtype=bool), jnp.asarray(residual, dtype=dtype),
                       jnp.asarray(iterations, dtype=jnp.int32), jnp.asarray(dropped, dtype=dtype),
@@ -108,7 +116,14 @@ class Prequential(NamedTuple):
 def prequential(fn: Callable[[Any, Any, Any], Any]) -> Prequential:
     """Mark ``fn(state, x, y)`` to see the predicted belief before ``(x, y)`` is absorbed
     (``flt.predict(state)``; the state itself for a filter without a prediction step), not the
-    belief after it: e.g. ``jr.run(flt, state, xs, ys, jr.prequential(score))``."""
+    belief after it: e.g. ``jr.run(flt, state, xs, ys, jr.prequential(score))``.
+
+    Args:
+      fn: a trace function ``fn(state, x, y) -> pytree``.
+
+    Returns:
+      A :class:`Prequential` wrapping ``fn``, to pass as ``trace_fn`` of :func:`run` or :func:`scan`.
+    """
     if not callable(fn):
         raise ValueError(f"prequential takes a trace function fn(state, x, y), got {type(fn).__name__}")
     return Prequential(fn)
@@ -131,6 +146,12 @@ def traces(**named) -> Traces:
     :class:`Prequential` one (from :func:`prequential` or :func:`jaxrvga.trace_log_predictive`: evaluated
     before each step, on the predicted belief, computed once for all of them) or another
     :class:`Traces`. Equal arguments give equal values, so a run compiles once for them.
+
+    Args:
+      named: the trace functions by name (at least one).
+
+    Returns:
+      A :class:`Traces`; the run's trace is a dict with the same names.
     """
     if not named:
         raise ValueError("traces needs at least one named trace function, e.g. traces(mean=jr.trace_mean)")
@@ -215,6 +236,15 @@ def scan(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None):
 
     Use it inside your own ``jax.jit`` / ``jax.vmap`` / ``jax.grad`` (e.g. a vmapped fleet of
     filters). Returns ``(final_state, trace)`` as :func:`run` does; no input checks.
+
+    Args:
+      flt: a :class:`Filter`.
+      state: its initial state.
+      xs, ys: arrays (or pytrees) whose leading axis is time.
+      trace_fn: as :func:`run`'s.
+
+    Returns:
+      ``(final_state, trace)``, with ``trace = None`` when no ``trace_fn`` is given.
     """
     return _scan(flt, state, xs, ys, trace_fn)
 
@@ -405,6 +435,14 @@ def step_fn(flt: Filter, state, x, y) -> Step:
         for x, y in stream:
             packed = step.update(packed, x, y)
         state = step.unpack(packed)
+
+    Args:
+      flt: a :class:`Filter`.
+      state: an example state (its structure, leaf shapes and dtypes are those of every packed state).
+      x, y: an example observation (its shapes and dtypes are those of every later one).
+
+    Returns:
+      A :class:`Step` ``(update, pack, unpack)`` of jitted functions, ``update`` already compiled.
     """
     leaves, treedef = jax.tree_util.tree_flatten(state)
     stored = [_stored(a) for a in leaves]
@@ -464,6 +502,15 @@ def masked_update(flt: Filter, state, x, y, mask):
     it pulled. A scalar ``mask`` updates one (unstacked) filter or keeps it. Every member's update
     is computed and then discarded where ``mask`` is False, so each member needs valid data (e.g.
     the pulled arm's ``x`` and ``y`` repeated for all); jits and differentiates like ``update``.
+
+    Args:
+      flt: a :class:`Filter`.
+      state: its state, or a stacked state whose leaves have a leading (n,) member axis.
+      x, y: one observation, or one per member along the leading axis.
+      mask: a bool scalar, or a bool vector (n,) for a stacked state.
+
+    Returns:
+      The state (same structure, shapes and dtypes), updated where ``mask`` is True.
     """
     mask = jnp.asarray(mask)
     if mask.dtype != jnp.bool_ or mask.ndim > 1:
@@ -486,13 +533,29 @@ def masked_update(flt: Filter, state, x, y, mask):
 
 
 def trace_info(state, x=None, y=None) -> SolverInfo:
-    """Trace function recording the solver diagnostics of each step."""
+    """Trace function recording the solver diagnostics of each step.
+
+    Args:
+      state: the state after a step.
+      x, y: the step's observation (unused).
+
+    Returns:
+      ``state.info``, a :class:`SolverInfo` of scalars (stacked along time by the run).
+    """
     del x, y
     return state.info
 
 
 def trace_mean(state, x=None, y=None):
-    """Trace function recording the mean after each step."""
+    """Trace function recording the mean after each step.
+
+    Args:
+      state: the state after a step.
+      x, y: the step's observation (unused).
+
+    Returns:
+      ``state.mean``, the (d,) mean (stacked to (T, d) by the run).
+    """
     del x, y
     return state.mean
 
@@ -512,7 +575,14 @@ def _completed_info(obj):
 
 def check_solver_info(s):
     """The check of a loaded :class:`SolverInfo`: arrays of one shape, ``converged`` bool, ``residual`` and
-    ``dropped`` floating, ``iterations`` and ``em_loops`` integer (``ValueError``)."""
+    ``dropped`` floating, ``iterations`` and ``em_loops`` integer (``ValueError``).
+
+    Args:
+      s: a :class:`SolverInfo` read from a file.
+
+    Returns:
+      None; raises ``ValueError`` when a field is not as described.
+    """
     for f in s._fields:
         fc.need(fc.is_array(getattr(s, f)), f"SolverInfo.{f} must be an array")
     fc.need(np.dtype(s.converged.dtype) == np.bool_, f"SolverInfo.converged must be bool, got {s.converged.dtype}")

@@ -141,6 +141,9 @@ def dynamics(decay=None, additive_noise=None, process_noise=None, decay_to=None,
         needs ``decay``.
       noise_discount: ``delta`` in (0, 1], a scalar: the learned noise variance's statistics are
         multiplied by it before each observation (1 or ``None``: none; :mod:`jaxrvga.noise`).
+
+    Returns:
+      A :class:`Dynamics`; a field whose value does nothing (``decay=1``, ``additive_noise=0``, ...) is left out.
     """
     values = {"decay": (decay, (0,), 1.0), "additive_noise": (additive_noise, (0, 1), 0.0),
               "process_noise": (process_noise, (0,), 0.0), "decay_to": (decay_to, (0, 1), None),

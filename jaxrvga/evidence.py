@@ -34,6 +34,15 @@ def trace_log_predictive(model: models.Model, *, key=None, num_samples: int = 10
     predicted belief, with the same options; with a ``key``, step ``t`` uses
     ``fold_in(key, t)`` (the state's step counter), so the draws differ from step to step and a
     run is reproducible. Usage: ``_, lp = jr.run(flt, state, xs, ys, jr.trace_log_predictive(model))``.
+
+    Args:
+      model: the observation model of the filter (:mod:`jaxrvga.models`).
+      key: a PRNG key for the Monte-Carlo estimates (None: the deterministic ones, where the model has them).
+      num_samples, num_points: as :func:`~jaxrvga.predictive.log_predictive`'s.
+
+    Returns:
+      A :class:`~jaxrvga.core.Prequential` trace function; the run's trace is the (T,) log predictive
+      densities.
     """
     if not isinstance(model, models.Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
@@ -67,6 +76,9 @@ def log_evidence(flt: Filter, state, xs, ys, *, model: Optional[models.Model] = 
       xs, ys: the data, time along the leading axis.
       model: the model to score with (default ``flt.model``).
       key, num_samples, num_points: as :func:`trace_log_predictive`.
+
+    Returns:
+      The scalar ``log p(y_{1:T})`` (a 0-d float array of the state's dtype).
     """
     model = flt.model if model is None else model
     if model is None:

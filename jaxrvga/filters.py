@@ -87,6 +87,13 @@ def scheme_named(model: Model, name: Optional[str] = None, *, published: bool = 
     L-RVGA's forms (no ``max_move``; ``extragrad`` without correction, on the first pass's curvature;
     :func:`~jaxrvga.schemes.published_sampled`). ``num_samples_default``: ``sampled``'s default draws.
 
+    Args:
+      model: the observation model of the filter.
+      name: a scheme name of the module table (None: the model's default).
+      published: the published L-RVGA's form of the scheme.
+      num_samples_default: the number of draws of ``sampled`` when ``options`` gives none.
+      options: the scheme's options, by name (:data:`SCHEME_OPTIONS`).
+
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`. Raises ``ValueError`` for an unknown name or an option the
       scheme does not take.
@@ -157,10 +164,13 @@ def rvga(model: Model, scheme=None, **options) -> Filter:
     Returns:
       A :class:`~jaxrvga.Filter`; ``init(mean, cov, key=None)`` (``key`` is required by ``sampled``).
 
-    Example::
-
-        flt = jr.rvga(jr.models.logistic(), scheme="implicit")
-        state, _ = jr.run(flt, flt.init(jnp.zeros(d), 10.0 * jnp.eye(d)), X, y)
+    Example:
+      >>> X = jax.random.normal(jax.random.key(0), (200, 3))
+      >>> y = (X @ jnp.array([1.0, -2.0, 0.5]) > 0).astype(jnp.float32)
+      >>> flt = jr.rvga(jr.models.logistic(), scheme="implicit")
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(3), 10.0 * jnp.eye(3)), X, y)
+      >>> bool(state.mean[0] > 0 > state.mean[1])
+      True
     """
     value, dyn = _scheme_and_dynamics(model, scheme, options)
     return build(Dense(), value, model, dyn)
@@ -228,11 +238,15 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme=Non
       A :class:`~jaxrvga.Filter`; ``init(mean, W, psi, key=None)`` (``key`` is required by ``sampled``,
       unless the noise is given).
 
-    Example::
-
-        flt = jr.lrvga(jr.models.logistic(), rank=5)
-        W0, psi0 = jr.lowrank.init_factors(jax.random.key(0), d, 5, prior_var=10.0)
-        state, _ = jr.run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
+    Example:
+      >>> X = jax.random.normal(jax.random.key(0), (200, 10))
+      >>> y = (X[:, 0] > 0).astype(jnp.float32)
+      >>> flt = jr.lrvga(jr.models.logistic(), rank=2)
+      >>> key = jax.random.key(1)
+      >>> W0, psi0 = jr.kernels.woodbury.init_factors(key, 10, 2, prior_var=10.0)
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(10), W0, psi0), X, y)
+      >>> state.W.shape
+      (10, 2)
     """
     belief = low_rank_belief(rank, inner_loops, published=published, psi_floor=psi_floor, block_rows=block_rows,
                              buffer=buffer, em_tol=em_tol)
@@ -257,10 +271,15 @@ def diag_rvga(model: Model, scheme=None, **options) -> Filter:
       A :class:`~jaxrvga.Filter`; ``init(mean, var, key=None)``: ``var`` the (d,) prior variances (a
       scalar broadcasts); ``key`` is required by ``sampled``.
 
-    Example::
-
-        flt = jr.diag_rvga(jr.models.nonlinear(h), scheme="ekf")
-        state, _ = jr.run(flt, flt.init(theta0, 0.1), X, y)
+    Example:
+      >>> def h(theta, x):  # a unit with a tanh output
+      ...     return jnp.tanh(x @ theta)
+      >>> X = jax.random.normal(jax.random.key(0), (100, 4))
+      >>> y = jnp.tanh(X @ jnp.array([0.5, -0.5, 0.0, 1.0]))
+      >>> flt = jr.diag_rvga(jr.models.nonlinear(h), scheme="ekf")
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(4), 1.0), X, y)
+      >>> state.psi.shape
+      (4,)
     """
     value, dyn = _scheme_and_dynamics(model, scheme, options, num_samples_default=10)
     return build(Diagonal(), value, model, dyn)
@@ -301,10 +320,13 @@ def kalman(noise_var=1.0, process_noise=None, **dynamics_options) -> Filter:
     Returns:
       A :class:`~jaxrvga.Filter`; ``init(mean, cov)``.
 
-    Example::
-
-        flt = jr.kalman(noise_var=0.5, decay=0.99, additive_noise=1e-3)
-        state, _ = jr.run(flt, flt.init(jnp.zeros(d), jnp.eye(d)), H, y)
+    Example:
+      >>> H = jax.random.normal(jax.random.key(0), (100, 2))
+      >>> y = H @ jnp.array([1.0, -1.0])
+      >>> flt = jr.kalman(noise_var=0.1, decay=0.99, additive_noise=1e-3)
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(2), jnp.eye(2)), H, y)
+      >>> state.mean.round().tolist()
+      [1.0, -1.0]
     """
     from .models import linear_gaussian
     return rvga(linear_gaussian(noise_var), "exact", process_noise=process_noise,
@@ -321,10 +343,14 @@ def ekf(model: Model, process_noise=None, **dynamics_options) -> Filter:
     Returns:
       A :class:`~jaxrvga.Filter`; ``init(mean, cov)``.
 
-    Example::
-
-        flt = jr.ekf(jr.models.poisson())
-        state, _ = jr.run(flt, flt.init(jnp.zeros(d), jnp.eye(d)), X, counts)
+    Example:
+      >>> X = jax.random.normal(jax.random.key(0), (200, 2))
+      >>> rate = jnp.exp(X @ jnp.array([0.5, -0.5]))
+      >>> counts = jax.random.poisson(jax.random.key(1), rate)
+      >>> flt = jr.ekf(jr.models.poisson())
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(2), jnp.eye(2)), X, counts)
+      >>> state.cov.shape
+      (2, 2)
     """
     return rvga(model, "ekf", process_noise=process_noise, **_only_dynamics(dynamics_options))
 
@@ -338,10 +364,13 @@ def qkf(process_noise=None, **dynamics_options) -> Filter:
     Returns:
       A :class:`~jaxrvga.Filter` of the logistic model; ``init(mean, cov)``.
 
-    Example::
-
-        flt = jr.qkf()
-        state, _ = jr.run(flt, flt.init(jnp.zeros(d), jnp.eye(d)), X, labels)
+    Example:
+      >>> X = jax.random.normal(jax.random.key(0), (200, 2))
+      >>> labels = (X[:, 0] > 0).astype(jnp.float32)
+      >>> flt = jr.qkf()
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(2), jnp.eye(2)), X, labels)
+      >>> bool(state.mean[0] > 0)
+      True
     """
     from .models import logistic
     return rvga(logistic(), "qkf", process_noise=process_noise, **_only_dynamics(dynamics_options))
@@ -362,10 +391,13 @@ def mirror_prox(model: Model, *, correction: bool = False, update_cov_twice: boo
     Returns:
       A :class:`~jaxrvga.Filter`; ``init(mean, cov)``.
 
-    Example::
-
-        flt = jr.mirror_prox(jr.models.logistic())
-        state, _ = jr.run(flt, flt.init(jnp.zeros(d), jnp.eye(d)), X, labels)
+    Example:
+      >>> X = jax.random.normal(jax.random.key(0), (200, 2))
+      >>> labels = (X[:, 0] > 0).astype(jnp.float32)
+      >>> flt = jr.mirror_prox(jr.models.logistic())
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(2), jnp.eye(2)), X, labels)
+      >>> bool(state.mean[0] > 0)
+      True
     """
     if not isinstance(model, Model) or not model.is_glm:
         raise ValueError("model must be a GLM from jaxrvga.models (linear_gaussian, logistic, poisson, glm)")

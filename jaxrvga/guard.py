@@ -222,10 +222,13 @@ def build(belief: Belief, scheme: schemes.Scheme, model: Model, dynamics: Dynami
     Returns:
       A :class:`~jaxrvga.Filter`.
 
-    Example::
-
-        flt = jr.build(jr.beliefs.Diagonal(), jr.schemes.ekf(curvature="empirical"), jr.models.logistic())
-        state = flt.update(flt.init(jnp.zeros(d), 1.0), x, y)
+    Example:
+      >>> scheme = jr.schemes.ekf(curvature="empirical")
+      >>> flt = jr.build(jr.beliefs.Diagonal(), scheme, jr.models.logistic())
+      >>> state = flt.init(jnp.zeros(3), 1.0)
+      >>> state = flt.update(state, jnp.array([1.0, 0.0, -1.0]), 1.0)
+      >>> int(state.step)
+      1
     """
     if not isinstance(model, Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")

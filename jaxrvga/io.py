@@ -92,7 +92,11 @@ def register(cls, check: Optional[Callable[[Any], None]] = None, *, former: tupl
 
 
 def registered() -> tuple:
-    """The registered NamedTuple classes."""
+    """The registered NamedTuple classes.
+
+    Returns:
+      A tuple of the classes.
+    """
     return tuple(entry[0] for entry in _REGISTRY.values())
 
 
@@ -176,6 +180,13 @@ def save(path, state) -> None:
 
     ``path`` may also be a writable binary file object. Raises ``ValueError`` for leaves it cannot
     store exactly (arbitrary objects) and for NamedTuple classes not passed to :func:`register`.
+
+    Args:
+      path: a file path (str or path-like), or a writable binary file object.
+      state: a pytree of arrays, scalars, None, tuples, lists, dicts and registered NamedTuples.
+
+    Returns:
+      None.
     """
     enc = _Encoder()
     tree = enc.encode(state)
@@ -368,6 +379,13 @@ def load(path, *, max_bytes: Optional[int] = None):
     is not symmetric positive definite, ``psi <= 0``, non-finite means, a cached ``gram`` of a
     low-rank state that does not match its ``W`` and ``psi``, entries that would expand past
     ``max_bytes``).
+
+    Args:
+      path: a file path (str or path-like), or a readable binary file object.
+      max_bytes: the most bytes the entries may expand to (None: the default above).
+
+    Returns:
+      The state, rebuilt with the types it was saved with (JAX arrays, NumPy arrays and scalars as saved).
     """
     if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, np.integer))
                                   or max_bytes < 0):

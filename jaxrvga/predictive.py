@@ -152,6 +152,14 @@ def predictive_of(state, X, model: models.Model, *, key, num_samples: int, obser
     registers its own (``predictive_of.register(StateType)``: the mixture of :mod:`jaxrvga.average`),
     so that this module knows no such kind. ``hint`` ends the message of a refused ``X``.
 
+    Args:
+      state: a filter's state (a belief's state here; other kinds by their registered function).
+      X: the inputs, as :func:`predictive`'s.
+      model: the checked observation model.
+      key, num_samples, observation_noise: as :func:`predictive`'s.
+      scale: the checked covariance scale of the belief.
+      hint: text appended to the message of a refused ``X``.
+
     Returns:
       :class:`Predictive`, as :func:`predictive`.
     """
@@ -259,6 +267,13 @@ def log_predictive(state, x, y, model: models.Model | None = None, *, key=None, 
 def log_predictive_of(state, x, y, model: models.Model, *, key, num_samples: int, num_points: int, scale):
     """:func:`log_predictive` of ``state`` once ``model`` and ``scale`` are checked, dispatched on the type
     of ``state`` as :func:`predictive_of` (this one reads a belief; a mixture registers its own).
+
+    Args:
+      state: a filter's state (a belief's state here; other kinds by their registered function).
+      x, y: one observation or a minibatch, as :func:`log_predictive`'s.
+      model: the checked observation model.
+      key, num_samples, num_points: as :func:`log_predictive`'s.
+      scale: the checked covariance scale of the belief.
 
     Returns:
       A scalar, as :func:`log_predictive`.

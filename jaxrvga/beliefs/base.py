@@ -82,20 +82,50 @@ class Belief(Protocol):
 
 
 def antithetic_normals(key, num: int, dim: int, dtype):
-    """``num`` standard normal rows of length ``dim`` in antithetic pairs ``(z, -z)``."""
+    """``num`` standard normal rows of length ``dim`` in antithetic pairs ``(z, -z)``.
+
+    Args:
+      key: a PRNG key.
+      num: the number of rows (odd: the last pair loses its ``-z``).
+      dim: the length of each row.
+      dtype: the floating dtype.
+
+    Returns:
+      A (num, dim) array.
+    """
     half = jax.random.normal(key, ((num + 1) // 2, dim), dtype)
     return jnp.concatenate([half, -half])[:num]
 
 
 def no_projection(dtype):
     """The report ``(dropped, em_loops, projected) = (0, 0, True)`` of a step whose belief projected
-    nothing (``projected``: False only where a projection failed and kept its input)."""
+    nothing (``projected``: False only where a projection failed and kept its input).
+
+    Args:
+      dtype: the floating dtype of ``dropped``.
+
+    Returns:
+      ``(dropped, em_loops, projected)``: 0-d arrays of ``dtype``, int32 and bool.
+    """
     return jnp.zeros((), dtype), jnp.zeros((), jnp.int32), jnp.asarray(True)
 
 
 def add_then_solve(belief, prior, X, c, g, prior_gain: bool = False):
     """``belief.add`` then the mean step ``mu + P g`` (``P`` the new covariance, or the prior's with
-    ``prior_gain``). Returns ``(state, ok)``."""
+    ``prior_gain``). Returns ``(state, ok)``.
+
+    Args:
+      belief: a :class:`Belief`.
+      prior: its state before the step.
+      X: the curvature factor of the step, (d, q).
+      c: the curvature weights of its rows, (q,).
+      g: the mean step's gradient, (d,).
+      prior_gain: solve with the prior's covariance instead of the new one.
+
+    Returns:
+      ``(state, ok)``: the state after the step (not yet finished) and a 0-d bool, False where the
+      precision update failed.
+    """
     pre, ok = belief.add(prior, X, c)
     return pre._replace(mean=prior.mean + belief.solve(prior if prior_gain else pre, g)), ok
 
@@ -110,6 +140,15 @@ def finish_or_keep(belief, prior, new, ok):
     then copied ``psi`` in every block). The mean is chosen by a ``where`` outside the conditional
     (:func:`_finish_keeping_mean`): as an output of the conditional it was copied into the branch's
     result and held through the projection (one d-vector more at the peak).
+
+    Args:
+      belief: a :class:`Belief`.
+      prior: its state before the step.
+      new: the state after the step, before :meth:`Belief.finish`.
+      ok: a 0-d bool, whether the step is taken.
+
+    Returns:
+      ``(state, (dropped, em_loops, projected))``, the report as :func:`no_projection`'s.
     """
     shared = isinstance(getattr(new, "W", None), tuple) and new.W[0] is prior.W and new.psi is prior.psi
     rest = prior._replace(W=None, psi=None, mean=None) if shared else prior._replace(mean=None)
@@ -133,7 +172,14 @@ def _finish_keeping_mean(belief, state):
 
 
 def check_mean(mean):
-    """A finite real vector with at least one entry."""
+    """A finite real vector with at least one entry.
+
+    Args:
+      mean: the prior mean, (d,).
+
+    Returns:
+      ``mean`` as a floating JAX array; raises ``ValueError`` otherwise.
+    """
     mean = check_finite("mean", check_vector("mean", mean))
     if mean.shape[0] == 0:
         raise ValueError("mean must have at least one entry (d >= 1)")
@@ -142,7 +188,14 @@ def check_mean(mean):
 
 def psi_min(dtype):
     """The absolute floor of ``psi`` after a prediction step: ``sqrt(tiny)`` of ``dtype`` (1e-19 in
-    float32), so that ``1 / psi`` and the whitened Gram of a unit-scale ``W`` stay finite."""
+    float32), so that ``1 / psi`` and the whitened Gram of a unit-scale ``W`` stay finite.
+
+    Args:
+      dtype: a floating dtype.
+
+    Returns:
+      A 0-d array of ``dtype``.
+    """
     return jnp.sqrt(jnp.finfo(dtype).tiny).astype(dtype)
 
 
@@ -152,6 +205,13 @@ def pivots_resolved(chol, gram):
     The exact pivots of ``M >= I`` are >= 1; one below ``2 q eps M_jj`` is rounding noise (a new
     column in the span of the others at a scale the dtype cannot resolve, e.g. ``psi = 1e-30``), so
     the Woodbury solve is meaningless there and the step is refused (and flagged). NaN fails too.
+
+    Args:
+      chol: the lower Cholesky factor of ``M``, (q, q).
+      gram: the Gram matrix whose diagonal ``M`` adds to the identity, (q, q).
+
+    Returns:
+      A 0-d bool array.
     """
     eps = jnp.finfo(chol.dtype).eps
     return jnp.all(jnp.diagonal(chol) ** 2 >= 2 * chol.shape[0] * eps * (1.0 + jnp.diagonal(gram)))
@@ -187,7 +247,15 @@ def register_state(state_type, reader, check, former: tuple = ()):
 def check_state_fields(state, batch):
     """The check of a loaded state's ``step``, ``info``, ``key`` and ``noise`` (mean of batch shape
     ``batch``): as the beliefs' ``init`` makes them (:func:`jaxrvga.core.solver_info`), so that a filter
-    can go on from it. Raises ``ValueError``."""
+    can go on from it. Raises ``ValueError``.
+
+    Args:
+      state: a loaded state of a belief.
+      batch: the batch shape of its mean (``()`` for one filter, ``(n,)`` for a stacked fleet).
+
+    Returns:
+      None.
+    """
     fc.need(isinstance(state.info, SolverInfo), "info must be a SolverInfo")
     real, i32, info = fc.dtype_of(state.mean), np.dtype(np.int32), state.info
     fields = {"step": (state.step, i32), "info.converged": (info.converged, np.dtype(np.bool_)),

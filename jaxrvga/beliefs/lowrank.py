@@ -475,7 +475,14 @@ def low_rank_belief(rank: int, inner_loops: Optional[int] = None, *, published: 
                     psi_floor: float = PSI_FLOOR, block_rows: Optional[int] = None, buffer: int = 0,
                     em_tol: Optional[float] = None) -> LowRank:
     """The low-rank belief of :func:`jaxrvga.lrvga` from its options (validated; the defaults of :func:`jaxrvga.lrvga`):
-    a :class:`~jaxrvga.beliefs.LowRank`, or a :class:`~jaxrvga.beliefs.PublishedLowRank` with ``published``."""
+    a :class:`~jaxrvga.beliefs.LowRank`, or a :class:`~jaxrvga.beliefs.PublishedLowRank` with ``published``.
+
+    Args:
+      rank, inner_loops, published, psi_floor, block_rows, buffer, em_tol: as :func:`jaxrvga.lrvga`'s.
+
+    Returns:
+      The belief value; raises ``ValueError`` for an invalid option or combination.
+    """
     if isinstance(rank, (int, np.integer)) and not isinstance(rank, bool) and rank == 0:
         raise ValueError("rank must be a positive integer, got 0; the belief without factors (precision "
                          "diag(psi)) is jr.diag_rvga(model)")

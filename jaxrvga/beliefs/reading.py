@@ -22,6 +22,12 @@ def of_state(state):
     as :class:`jaxrvga.baselines.laplace.LaplaceResult`) and is read by :class:`Dense`. Checked where
     concrete: a finite mean and ``W``, ``psi > 0``, ``cov`` symmetric positive semidefinite, shapes
     (``ValueError`` naming the field). Predictions (:mod:`jaxrvga.predictive`) ask this belief.
+
+    Args:
+      state: a filter's state, or an object with fields ``(mean, cov)``.
+
+    Returns:
+      ``(belief, state)``, as above.
     """
     if not hasattr(state, "mean"):
         raise ValueError(f"state must be a Gaussian belief with a mean, got {type(state).__name__}")
@@ -43,7 +49,19 @@ def draws(belief, state, stats, key, num: int, scale=1.0):
     :meth:`Belief.sample`) from ``state``; where the state has the statistics ``stats`` of a learned
     noise variance (:class:`~jaxrvga.core.NoiseStats`), ``s2 ~ InvGamma(shape, rate)`` and then
     ``theta = mean + sqrt(scale s2) z``, ``z`` a draw of ``N(0, P)``, i.e. ``theta | s2 ~ N(mean, s2
-    scale P)`` (:mod:`jaxrvga.noise`)."""
+    scale P)`` (:mod:`jaxrvga.noise`).
+
+    Args:
+      belief: the :class:`Belief` that reads ``state``.
+      state: its state (as :func:`of_state` returns it).
+      stats: the :class:`~jaxrvga.core.NoiseStats` of a learned noise variance, or None.
+      key: a PRNG key.
+      num: the number of draws.
+      scale: the covariance scale ``c`` (a scalar; 1 draws the belief itself).
+
+    Returns:
+      ``(thetas, s2)``: the (num, d) draws and the (num,) noise variances drawn (None without ``stats``).
+    """
     if stats is None and isinstance(scale, (int, float)) and scale == 1.0:
         return belief.sample(state, key, num), None
     if stats is None:
@@ -76,6 +94,14 @@ def sample(state, key, num: int):
     a GLM the predictor ``x^T theta`` of these draws has exactly the average's predictive mixture of
     :func:`jaxrvga.predictive` (the scales are predictive widths learned from the forecasters'
     scores, so a draw is as wide as the forecaster that scored well, not as the member's belief).
+
+    Args:
+      state: a belief's state, an object with ``(mean, cov)``, or a :func:`jaxrvga.model_average` state.
+      key: a PRNG key.
+      num: the number of draws, a positive int.
+
+    Returns:
+      The draws, a (num, d) array of the mean's dtype.
     """
     return sample_of(state, check_key(key, required=True, needed_by="sample"), positive_int("num", num))
 
@@ -85,6 +111,11 @@ def sample_of(state, key, num: int):
     """:func:`sample` of ``state`` once ``key`` and ``num`` are checked, dispatched on the type of
     ``state``: this one reads a belief (:func:`of_state`); a state of another kind registers its own
     (``sample_of.register(StateType)``: the mixture of :mod:`jaxrvga.average`).
+
+    Args:
+      state: a state, as :func:`sample`'s.
+      key: a checked PRNG key.
+      num: the checked number of draws.
 
     Returns:
       The draws, (num, d).

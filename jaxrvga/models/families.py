@@ -137,7 +137,15 @@ def _identity(eta):
 
 
 def gaussian_log_density(y, m, V):
-    """``log N(y | m, V)`` for ``y``, ``m`` (k,) and ``V`` (k, k), by a Cholesky factor of ``V``."""
+    """``log N(y | m, V)`` for ``y``, ``m`` (k,) and ``V`` (k, k), by a Cholesky factor of ``V``.
+
+    Args:
+      y, m: the point and the mean, (k,).
+      V: the covariance, (k, k), positive definite.
+
+    Returns:
+      The scalar log density.
+    """
     L = jnp.linalg.cholesky(V)
     z = jax.scipy.linalg.solve_triangular(L, y - m, lower=True)
     return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diagonal(L))) - 0.5 * y.shape[0] * jnp.log(2.0 * jnp.pi)
@@ -182,6 +190,20 @@ def gaussian(noise_var=1.0) -> Family:
     ``noise_var=None``: the variance ``s2`` is unknown and learned as the data arrive, with the
     conjugate normal-inverse-gamma belief of :mod:`jaxrvga.noise` (the filter's ``init`` takes
     ``noise=(shape, rate)``); the family's callables are then those of ``s2 = 1``.
+
+    Args:
+      noise_var: the variance of ``y`` given ``eta``, > 0 (``None``: learned).
+
+    Returns:
+      A :class:`Family` for :func:`glm` or :func:`nonlinear`.
+
+    Example:
+      >>> model = jr.models.glm(jr.models.gaussian(noise_var=0.5))
+      >>> flt = jr.rvga(model, scheme="ekf")
+      >>> state = flt.init(jnp.zeros(2), jnp.eye(2))
+      >>> state = flt.update(state, jnp.array([1.0, 0.0]), 2.0)
+      >>> round(float(state.mean[0]), 3)  # the posterior mean 2 / (1 + 0.5)
+      1.333
     """
     learned = noise_var is None
     nv = 1.0 if learned else noise_var
@@ -205,7 +227,21 @@ def _bernoulli_log_prob(y, eta):
 
 
 def bernoulli() -> Family:
-    """Bernoulli output with logit link: ``p(y=1 | eta) = sig(eta)``, ``y in {0, 1}``."""
+    """Bernoulli output with logit link: ``p(y=1 | eta) = sig(eta)``, ``y in {0, 1}``.
+
+    Returns:
+      A :class:`Family` for :func:`glm` or :func:`nonlinear`.
+
+    Example:
+      >>> def h(theta, x):  # a linear predictor, as a nonlinear model
+      ...     return x @ theta
+      >>> model = jr.models.nonlinear(h, jr.models.bernoulli())
+      >>> flt = jr.rvga(model)
+      >>> state = flt.init(jnp.zeros(2), jnp.eye(2))
+      >>> state = flt.update(state, jnp.array([1.0, 0.0]), 1.0)
+      >>> bool(state.mean[0] > 0)
+      True
+    """
     return Family(
         name="bernoulli",
         log_prob=_bernoulli_log_prob,
@@ -222,7 +258,19 @@ def _poisson_log_prob(y, eta):
 
 
 def poisson_family() -> Family:
-    """Poisson output with log link: ``y ~ Poisson(exp(eta))``."""
+    """Poisson output with log link: ``y ~ Poisson(exp(eta))``.
+
+    Returns:
+      A :class:`Family` for :func:`glm` or :func:`nonlinear`.
+
+    Example:
+      >>> model = jr.models.glm(jr.models.poisson_family())
+      >>> flt = jr.rvga(model, scheme="ekf")
+      >>> state = flt.init(jnp.zeros(2), jnp.eye(2))
+      >>> state = flt.update(state, jnp.array([1.0, 0.0]), 3.0)
+      >>> bool(state.mean[0] > 0)
+      True
+    """
     return Family(
         name="poisson",
         log_prob=_poisson_log_prob,
@@ -302,6 +350,22 @@ def categorical(num_classes: int) -> Family:
     ``1 - p_k = sum_{j != k} p_j`` (as :func:`jaxrvga.kernels.special.sig1` does), so they keep full
     relative precision when one class is nearly certain. The logits are identified
     only up to a common shift (``F 1 = 0``).
+
+    Args:
+      num_classes: ``K >= 2``.
+
+    Returns:
+      A :class:`Family` for :func:`nonlinear` (its predictor returns the K logits).
+
+    Example:
+      >>> def logits(theta, x):  # 2 inputs, 3 classes
+      ...     return x @ theta.reshape(2, 3)
+      >>> model = jr.models.nonlinear(logits, jr.models.categorical(3))
+      >>> flt = jr.rvga(model, scheme="ekf")
+      >>> state = flt.init(jnp.zeros(6), jnp.eye(6))
+      >>> state = flt.update(state, jnp.array([1.0, 0.0]), 2)
+      >>> int(jnp.argmax(logits(state.mean, jnp.array([1.0, 0.0]))))
+      2
     """
     K = positive_int("num_classes", num_classes)
     if K < 2:

@@ -14,7 +14,17 @@ from .sparse_rows import SparseRow
 
 def check_observation(state, x, y, model: Model):
     """One observation ``(x, y)`` of ``model`` checked against the belief ``state`` (shapes, dtypes and,
-    where concrete, the family's values of ``y``): ``(x, y)`` as the update takes them."""
+    where concrete, the family's values of ``y``): ``(x, y)`` as the update takes them.
+
+    Args:
+      state: the belief's state (its mean fixes ``d`` and the dtype).
+      x, y: one observation or a minibatch.
+      model: the observation model.
+
+    Returns:
+      ``(x, y)``: for a GLM as :func:`glm_inputs` returns them; otherwise ``x`` unchanged and ``y`` in the
+      state's dtype. Raises ``ValueError`` for a mismatch.
+    """
     if model.is_glm:
         return glm_inputs(state, x, y, model)
     if jnp.iscomplexobj(jnp.asarray(y)):
@@ -27,7 +37,16 @@ def check_observation(state, x, y, model: Model):
 def glm_inputs(state, x, y, model):
     """``x`` (d,) with scalar ``y``, or (m, d) with ``y`` (m,), or a :class:`~jaxrvga.models.SparseRow`
     of shape (nnz,) or (m, nnz); returns ``(X (m, d), y (m,))`` in the state's dtype (a sparse ``x``
-    scattered into its dense rows)."""
+    scattered into its dense rows).
+
+    Args:
+      state: the belief's state (its mean fixes ``d`` and the dtype).
+      x, y: the input(s) and output(s), as above.
+      model: a GLM.
+
+    Returns:
+      ``(X, y)``, (m, d) and (m,) (m = 1 for one observation).
+    """
     d, dtype = state.mean.shape[0], state.mean.dtype
     sparse = isinstance(x, SparseRow)
     x = x.checked("x", d, dtype) if sparse else jnp.asarray(x)
@@ -51,7 +70,18 @@ def check_y_shape(model: Model, name: str, y, eta_shape, time_axis: bool = False
     single output may be a scalar): no silent broadcasting. A categorical family takes labels
     (``eta``'s shape without its last axis, the K logits) or one-hot rows of ``eta``'s shape, each
     with exactly one 1 and zeros elsewhere (checked where concrete). ``time_axis``: ``y`` and
-    ``eta_shape`` lead with the time axis T of a data set."""
+    ``eta_shape`` lead with the time axis T of a data set.
+
+    Args:
+      model: a nonlinear model.
+      name: the name in the message.
+      y: the outputs.
+      eta_shape: the shape of the predictor's output.
+      time_axis: ``y`` and ``eta_shape`` lead with a time axis.
+
+    Returns:
+      None; raises ``ValueError`` for a mismatch.
+    """
     shape = tuple(jnp.shape(y))
     eta_shape = tuple(eta_shape)
     one = (shape[:1] if time_axis else ()) + (1,)
@@ -73,7 +103,16 @@ def check_y_shape(model: Model, name: str, y, eta_shape, time_axis: bool = False
 def check_data(model: Model, state, xs, ys):
     """The data set ``(xs, ys)`` of a run checked against ``model`` and the belief ``state`` (the
     shapes of a stream of GLM rows or of a nonlinear model's inputs and outputs, the family's values of
-    ``ys``); run by :func:`jaxrvga.run` before it scans (never under jit). Raises ``ValueError``."""
+    ``ys``); run by :func:`jaxrvga.run` before it scans (never under jit). Raises ``ValueError``.
+
+    Args:
+      model: the observation model.
+      state: the initial state of the belief.
+      xs, ys: the data, time along the leading axis.
+
+    Returns:
+      None.
+    """
     if model.is_glm:
         d = state.mean.shape[0]
         if isinstance(xs, SparseRow):

@@ -67,7 +67,15 @@ class Model(NamedTuple):
 
 def linear_predict(theta, x):
     """The GLM predictor ``eta = x^T theta`` (``x`` a row, a minibatch (m, d) or a
-    :class:`SparseRow`): the ``predict`` of every GLM of this module."""
+    :class:`SparseRow`): the ``predict`` of every GLM of this module.
+
+    Args:
+      theta: the parameters, (d,).
+      x: a row (d,), a minibatch (m, d) or a :class:`SparseRow`.
+
+    Returns:
+      ``eta``: a scalar, or (m,) for a minibatch.
+    """
     return x.dot(theta) if isinstance(x, SparseRow) else jnp.dot(x, theta)
 
 
@@ -99,6 +107,20 @@ def linear_gaussian(noise_var=1.0) -> Model:
 
     ``noise_var`` may be a traced array, so it can be vmapped over. ``None``: unknown and learned
     (:func:`gaussian`; the filter is then the exact normal-inverse-gamma one of :mod:`jaxrvga.noise`).
+
+    Args:
+      noise_var: the observation noise variance, > 0 (``None``: learned).
+
+    Returns:
+      A :class:`Model` (a GLM: ``x`` (d,) or (m, d)).
+
+    Example:
+      >>> H = jax.random.normal(jax.random.key(0), (50, 2))
+      >>> y = H @ jnp.array([1.0, -1.0])
+      >>> flt = jr.rvga(jr.models.linear_gaussian(noise_var=0.01))
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(2), jnp.eye(2)), H, y)
+      >>> state.mean.round(2).tolist()
+      [1.0, -1.0]
     """
     family = gaussian(noise_var)
     nv = 1.0 if noise_var is None else noise_var
@@ -116,6 +138,18 @@ def logistic() -> Model:
 
     Gaussian expectations use the inverse-probit closed form ([RVGA] eq. 58):
     ``E[sig(a)] ~= sig(k m)``, ``E[sig'(a)] ~= k sig'(k m)``, ``k = k(v)``.
+
+    Returns:
+      A :class:`Model` (a GLM: ``x`` (d,) or (m, d), ``y`` in {0, 1}).
+
+    Example:
+      >>> X = jax.random.normal(jax.random.key(0), (200, 2))
+      >>> y = (X[:, 0] > 0).astype(jnp.float32)
+      >>> flt = jr.rvga(jr.models.logistic())
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(2), 10.0 * jnp.eye(2)), X, y)
+      >>> p, _ = jr.predictive(state, jnp.array([[2.0, 0.0]]), jr.models.logistic())
+      >>> bool(p[0] > 0.9)
+      True
     """
     fam = bernoulli()
     return Model("logistic", fam, linear_predict, _logistic_moments, None,
@@ -132,12 +166,41 @@ def _poisson_expected(m, v, y):
 
 
 def poisson() -> Model:
-    """Poisson regression with log link; Gaussian moments are exact: ``E[e^a] = exp(m + v/2)``."""
+    """Poisson regression with log link; Gaussian moments are exact: ``E[e^a] = exp(m + v/2)``.
+
+    Returns:
+      A :class:`Model` (a GLM: ``x`` (d,) or (m, d), ``y`` counts).
+
+    Example:
+      >>> X = jax.random.normal(jax.random.key(0), (500, 2))
+      >>> rate = jnp.exp(X @ jnp.array([0.5, -0.5]))
+      >>> counts = jax.random.poisson(jax.random.key(1), rate)
+      >>> flt = jr.rvga(jr.models.poisson())
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(2), jnp.eye(2)), X, counts)
+      >>> state.mean.round(1).tolist()
+      [0.5, -0.5]
+    """
     return Model("glm", poisson_family(), linear_predict, _poisson_moments, None, _poisson_expected)
 
 
 def glm(family: Family, num_points: int = 32) -> Model:
-    """A generalised linear model ``eta = x^T theta`` with any family; expectations by Gauss-Hermite."""
+    """A generalised linear model ``eta = x^T theta`` with any family; expectations by Gauss-Hermite.
+
+    Args:
+      family: a scalar-output :class:`Family` (:func:`gaussian`, :func:`bernoulli`, :func:`poisson_family`, ...).
+      num_points: Gauss-Hermite nodes of the expectations.
+
+    Returns:
+      A :class:`Model` (a GLM: ``x`` (d,) or (m, d)).
+
+    Example:
+      >>> model = jr.models.glm(jr.models.bernoulli(), num_points=16)
+      >>> flt = jr.rvga(model)
+      >>> state = flt.init(jnp.zeros(2), jnp.eye(2))
+      >>> state = flt.update(state, jnp.array([1.0, 0.0]), 1.0)
+      >>> bool(state.mean[0] > 0)
+      True
+    """
     if family.vector_output:
         raise ValueError("family: a categorical output needs K logits, not one linear predictor; "
                          "use softmax_regression(dim, num_classes) or nonlinear(h, categorical(K))")
@@ -157,6 +220,25 @@ def nonlinear(h: Callable, family: Family | None = None, unravel: Callable | Non
     Filters work on a flat parameter vector. For a pytree of parameters (a flax or
     equinox model), pass ``unravel`` from ``jax.flatten_util.ravel_pytree``: ``h`` is then
     called as ``h(unravel(theta), x)``.
+
+    Args:
+      h: the predictor ``h(theta, x) -> eta``, a scalar or a vector (K logits for :func:`categorical`).
+      family: the output's :class:`Family` (default ``gaussian(1.0)``).
+      unravel: the function of ``ravel_pytree`` that rebuilds the parameters from the flat ``theta``.
+
+    Returns:
+      A :class:`Model`; its filters take any ``x`` that ``h`` accepts.
+
+    Example:
+      >>> def h(theta, x):  # one tanh unit
+      ...     return jnp.tanh(x @ theta)
+      >>> X = jax.random.normal(jax.random.key(0), (200, 2))
+      >>> y = h(jnp.array([1.0, -1.0]), X)
+      >>> model = jr.models.nonlinear(h, jr.models.gaussian(0.01))
+      >>> flt = jr.rvga(model, scheme="ekf")
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(2), jnp.eye(2)), X, y)
+      >>> state.mean.round(1).tolist()
+      [1.0, -1.0]
     """
     family = gaussian(1.0) if family is None else family
     predict = h if unravel is None else Bound(_unravelled, h, unravel)
@@ -177,6 +259,24 @@ def minibatch(model: Model) -> Model:
     is counted once. :func:`jaxrvga.predictive.predictive` takes the returned model too (it
     predicts as the model of one input). GLMs take minibatches ``x`` (m, d) as they are, so only
     nonlinear models (:func:`nonlinear`, :func:`softmax_regression`) are accepted.
+
+    Args:
+      model: a nonlinear model (:func:`nonlinear`, :func:`softmax_regression`).
+
+    Returns:
+      The :class:`Model` of a minibatch of its inputs.
+
+    Example:
+      >>> def h(theta, x):  # one input x (2,)
+      ...     return jnp.tanh(x @ theta)
+      >>> model = jr.models.nonlinear(h, jr.models.gaussian(0.01))
+      >>> model = jr.models.minibatch(model)  # x: a batch of inputs (10, 2)
+      >>> X = jax.random.normal(jax.random.key(0), (50, 10, 2))  # 50 batches of 10
+      >>> y = h(jnp.ones(2), X)  # (50, 10)
+      >>> flt = jr.rvga(model, scheme="ekf")
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(2), jnp.eye(2)), X, y)
+      >>> state.mean.round().tolist()
+      [1.0, 1.0]
     """
     if not isinstance(model, Model) or model.kind != "nonlinear":
         kind = model.kind if isinstance(model, Model) else type(model).__name__
@@ -193,6 +293,24 @@ def softmax_regression(dim: int, num_classes: int) -> Model:
     or a one-hot (K,). Built with :func:`nonlinear`, so filters linearise it by autodiff (exactly:
     the predictor is linear). A common shift of the K columns leaves the likelihood unchanged;
     the prior identifies it.
+
+    Args:
+      dim: the input dimension.
+      num_classes: ``K >= 2``.
+
+    Returns:
+      A nonlinear :class:`Model` of ``dim * K`` parameters.
+
+    Example:
+      >>> X = jax.random.normal(jax.random.key(0), (300, 2))
+      >>> Theta = jnp.array([[1.0, -1.0, 0.0], [0.0, 1.0, -1.0]])
+      >>> labels = jnp.argmax(X @ Theta, axis=1)
+      >>> model = jr.models.softmax_regression(dim=2, num_classes=3)
+      >>> flt = jr.rvga(model, scheme="ekf")
+      >>> state, _ = jr.run(flt, flt.init(jnp.zeros(6), 10.0 * jnp.eye(6)), X, labels)
+      >>> probs, _ = jr.predictive(state, X[:5], model)
+      >>> bool(jnp.all(jnp.argmax(probs, axis=1) == labels[:5]))
+      True
     """
     dim = positive_int("dim", dim)
     family = categorical(num_classes)
