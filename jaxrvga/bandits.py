@@ -133,7 +133,15 @@ def _num_arms(num_arms) -> int:
 def per_arm(flt: Filter, num_arms: int) -> PerArm:
     """One belief per arm, each a state of ``flt`` (any filter of the library: ``jr.kalman(None)``,
     ``jr.rvga(jr.models.logistic())``, ``jr.lrvga(...)``, ...); the input ``x`` of a round is each
-    arm's input. K = ``num_arms`` >= 2."""
+    arm's input. K = ``num_arms`` >= 2.
+
+    Args:
+      flt: the filter of each arm's belief.
+      num_arms: ``K >= 2``.
+
+    Returns:
+      A :class:`PerArm`, for :func:`thompson`, :func:`greedy` or :func:`ucb`.
+    """
     if not isinstance(flt, Filter):
         raise ValueError(f"flt must be a jaxrvga.Filter, got {type(flt).__name__}")
     return PerArm(flt, _num_arms(num_arms))
@@ -171,7 +179,16 @@ class _Head(_ByFields):
 def heads(h: Callable, family: Optional[models.Family] = None, unravel: Optional[Callable] = None) -> models.Model:
     """The model of one of K heads: ``eta = h(theta, x)[arm]`` for the input ``(x, arm)``, ``h(theta, x)``
     the K outputs (a network with K heads), ``family`` their output (default ``gaussian(None)``:
-    the noise variance learned). Build any filter on it and pass that to :func:`shared`."""
+    the noise variance learned). Build any filter on it and pass that to :func:`shared`.
+
+    Args:
+      h: ``h(theta, x) -> (K,)``, the K heads' outputs.
+      family: the output's :class:`~jaxrvga.models.Family` (default ``gaussian(None)``).
+      unravel: as :func:`jaxrvga.models.nonlinear`'s.
+
+    Returns:
+      A nonlinear :class:`~jaxrvga.models.Model` whose input is ``(x, arm)``.
+    """
     if not callable(h):
         raise ValueError(f"h must be a function h(theta, x) -> (K,), got {type(h).__name__}")
     family = models.gaussian(None) if family is None else family
@@ -181,7 +198,15 @@ def heads(h: Callable, family: Optional[models.Family] = None, unravel: Optional
 def shared(flt: Filter, num_arms: int) -> Shared:
     """One belief of a K-output model: ``flt`` built on :func:`heads` ``(h, ...)`` (any belief and
     scheme: ``jr.rvga(jr.bandits.heads(h), "ekf")``, ``jr.lrvga(...)``); a round absorbs
-    ``(x, arm)`` and the pulled arm's reward only."""
+    ``(x, arm)`` and the pulled arm's reward only.
+
+    Args:
+      flt: a filter built on :func:`heads`.
+      num_arms: ``K >= 2``, the number of heads.
+
+    Returns:
+      A :class:`Shared`, for :func:`thompson`, :func:`greedy` or :func:`ucb`.
+    """
     if not isinstance(flt, Filter):
         raise ValueError(f"flt must be a jaxrvga.Filter, got {type(flt).__name__}")
     predict = getattr(flt.model, "predict", None)
@@ -220,24 +245,59 @@ def _agent(arms, rule, alpha, standardize, scale=1.0) -> Agent:
 
 def thompson(arms, *, scale: float = 1.0, standardize: bool = False) -> Agent:
     """Thompson sampling: the best arm under one draw of the belief (module docstring). ``scale``: draws
-    of ``N(mean, scale P)`` instead (``scale < 1`` a tempered posterior, Chapelle & Li 2011; 0 is greedy)."""
+    of ``N(mean, scale P)`` instead (``scale < 1`` a tempered posterior, Chapelle & Li 2011; 0 is greedy).
+
+    Args:
+      arms: a :class:`PerArm` or :class:`Shared`.
+      scale: the covariance scale of the draws, >= 0.
+      standardize: standardise the rewards online (:class:`Welford` statistics) before the belief sees them.
+
+    Returns:
+      An :class:`Agent`.
+    """
     return _agent(arms, "thompson", 1.0, standardize, scale)
 
 
 def greedy(arms, *, standardize: bool = False) -> Agent:
-    """The best arm under the belief's mean (the plug-in)."""
+    """The best arm under the belief's mean (the plug-in).
+
+    Args:
+      arms: a :class:`PerArm` or :class:`Shared`.
+      standardize: standardise the rewards online (:class:`Welford` statistics) before the belief sees them.
+
+    Returns:
+      An :class:`Agent`.
+    """
     return _agent(arms, "greedy", 1.0, standardize)
 
 
 def ucb(arms, alpha: float = 1.0, *, standardize: bool = False) -> Agent:
-    """The arm of the largest ``E[eta_k] + alpha sd[eta_k]`` under the predictive (LinUCB's rule)."""
+    """The arm of the largest ``E[eta_k] + alpha sd[eta_k]`` under the predictive (LinUCB's rule).
+
+    Args:
+      arms: a :class:`PerArm` or :class:`Shared`.
+      alpha: the weight of the predictive standard deviation, >= 0.
+      standardize: standardise the rewards online (:class:`Welford` statistics) before the belief sees them.
+
+    Returns:
+      An :class:`Agent`.
+    """
     return _agent(arms, "ucb", alpha, standardize)
 
 
 def init(agent: Agent, state, *, stacked: bool = False) -> AgentState:
     """The agent's initial state from a state of its filter: for :func:`per_arm`, one state copied to
     every arm (``stacked=True``: a fleet already stacked along a leading axis K, e.g.
-    ``jax.vmap(flt.init)(...)``, arms of different priors); for :func:`shared`, the state itself."""
+    ``jax.vmap(flt.init)(...)``, arms of different priors); for :func:`shared`, the state itself.
+
+    Args:
+      agent: an :class:`Agent`.
+      state: a state of its filter (stacked along a leading K axis with ``stacked``).
+      stacked: ``state`` is already one state per arm.
+
+    Returns:
+      An :class:`AgentState` (no rounds played, empty reward statistics).
+    """
     K = agent.num_arms
     if isinstance(agent.arms, PerArm):
         if stacked:
@@ -296,7 +356,17 @@ def _fleet_draws(fleet, key):
 
 def scores(agent: Agent, state: AgentState, key, x):
     """The K scores whose arg max is the agent's arm for the context ``x`` (module docstring):
-    ``eta_k`` under one draw (``thompson``), at the mean (``greedy``), or ``E + alpha sd`` (``ucb``)."""
+    ``eta_k`` under one draw (``thompson``), at the mean (``greedy``), or ``E + alpha sd`` (``ucb``).
+
+    Args:
+      agent: an :class:`Agent`.
+      state: its :class:`AgentState`.
+      key: a PRNG key (used by ``thompson``).
+      x: the context, the filter's ``x`` (e.g. (d,)).
+
+    Returns:
+      The (K,) scores.
+    """
     flt = agent.arms.flt
     beliefs = state.beliefs
     if isinstance(agent.arms, PerArm):
@@ -332,7 +402,17 @@ def scores(agent: Agent, state: AgentState, key, x):
 
 
 def act(agent: Agent, state: AgentState, key, x):
-    """The arm (int32) the agent pulls for context ``x``: the arg max of :func:`scores`."""
+    """The arm (int32) the agent pulls for context ``x``: the arg max of :func:`scores`.
+
+    Args:
+      agent: an :class:`Agent`.
+      state: its :class:`AgentState`.
+      key: a PRNG key (used by ``thompson``).
+      x: the context.
+
+    Returns:
+      A 0-d int32 array in ``[0, K)``.
+    """
     return jnp.argmax(scores(agent, state, key, x)).astype(jnp.int32)
 
 
@@ -358,7 +438,18 @@ def update(agent: Agent, state: AgentState, x, arm, reward):
     ``x``. :func:`per_arm` gathers the arm's state, updates it and scatters it back (the other arms
     untouched, at the cost of one arm's update); :func:`shared` absorbs ``((x, arm), reward)``.
     A reward that is NaN or inf or an arm out of ``[0, K)`` skips the round (the belief kept) and
-    ``flagged`` is True; checked and refused with ``ValueError`` instead where they are concrete."""
+    ``flagged`` is True; checked and refused with ``ValueError`` instead where they are concrete.
+
+    Args:
+      agent: an :class:`Agent`.
+      state: its :class:`AgentState`.
+      x: the context.
+      arm: the pulled arm, an integer scalar.
+      reward: the observed reward, a real scalar.
+
+    Returns:
+      ``(state, flagged)``: the new :class:`AgentState` and a 0-d bool.
+    """
     K = agent.num_arms
     if is_concrete(arm) and not (np.ndim(arm) == 0 and 0 <= int(arm) < K):
         raise ValueError(f"arm must be an integer in [0, {K}), got {arm!r}")
@@ -429,6 +520,17 @@ def run(agent: Agent, state: AgentState, key, contexts, rewards, expected=None) 
     ``max_k expected[t, k] - expected[t, a_t]`` (the expected regret, NaN entries of ``expected``
     left out of the max). A round whose pulled reward is not finite is skipped and flagged.
     Returns a :class:`BanditRun`. Wrong shapes, T = 0 and a bad key: ``ValueError`` naming the argument.
+
+    Args:
+      agent: an :class:`Agent`.
+      state: its initial :class:`AgentState`.
+      key: a PRNG key.
+      contexts: the contexts, leading axis T.
+      rewards: the (T, K) rewards of every arm.
+      expected: the (T, K) expected rewards of the regret (default ``rewards``).
+
+    Returns:
+      A :class:`BanditRun`: the final state and the (T,) arms, rewards, regrets and flags.
     """
     if not isinstance(agent, Agent):
         raise ValueError(f"agent must be a jr.bandits agent (thompson, greedy, ucb), got {type(agent).__name__}")
@@ -485,7 +587,21 @@ def linear(num_arms: int, dim: int, rule: str = "thompson", *, prior_var: float 
       they are.
 
     ``scale``: Thompson's posterior scale (:func:`thompson`; default :data:`THOMPSON_SCALE`). The
-    choice is measured in BENCHMARKS.md, "Contextual bandits"."""
+    choice is measured in BENCHMARKS.md, "Contextual bandits".
+
+    Args:
+      num_arms: ``K >= 2``.
+      dim: ``d``, the length of a context.
+      rule: ``"thompson"``, ``"greedy"`` or ``"ucb"``.
+      prior_var: the prior variance of each arm's weights, > 0.
+      noise: ``"learned"``, ``"standardize"`` or ``(shape, rate)``, as above.
+      scale: the covariance scale of ``thompson``'s draws.
+      alpha: the weight of ``ucb``'s standard deviation.
+      dtype: the floating dtype of the state (default JAX's default float).
+
+    Returns:
+      ``(agent, state)``: an :class:`Agent` and its initial :class:`AgentState`.
+    """
     from .filters import kalman
 
     if rule not in RULES:

@@ -46,7 +46,15 @@ DEFAULT_NOISE = (1.0, 1.0)
 def check_noise(noise, dtype) -> NoiseStats:
     """``noise = (shape, rate)`` as :class:`~jaxrvga.core.NoiseStats` scalars of ``dtype``; ``ValueError``
     naming ``noise`` where it is not a pair of real scalars, or (where concrete) not finite and > 0 once
-    stored in ``dtype`` (``1e39`` overflows float32, ``1e-50`` flushes to 0)."""
+    stored in ``dtype`` (``1e39`` overflows float32, ``1e-50`` flushes to 0).
+
+    Args:
+      noise: the prior ``(shape, rate)``, a pair of real scalars.
+      dtype: the floating dtype of the state.
+
+    Returns:
+      A :class:`~jaxrvga.core.NoiseStats` of 0-d arrays of ``dtype``.
+    """
     if isinstance(noise, (str, bytes)) or not isinstance(noise, (tuple, list)) or len(noise) != 2:
         raise ValueError(f"noise must be a pair (shape, rate) of the inverse-gamma prior, got {noise!r}")
     out = []
@@ -66,7 +74,14 @@ def check_noise(noise, dtype) -> NoiseStats:
 
 
 def valid(stats: NoiseStats):
-    """Whether ``stats`` is an inverse-gamma belief: shape and rate finite and > 0 (a traced bool)."""
+    """Whether ``stats`` is an inverse-gamma belief: shape and rate finite and > 0 (a traced bool).
+
+    Args:
+      stats: a :class:`~jaxrvga.core.NoiseStats`.
+
+    Returns:
+      A bool array of the statistics' shape.
+    """
     a, b = stats
     return jnp.isfinite(a) & jnp.isfinite(b) & (a > 0) & (b > 0)
 
@@ -74,7 +89,15 @@ def valid(stats: NoiseStats):
 def stats_of(state, learned=None):
     """The :class:`~jaxrvga.core.NoiseStats` of ``state`` (``None`` where it has none). ``learned``: whether
     the model the state is used with learns its noise variance (``Family.learned_noise``); a state
-    that disagrees is a ``ValueError`` naming ``state.noise`` (``None``: not checked)."""
+    that disagrees is a ``ValueError`` naming ``state.noise`` (``None``: not checked).
+
+    Args:
+      state: a filter's state.
+      learned: whether the model learns its noise variance (None: not checked).
+
+    Returns:
+      A :class:`~jaxrvga.core.NoiseStats`, or None.
+    """
     stats = getattr(state, "noise", None)
     if learned is not None and learned != (stats is not None):
         raise ValueError("state.noise: the model learns its noise variance but the state has no statistics of it "
@@ -86,7 +109,18 @@ def stats_of(state, learned=None):
 
 def residual(model, belief, state, x, y, scale=1.0):
     """``(r, S)``: the residual ``y - h(mu, x)`` (k,) and ``S = I + scale J P J^T`` (k, k) of one checked
-    observation (:func:`jaxrvga.models.check_observation`; a GLM's ``x`` is (m, d))."""
+    observation (:func:`jaxrvga.models.check_observation`; a GLM's ``x`` is (m, d)).
+
+    Args:
+      model: the observation model.
+      belief: the :class:`~jaxrvga.beliefs.Belief` that reads ``state``.
+      state: its state.
+      x, y: one checked observation (a GLM's minibatch: ``x`` (m, d), ``y`` (m,)).
+      scale: the covariance scale (0: the plug-in, ``S = I``).
+
+    Returns:
+      ``(r, S)``, (k,) and (k, k), k the number of outputs.
+    """
     plug_in = is_plug_in(scale)  # S = I: no Jacobian needed
     if model.is_glm:
         J, eta = x, x @ state.mean
@@ -110,14 +144,32 @@ def _whitened(r, S):
 
 
 def absorb(stats: NoiseStats, r, S) -> NoiseStats:
-    """The conjugate step ``(a + k/2, b + r^T S^{-1} r / 2)`` (module docstring)."""
+    """The conjugate step ``(a + k/2, b + r^T S^{-1} r / 2)`` (module docstring).
+
+    Args:
+      stats: the :class:`~jaxrvga.core.NoiseStats` before the observation.
+      r: the residual, (k,).
+      S: its covariance in units of ``s2``, (k, k).
+
+    Returns:
+      The :class:`~jaxrvga.core.NoiseStats` after it.
+    """
     z, _ = _whitened(r, S)
     return NoiseStats(stats.shape + 0.5 * r.shape[0], stats.rate + 0.5 * (z @ z))
 
 
 def log_student_t(stats: NoiseStats, r, S):
     """``log t_{2a}(r | 0, (b / a) S)``, the one-step-ahead log predictive of a residual ``r`` (k,):
-    ``lgamma(a + k/2) - lgamma(a) - k/2 log(2 pi b) - log|S| / 2 - (a + k/2) log(1 + r^T S^{-1} r / (2 b))``."""
+    ``lgamma(a + k/2) - lgamma(a) - k/2 log(2 pi b) - log|S| / 2 - (a + k/2) log(1 + r^T S^{-1} r / (2 b))``.
+
+    Args:
+      stats: the :class:`~jaxrvga.core.NoiseStats` ``(a, b)``.
+      r: the residual, (k,).
+      S: its covariance in units of ``s2``, (k, k).
+
+    Returns:
+      The scalar log density.
+    """
     a, b = stats
     k = r.shape[0]
     z, logdet = _whitened(r, S)
@@ -126,26 +178,58 @@ def log_student_t(stats: NoiseStats, r, S):
 
 
 def expected_variance(stats: NoiseStats):
-    """``E[s2] = b / (a - 1)``, infinite for ``a <= 1``: the factor of every predictive variance."""
+    """``E[s2] = b / (a - 1)``, infinite for ``a <= 1``: the factor of every predictive variance.
+
+    Args:
+      stats: a :class:`~jaxrvga.core.NoiseStats` ``(a, b)``.
+
+    Returns:
+      An array of the statistics' shape.
+    """
     a, b = stats
     return jnp.where(a > 1, b / jnp.where(a > 1, a - 1, 1.0), jnp.inf)
 
 
 def scale_variance(stats: NoiseStats, var):
     """``E[s2] var``: a variance in units of ``s2`` as a variance of ``y``; 0 stays 0 (the plug-in's
-    epistemic variance, ``scale=0``) even where ``E[s2]`` is infinite (``a <= 1``)."""
+    epistemic variance, ``scale=0``) even where ``E[s2]`` is infinite (``a <= 1``).
+
+    Args:
+      stats: a :class:`~jaxrvga.core.NoiseStats`.
+      var: a variance (any shape) in units of ``s2``.
+
+    Returns:
+      An array of ``var``'s shape.
+    """
     return jnp.where(var == 0, jnp.zeros_like(var), expected_variance(stats) * var)
 
 
 def sample_variance(stats: NoiseStats, key, num: int):
     """``num`` draws of ``s2 ~ InvGamma(a, b)``: ``b / Gamma(a)``, the gamma draws by
-    :func:`~jaxrvga.kernels.special.gamma_draws` (a bounded loop: ``jax.random.gamma`` never returned for some keys)."""
+    :func:`~jaxrvga.kernels.special.gamma_draws` (a bounded loop: ``jax.random.gamma`` never returned for some keys).
+
+    Args:
+      stats: a :class:`~jaxrvga.core.NoiseStats` ``(a, b)`` of scalars.
+      key: a PRNG key.
+      num: the number of draws.
+
+    Returns:
+      The (num,) draws.
+    """
     a, b = stats
     return b / special.gamma_draws(key, jnp.broadcast_to(a, (num,)), jnp.result_type(a))
 
 
 def discount(stats: NoiseStats, delta) -> NoiseStats:
-    """``(delta a, delta b)``: the variance discount of a drifting noise level (module docstring)."""
+    """``(delta a, delta b)``: the variance discount of a drifting noise level (module docstring).
+
+    Args:
+      stats: a :class:`~jaxrvga.core.NoiseStats`.
+      delta: the discount in (0, 1].
+
+    Returns:
+      The discounted :class:`~jaxrvga.core.NoiseStats`.
+    """
     return NoiseStats(delta * stats.shape, delta * stats.rate)
 
 

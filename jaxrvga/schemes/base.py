@@ -89,6 +89,14 @@ def absorb(belief, prior, inc: Increment):
     """``belief`` after the precision step of ``inc`` and the mean step ``mu + P g`` (unprojected).
 
     Returns ``(state, ok)``; ``ok`` is False where the step is not positive definite.
+
+    Args:
+      belief: a :class:`~jaxrvga.beliefs.Belief`.
+      prior: its state before the step.
+      inc: the site's :class:`Increment`.
+
+    Returns:
+      ``(state, ok)``: the unprojected state and a 0-d bool.
     """
     return belief.absorb(prior, inc.X, inc.c, inc.gradient(), inc.prior_gain)
 
@@ -107,6 +115,15 @@ def limit_move(prior, new, inc: Increment, max_move: Optional[float]):
     the signature of a linearisation that overshoots (a saturated output on the wrong side,
     experiments/REPORT.md "Networks from any prior"). Returns
     ``(state, calm)``, ``calm`` False where the step was shortened. ``None``: no limit.
+
+    Args:
+      prior: the state before the step.
+      new: the state after :func:`absorb`.
+      inc: the step's :class:`Increment`.
+      max_move: the limit, > 0, or None.
+
+    Returns:
+      ``(state, calm)``: ``new`` with its mean step shortened where needed, and a 0-d bool.
     """
     if max_move is None:
         return new, jnp.asarray(True)
@@ -130,6 +147,16 @@ def iterate(belief, prior, evaluate: Callable, cfg: Iterated):
     kept. Each pass's mean step is limited by :func:`limit_move`. Returns ``(state, ok, change,
     calm)``, ``change`` the relative move of the mean in the last pass, ``calm`` False where a pass was
     shortened.
+
+    Args:
+      belief: a :class:`~jaxrvga.beliefs.Belief`.
+      prior: its state before the step, ``q_{t-1}``.
+      evaluate: ``evaluate(q, i) -> Increment``.
+      cfg: the :class:`Iterated` options (``num_iters``, ``correction``, ``update_cov_twice``, ``max_move``).
+
+    Returns:
+      ``(state, ok, change, calm)``: the unprojected state, 0-d bools ``ok`` and ``calm`` and the 0-d
+      float ``change``.
     """
     q, first, ok, calm = prior, None, jnp.asarray(True), jnp.asarray(True)
     change = jnp.zeros((), prior.mean.dtype)
@@ -151,7 +178,16 @@ def iterate(belief, prior, evaluate: Callable, cfg: Iterated):
 
 
 def info_from(change, cfg: Iterated, iterations) -> SolverInfo:
-    """Diagnostics of an iterated scheme: converged when the last pass moved the mean by <= ``tol``."""
+    """Diagnostics of an iterated scheme: converged when the last pass moved the mean by <= ``tol``.
+
+    Args:
+      change: the relative move of the mean in the last pass, a 0-d float.
+      cfg: the :class:`Iterated` options (its ``tol``).
+      iterations: the number of passes.
+
+    Returns:
+      A :class:`~jaxrvga.core.SolverInfo` of scalars.
+    """
     return solver_info(change.dtype, converged=jnp.isfinite(change) & (change <= cfg.tol),
                        residual=change, iterations=iterations)
 
@@ -199,7 +235,14 @@ class Scheme(NamedTuple):
 
 
 def check_max_move(max_move) -> Optional[float]:
-    """The guard's Mahalanobis limit: a number > 0, ``inf`` (stored as None) for no limit."""
+    """The guard's Mahalanobis limit: a number > 0, ``inf`` (stored as None) for no limit.
+
+    Args:
+      max_move: the value given.
+
+    Returns:
+      A float, or None for ``inf``; raises ``ValueError`` otherwise.
+    """
     if isinstance(max_move, bool) or not isinstance(max_move, (int, float)) or not max_move > 0:
         raise ValueError(f"max_move must be a number > 0 (inf: no limit), got {max_move!r}")
     return None if max_move == np.inf else float(max_move)
@@ -210,6 +253,15 @@ CURVATURES = ("ggn", "hessian", "empirical")
 
 
 def check_curvature(curvature, allowed):
+    """``curvature`` checked: one of :data:`CURVATURES` and one that the scheme takes.
+
+    Args:
+      curvature: the name given.
+      allowed: the names the scheme takes.
+
+    Returns:
+      ``curvature``; raises ``ValueError`` naming the schemes that take it otherwise.
+    """
     check_choice("curvature", curvature, CURVATURES)
     if curvature not in allowed:
         users = {"hessian": "scheme 'sampled'", "empirical": "schemes 'ekf' and 'moment_ekf'"}[curvature]
@@ -218,6 +270,16 @@ def check_curvature(curvature, allowed):
 
 
 def count_at_least(name, value, minimum=1):
+    """``value`` checked: an integer >= ``minimum``.
+
+    Args:
+      name: the name in the message.
+      value: the value given.
+      minimum: the least value allowed.
+
+    Returns:
+      ``value`` as an int; raises ``ValueError`` otherwise.
+    """
     value = positive_int(name, value)
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
@@ -226,7 +288,18 @@ def count_at_least(name, value, minimum=1):
 
 def absorb_limited(cfg, belief, prior, inc, info):
     """The step of ``inc`` (:func:`absorb`), its mean step limited to ``cfg.max_move``
-    (:func:`limit_move`, flagged in ``info`` where shortened): ``(state, ok, info)``."""
+    (:func:`limit_move`, flagged in ``info`` where shortened): ``(state, ok, info)``.
+
+    Args:
+      cfg: the scheme's options (its ``max_move``).
+      belief: a :class:`~jaxrvga.beliefs.Belief`.
+      prior: its state before the step.
+      inc: the site's :class:`Increment`.
+      info: the step's :class:`~jaxrvga.core.SolverInfo`.
+
+    Returns:
+      ``(state, ok, info)``.
+    """
     new, ok = absorb(belief, prior, inc)
     new, calm = limit_move(prior, new, inc, cfg.max_move)
     return new, ok, info._replace(converged=info.converged & calm)

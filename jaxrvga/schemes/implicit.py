@@ -22,6 +22,18 @@ def implicit_site(model, belief, q, X, y, max_iter):
     Logistic: the 2-D root of [RVGA] eqs. (69)-(70), curvature ``k sig'(k alpha)`` and gradient
     ``y - sig(k alpha)`` (eqs. 76-77). Other GLMs: :func:`jaxrvga.kernels.root_solvers.solve_glm`, curvature
     ``1/nu - 1/nu0`` and gradient ``(alpha - alpha0) / nu0``. Both with the previous precision.
+
+    Args:
+      model: the GLM.
+      belief: a :class:`~jaxrvga.beliefs.Belief`.
+      q: its state before the step.
+      X: the input, (1, d).
+      y: the output, (1,).
+      max_iter: the most iterations of the root solve (None: the solver's default).
+
+    Returns:
+      ``(increment, info)``: an :class:`~jaxrvga.schemes.Increment` with ``prior_gain`` and the solve's
+      :class:`~jaxrvga.core.SolverInfo`.
     """
     alpha0, nu0 = belief.marginal(q, X)
     if model.has_logistic_root:
@@ -51,6 +63,10 @@ def implicit(*, max_iter: Optional[int] = None, max_move=np.inf) -> Scheme:
     """The implicit (proximal) step of a GLM, one observation at a time ([RVGA] eqs. 69-77):
     expectations under the new belief by a root solve of at most ``max_iter`` iterations (default:
     the solver's).
+
+    Args:
+      max_iter: the most iterations of the root solve (None: the solver's default).
+      max_move: the guard's Mahalanobis limit of the mean step, > 0 (``inf``: none; :func:`limit_move`).
 
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.

@@ -32,6 +32,14 @@ def moment_weights(family, eta, jitter):
     (exactly, for the canonical links here and the Gaussian family): the jitter damps the step of
     an output whose variance vanishes (a saturated one), where the natural-parameter EKF's step
     becomes the whole predictive variance (experiments/REPORT.md, "Networks from any prior").
+
+    Args:
+      family: an elementwise :class:`~jaxrvga.models.Family`.
+      eta: the predictor's output.
+      jitter: the variance added, > 0.
+
+    Returns:
+      ``s``, of ``eta``'s shape, in [0, 1).
     """
     V = family.variance(eta)
     return V / (V + jnp.asarray(jitter, V.dtype))
@@ -41,7 +49,19 @@ def ekf_glm_site(model, q, X, y, jitter=0.0, empirical=False):
     """GLM linearised at the mean: Fisher ``F(eta)`` and score ``d log p / d eta`` ([RVGA] eq. 81),
     both scaled by ``s = V / (V + jitter)`` (:func:`moment_weights`; not for a family of fixed
     variance, :class:`~jaxrvga.models.Family`); ``empirical``: curvature
-    ``score^2`` (the empirical Fisher) in place of ``F``."""
+    ``score^2`` (the empirical Fisher) in place of ``F``.
+
+    Args:
+      model: the GLM.
+      q: the belief's state (its mean is the linearisation point).
+      X: the inputs, (m, d).
+      y: the outputs, (m,).
+      jitter: the moment-matching jitter (0: none).
+      empirical: the empirical Fisher as the curvature.
+
+    Returns:
+      An :class:`~jaxrvga.schemes.Increment` with ``c`` and ``g``.
+    """
     eta = X @ q.mean
     score = jax.vmap(jax.grad(lambda e, t: model.family.log_prob(t, e)))(eta, y)
     fisher = model.family.fisher(eta)
@@ -157,6 +177,17 @@ def linearise(model, theta, x, y, jitter=0.0, empirical: bool = False, fisher_ra
     (a curvature that never exceeds the GGN) from r pullbacks per observation instead of K; the
     gradient is unchanged. ``r = K - 1`` is exact for the categorical family (``F 1 = 0``), and
     ``K - Family.null_directions`` rows are kept by default (the same curvature in fewer columns).
+
+    Args:
+      model: the observation model.
+      theta: the linearisation point, (d,).
+      x, y: one observation (or a minibatch of a :func:`~jaxrvga.models.minibatch` model).
+      jitter: the moment-matching jitter (0: none).
+      empirical: one gradient row per observation as the curvature factor.
+      fisher_rank: the rows kept per observation of a vector output (None: the default above).
+
+    Returns:
+      ``(C, grad)``: the (r, d) curvature factor and the (d,) gradient of ``log p(y | theta, x)``.
     """
     def eta_of(th):
         return model.predict(th, x)
@@ -202,7 +233,17 @@ def _root_rank(family, eta, fisher_rank):
 
 def ekf_site(model, q, x, y, jitter=0.0, empirical=False, fisher_rank=None):
     """Any model linearised at the mean: ``X = J^T R^T``, ``g = J^T d log p / d eta`` ([RVGA] eqs. 54-55);
-    ``jitter``, ``empirical``, ``fisher_rank``: :func:`linearise`."""
+    ``jitter``, ``empirical``, ``fisher_rank``: :func:`linearise`.
+
+    Args:
+      model: the observation model.
+      q: the belief's state (its mean is the linearisation point).
+      x, y: one observation.
+      jitter, empirical, fisher_rank: as :func:`linearise`'s.
+
+    Returns:
+      An :class:`~jaxrvga.schemes.Increment` with ``X = C^T`` and ``g``.
+    """
     C, grad = linearise(model, q.mean, x, y, jitter, empirical, fisher_rank)
     return Increment(C.T, g=grad)
 
@@ -225,6 +266,11 @@ def ekf(*, curvature: str = "ggn", max_move=MAX_MOVE, fisher_rank: Optional[int]
     ``J^T F J`` (``"ggn"``) or one gradient column per observation (``"empirical"``);
     ``fisher_rank``: the leading directions of a vector output's Fisher alone (:func:`linearise`).
 
+    Args:
+      curvature: ``"ggn"`` or ``"empirical"``.
+      max_move: the guard's Mahalanobis limit of the mean step, > 0 (``inf``: none; :func:`limit_move`).
+      fisher_rank: the number of leading Fisher directions kept per observation (None: all with curvature).
+
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
 
@@ -242,6 +288,12 @@ def moment_ekf(*, jitter: float = MOMENT_JITTER, curvature: str = "ggn", max_mov
     """The EKF of a Gaussian likelihood with the output's mean and variance ``+ jitter``
     (:func:`moment_weights`), linearised at the mean: the default for nonlinear models;
     ``fisher_rank``: as :func:`ekf`.
+
+    Args:
+      jitter: added to the output's variance, > 0 (default :data:`MOMENT_JITTER`).
+      curvature: ``"ggn"`` or ``"empirical"``.
+      max_move: the guard's Mahalanobis limit of the mean step, > 0 (``inf``: none; :func:`limit_move`).
+      fisher_rank: as :func:`ekf`'s.
 
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.

@@ -11,7 +11,18 @@ from .base import MAX_MOVE, Increment, Iterated, Scheme, check_max_move, iterate
 
 
 def moment_site(model, belief, q, X, y):
-    """GLM site with Gaussian expectations under ``q`` on ``eta_i = x_i^T theta`` ([RVGA] eqs. 30-31)."""
+    """GLM site with Gaussian expectations under ``q`` on ``eta_i = x_i^T theta`` ([RVGA] eqs. 30-31).
+
+    Args:
+      model: the GLM (its ``glm_moments``).
+      belief: a :class:`~jaxrvga.beliefs.Belief`.
+      q: the belief's state under which the expectations are taken.
+      X: the inputs, (m, d).
+      y: the outputs, (m,).
+
+    Returns:
+      An :class:`~jaxrvga.schemes.Increment` (``X`` (d, m)) with ``c`` and ``coef``.
+    """
     alpha, nu = belief.marginal(q, X)
     g, h = model.glm_moments(alpha, nu, y)
     return Increment(X.T, -h, g)
@@ -24,6 +35,9 @@ def _step_moments(cfg, model, belief, prior, X, y):
 
 def explicit(*, max_move=MAX_MOVE) -> Scheme:
     """A GLM's expectations under the previous belief ([RVGA] eqs. 30-31, 78-80).
+
+    Args:
+      max_move: the guard's Mahalanobis limit of the mean step, > 0 (``inf``: none; :func:`limit_move`).
 
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
@@ -41,6 +55,11 @@ def extragrad(*, correction: bool = True, update_cov_twice: bool = True, max_mov
     ``correction`` adds the natural-parameter term that makes it exact on linear-Gaussian models
     (the paper's eq. 142 omits it); ``update_cov_twice=False`` keeps the first pass's curvature.
     ``correction=False, update_cov_twice=True`` is the paper's form.
+
+    Args:
+      correction: add the natural-parameter term of the second evaluation.
+      update_cov_twice: take the second evaluation's curvature (False: the first pass's).
+      max_move: the guard's Mahalanobis limit of the mean step, > 0 (``inf``: none; :func:`limit_move`).
 
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.

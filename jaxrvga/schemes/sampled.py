@@ -19,7 +19,14 @@ from .linearised import linearise
 
 def mean_rows(A):
     """The mean of the rows of ``A`` (K, d), as the product ``(1/K) 1^T A`` (on the CPU, XLA's reduction
-    over the leading axis of a (10, 16 641) array is about 6x slower: BENCHMARKS.md)."""
+    over the leading axis of a (10, 16 641) array is about 6x slower: BENCHMARKS.md).
+
+    Args:
+      A: a (K, d) array.
+
+    Returns:
+      The (d,) mean.
+    """
     return jnp.full(A.shape[:1], 1.0 / A.shape[0], A.dtype) @ A
 
 
@@ -28,6 +35,15 @@ def sampled_site(model, thetas, x, y, curvature: str):
 
     GGN: ``X = K^{-1/2} [J_k^T R_k^T]`` and ``g = mean_k grad log p``. Hessian (dense beliefs):
     ``-E[hess]`` by its eigen-decomposition ``Q diag(lam) Q^T`` (``lam`` may be negative).
+
+    Args:
+      model: the observation model.
+      thetas: the draws, (K, d).
+      x, y: one observation.
+      curvature: ``"ggn"`` or ``"hessian"``.
+
+    Returns:
+      An :class:`~jaxrvga.schemes.Increment`.
     """
     K = thetas.shape[0]
     if curvature == "hessian":
@@ -44,7 +60,18 @@ def sampled_site(model, thetas, x, y, curvature: str):
 
 
 def published_draws(prior, key, i, cfg: Iterated, q):
-    """Draws of the published low-rank sampled scheme: fresh (non-antithetic) or frozen noise ([LRVGA] §4.2.2)."""
+    """Draws of the published low-rank sampled scheme: fresh (non-antithetic) or frozen noise ([LRVGA] §4.2.2).
+
+    Args:
+      prior: the state before the step (unused).
+      key: the step's keys, one per pass.
+      i: the pass.
+      cfg: the :class:`~jaxrvga.schemes.Iterated` options (``num_samples``, ``frozen_noise``).
+      q: the low-rank state drawn from.
+
+    Returns:
+      The draws, (K, d).
+    """
     if not isinstance(cfg.frozen_noise, bool):
         return woodbury.sample_from_noise(q.mean, q.W, q.psi, *cfg.frozen_noise)
     return woodbury.sample(key[i], q.mean, q.W, q.psi, cfg.num_samples)
@@ -88,6 +115,13 @@ def sampled(*, num_samples: int = 100, num_iters: int = 3, tol: float = 1e-2, cu
     ``curvature``: ``"ggn"`` (``E[J^T F J]``) or ``"hessian"`` (``-E[hess]``, dense beliefs only).
     ``info.converged`` is False when the last pass moved the mean by more than ``tol (1 + |mu|)``.
 
+    Args:
+      num_samples: the antithetic draws per step, >= 2.
+      num_iters: the passes of the implicit iteration, >= 1.
+      tol: the convergence tolerance of the last pass's move.
+      curvature: ``"ggn"`` or ``"hessian"``.
+      max_move: the guard's Mahalanobis limit of the mean step, > 0 (``inf``: none; :func:`limit_move`).
+
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
 
@@ -110,6 +144,11 @@ def published_sampled(*, num_samples: int = 10, update_cov_twice: bool = False, 
     correction, the first pass's curvature kept (``update_cov_twice=False``, the authors' code), fresh draws of the projected belief (or ``frozen_noise``: ``True`` reuses the
     state's key at every step, as the authors' code; a pair ``(z, e)`` (K, d), (K, p) gives the base
     noise itself). Low-rank beliefs; no ``max_move`` (every step as published).
+
+    Args:
+      num_samples: the draws per pass.
+      update_cov_twice: take the second pass's curvature too.
+      frozen_noise: False (fresh draws), True (the state's key at every step) or a pair ``(z, e)``.
 
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
