@@ -5,10 +5,13 @@ what it returns in the Google-style sections that napoleon reads, and each facto
 packages ``beliefs``, ``schemes``, ``models`` and the modules a user calls); the numerical kernels
 and the papers' baselines are documented by their own modules.
 """
+import doctest
 import importlib
 import inspect
 import re
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 import jaxrvga as jr
@@ -85,3 +88,14 @@ def test_every_factory_shows_an_example(factory):
     doc = inspect.getdoc(factory) or ""
     assert _section(doc, "Example", "Examples"), f"{factory.__module__}.{factory.__name__} has no Example: section"
     assert ">>>" in doc or "::" in doc.split("Example")[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factory", FACTORIES, ids=lambda f: f.__name__)
+def test_every_factory_example_runs_as_shown(factory):
+    """The examples assume ``import jax, jax.numpy as jnp, jaxrvga as jr``, as the guide does."""
+    test = doctest.DocTestFinder(recurse=False).find(factory, globs={"jax": jax, "jnp": jnp, "jr": jr})[0]
+    assert test.examples, f"{factory.__name__}: no >>> example"
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0, f"{factory.__name__}: its example does not run as shown"
