@@ -559,15 +559,15 @@ def run(agent: Agent, state: AgentState, key, contexts, rewards, expected=None) 
 
 
 #: The default Thompson agent's posterior scale (:func:`linear`): 1, the exact posterior. A tempered
-#: 1/16 had the smallest regret on seeds 0-1 of digits and the wheel and lost badly on seeds 2-4 of
-#: the wheel (BENCHMARKS.md, "Contextual bandits"); the exact posterior was the most even.
+#: 1/16 has the smallest regret on seeds 0-1 of digits and the wheel and loses badly on seeds 2-4 of
+#: the wheel (BENCHMARKS.md, "Contextual bandits"); the exact posterior is the most even.
 THOMPSON_SCALE = 1.0
 
 
 #: The default agent's noise handling (:func:`linear`): rewards standardised online and the noise
 #: variance learned in those units, ``s2 ~ InvGamma(1, 1)`` a priori. A unit noise variance on the
-#: standardised rewards (the former default, ``noise="standardize"``) assumes a linear arm explains
-#: none of the reward's variance: on digits the learned ``s2`` is 0.14-0.51 and Thompson's draws were
+#: standardised rewards (``noise="standardize"``) assumes a linear arm explains
+#: none of the reward's variance: on digits the learned ``s2`` is 0.14-0.51 and Thompson's draws are
 #: 1.5-2.5 times too wide (BENCHMARKS.md, "Contextual bandits").
 NOISE_PRIOR = (1.0, 1.0)
 

@@ -57,7 +57,7 @@ from .dynamics import dynamics
 from .guard import Spec, build
 from .kernels.factor_analysis import PSI_FLOOR
 from .models import Model
-from .schemes import MAX_MOVE, MOMENT_JITTER  # noqa: F401  (read as jaxrvga.filters.MAX_MOVE by older code)
+from .schemes import MAX_MOVE, MOMENT_JITTER  # noqa: F401  (jaxrvga.filters.MAX_MOVE: a published name)
 from .validation import check_choice, positive_int
 
 #: The scheme names of :func:`rvga`, :func:`lrvga` and :func:`diag_rvga` (module table; their factories:

@@ -347,7 +347,7 @@ class _Decoder:
             self._fail(f"the state class {name!r:.80} is not registered (jaxrvga.io.register)")
         cls, check, upgrade = entry
         fields, stored = list(cls._fields), spec.get("fields")
-        # a file written before trailing fields with defaults were added (a cached Gram) lacks them
+        # a file may lack trailing fields that have defaults (a cached Gram, absent from older files): they take them
         older = isinstance(stored, list) and fields[:len(stored)] == stored \
             and all(f in cls._field_defaults for f in fields[len(stored):])
         if not older or len(children) != len(stored):

@@ -206,7 +206,7 @@ def scale_variance(stats: NoiseStats, var):
 
 def sample_variance(stats: NoiseStats, key, num: int):
     """``num`` draws of ``s2 ~ InvGamma(a, b)``: ``b / Gamma(a)``, the gamma draws by
-    :func:`~jaxrvga.kernels.special.gamma_draws` (a bounded loop: ``jax.random.gamma`` never returned for some keys).
+    :func:`~jaxrvga.kernels.special.gamma_draws` (a bounded loop, which says why).
 
     Args:
       stats: a :class:`~jaxrvga.core.NoiseStats` ``(a, b)`` of scalars.

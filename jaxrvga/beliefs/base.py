@@ -136,10 +136,10 @@ def finish_or_keep(belief, prior, new, ok):
 
     One conditional, so that a low-rank projection can rewrite the prior's ``W`` and ``psi`` in
     place (no second d x p buffer): when ``new`` holds them in its pending factor, they enter the
-    branch once, through ``new`` (passed twice, XLA copies them, and the projection's row-block loop
-    then copied ``psi`` in every block). The mean is chosen by a ``where`` outside the conditional
-    (:func:`_finish_keeping_mean`): as an output of the conditional it was copied into the branch's
-    result and held through the projection (one d-vector more at the peak).
+    branch once, through ``new`` (passed twice, XLA would copy them, and the projection's row-block
+    loop would copy ``psi`` in every block). The mean is chosen by a ``where`` outside the conditional
+    (:func:`_finish_keeping_mean`): as an output of the conditional it would be copied into the
+    branch's result and held through the projection (one d-vector more at the peak).
 
     Args:
       belief: a :class:`Belief`.

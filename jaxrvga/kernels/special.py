@@ -148,7 +148,7 @@ def softmax_probit(m, V):
     ``E[ds_k/da_k] = dE[s_k]/dm_k ~= dp_k/dm_k``, so ``Var[s_k] ~= p_k - p_k^2 - dp_k/dm_k``
     (clipped at 0). For K = 2 both equal :func:`probit_predictive` of the logit difference.
     For K >= 3 the pairwise comparisons are treated as if independent: against Monte Carlo the
-    probabilities were off by up to about 0.01 / 0.05 / 0.15 at logit standard deviations
+    probabilities are off by up to about 0.01 / 0.05 / 0.15 at logit standard deviations
     0.3 / 1 / 3 (K = 3 to 10); where the logits are that uncertain, prefer Monte Carlo.
     """
     def mean(m, V):
@@ -190,9 +190,10 @@ def gamma_draws(key, a, dtype):
     proposals (:data:`GAMMA_PROPOSALS`, the first accepted kept; none accepted: the proposal's mode
     ``d``), and ``Gamma(a) = Gamma(a + 1) U^(1 / a)`` for ``a < 1`` (their boost).
 
-    Not ``jax.random.gamma``: its rejection loop never ended for some keys and float32 shapes (JAX
-    0.10.2 on CPU, shapes (539.5, 429, 3, 2.5, 14)), which hung a whole bandit run (and would hang a draw of a learned noise variance). A bounded loop
-    costs a constant 16 normals and uniforms per draw and compiles small."""
+    Not ``jax.random.gamma``: its rejection loop does not end for some keys and float32 shapes
+    (JAX 0.10.2 on CPU, shapes (539.5, 429, 3, 2.5, 14)), which hangs a bandit run or a draw of a
+    learned noise variance. A bounded loop costs a constant 16 normals and uniforms per draw and
+    compiles small."""
     a = jnp.asarray(a, dtype)
     boosted = jnp.where(a < 1, a + 1, a)
     d = boosted - 1.0 / 3.0

@@ -99,7 +99,7 @@ class Woodbury(NamedTuple):
         The Woodbury form subtracts two terms of the size of ``Psi^{-1} v``; where the whitened
         curvature ``|B|^2`` (``B = Psi^{-1/2} W``) is large, their difference ``s0`` carries a rounding
         error of ``eps |Psi^{-1/2} v|`` along ``B``, where the posterior's standard deviation is only
-        ``1 / |B|``: in float32 with inputs of size 1e3 the mean step was off by hundreds of posterior
+        ``1 / |B|``: in float32 with inputs of size 1e3 the plain mean step is off by hundreds of posterior
         standard deviations (README, "Reliability"). The exact ``s = P v`` satisfies
         ``W^T s = y``, ``y = M^{-1} W^T Psi^{-1} v`` (Woodbury pushed through ``W``), so one correction
         ``s0 + Psi^{-1} W M^{-1} (y - W^T s0)``, itself free of cancellation, divides that error by

@@ -105,8 +105,8 @@ def _per_input_root_rows(model, theta, x, R, dlogp):
     pullbacks of the whole minibatch with the block-diagonal cotangents of :func:`_root_rows`,
     each of which ran the backward pass of all m inputs for the one that is not zero (m times the
     work). The rows are mapped out as the columns of ``C^T`` (d, m, K), the layout of the step's
-    factor ``X = C^T``: XLA then transposes them once (as rows (m K, d) they were transposed
-    into X for each of its consumers, and the step took twice as long: BENCHMARKS.md)."""
+    factor ``X = C^T``: XLA then transposes them once (as rows (m K, d) they would be transposed
+    into X for each of its consumers, which doubles the step's time: BENCHMARKS.md)."""
     def one(xi, Ri):
         _, pullback = jax.vjp(lambda th: model.per_input(th, xi), theta)
         return jax.vmap(lambda u: pullback(u)[0], out_axes=1)(Ri)  # (d, K)
