@@ -243,7 +243,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme=Non
       >>> y = (X[:, 0] > 0).astype(jnp.float32)
       >>> flt = jr.lrvga(jr.models.logistic(), rank=2)
       >>> key = jax.random.key(1)
-      >>> W0, psi0 = jr.kernels.woodbury.init_factors(key, 10, 2, prior_var=10.0)
+      >>> W0, psi0 = jr.lowrank.init_factors(key, 10, 2, prior_var=10.0)
       >>> state, _ = jr.run(flt, flt.init(jnp.zeros(10), W0, psi0), X, y)
       >>> state.W.shape
       (10, 2)
@@ -323,7 +323,7 @@ def kalman(noise_var=1.0, process_noise=None, **dynamics_options) -> Filter:
     Example:
       >>> H = jax.random.normal(jax.random.key(0), (100, 2))
       >>> y = H @ jnp.array([1.0, -1.0])
-      >>> flt = jr.kalman(noise_var=0.1, decay=0.99, additive_noise=1e-3)
+      >>> flt = jr.kalman(noise_var=0.1)
       >>> state, _ = jr.run(flt, flt.init(jnp.zeros(2), jnp.eye(2)), H, y)
       >>> state.mean.round().tolist()
       [1.0, -1.0]

@@ -45,7 +45,15 @@ AXIS = "d"
 
 
 def make_mesh(devices=None, axis_name: str = AXIS) -> Mesh:
-    """A one-axis :class:`jax.sharding.Mesh` over ``devices`` (default: all of ``jax.devices()``)."""
+    """A one-axis :class:`jax.sharding.Mesh` over ``devices`` (default: all of ``jax.devices()``).
+
+    Args:
+      devices: the devices (default ``jax.devices()``).
+      axis_name: the name of the mesh's axis.
+
+    Returns:
+      A :class:`jax.sharding.Mesh`.
+    """
     devices = jax.devices() if devices is None else list(devices)
     if len(devices) < 1:
         raise ValueError("devices must name at least one device")
@@ -72,6 +80,14 @@ def state_specs(state, d: int, mesh: Mesh):
 
     ``mean`` (d,), ``W`` (d, p) and ``psi`` (d,) of a :class:`~jaxrvga.beliefs.LowRankState` are
     sharded; scalars, solver diagnostics and PRNG keys are replicated.
+
+    Args:
+      state: a filter's state.
+      d: the dimension of the parameter.
+      mesh: the one-axis mesh.
+
+    Returns:
+      A pytree of ``PartitionSpec`` of the state's structure.
     """
     name = _axis(mesh)
 
@@ -90,14 +106,30 @@ def _shardings(specs, mesh):
 
 
 def shard_state(state, mesh: Mesh):
-    """Place a limited-memory state on ``mesh``, its d-length leaves split along ``d``."""
+    """Place a limited-memory state on ``mesh``, its d-length leaves split along ``d``.
+
+    Args:
+      state: a filter's state.
+      mesh: the one-axis mesh.
+
+    Returns:
+      The state, placed on ``mesh``.
+    """
     d = _dimension(state)
     _check_divisible(d, mesh)
     return jax.device_put(state, _shardings(state_specs(state, d, mesh), mesh))
 
 
 def shard_inputs(xs, mesh: Mesh):
-    """Place inputs ``xs`` of shape (T, d) on ``mesh``, split along ``d`` (the last axis)."""
+    """Place inputs ``xs`` of shape (T, d) on ``mesh``, split along ``d`` (the last axis).
+
+    Args:
+      xs: the inputs, (T, d).
+      mesh: the one-axis mesh.
+
+    Returns:
+      ``xs``, placed on ``mesh``.
+    """
     name = _axis(mesh)
     shape = np.shape(xs)
     if len(shape) != 2:
@@ -122,6 +154,14 @@ def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
     :mod:`jaxrvga.kernels.factor_analysis` or :mod:`jaxrvga.kernels.woodbury` should pass them ``block_rows=0``).
     The same ``(flt, mesh, d)`` give the same filter object (a bounded cache), so
     :func:`jaxrvga.run` compiles it once rather than on every call.
+
+    Args:
+      flt: a :class:`~jaxrvga.Filter`.
+      mesh: the one-axis mesh.
+      d: the dimension of the parameter.
+
+    Returns:
+      A :class:`~jaxrvga.Filter`.
     """
     if not isinstance(flt, Filter):
         raise ValueError(f"flt must be a jaxrvga Filter, got {type(flt).__name__}")
@@ -172,6 +212,12 @@ def gather(tree):
     ``jax.experimental.multihost_utils.process_allgather``; the others are copied to the host.
     PRNG key leaves stay keys (on the default device). In a multi-process run this is a
     collective: every process must call it with the same tree.
+
+    Args:
+      tree: a pytree of arrays (a state, a trace).
+
+    Returns:
+      The pytree with NumPy leaves (keys stay keys).
     """
     def leaf(x):
         if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):

@@ -1,13 +1,13 @@
 """The API page is generated from the docstrings: each public function documents its arguments and
 what it returns in the Google-style sections that napoleon reads, and each factory shows its use.
 
-"Public" is what the filter layer's modules list in ``__all__`` (the package's top level, its
-packages ``beliefs``, ``schemes``, ``models`` and the modules a user calls); the numerical kernels
-and the papers' baselines are documented by their own modules.
+"Public" is what a public module of the package lists in ``__all__``, the papers' baselines
+(``jaxrvga.baselines``) aside: they follow the papers' notation and are documented by their modules.
 """
 import doctest
 import importlib
 import inspect
+import pkgutil
 import re
 
 import jax
@@ -16,9 +16,9 @@ import pytest
 
 import jaxrvga as jr
 
-PUBLIC_MODULES = ["jaxrvga", "jaxrvga.beliefs", "jaxrvga.schemes", "jaxrvga.models", "jaxrvga.filters",
-                  "jaxrvga.core", "jaxrvga.evidence", "jaxrvga.io", "jaxrvga.bandits", "jaxrvga.dynamics",
-                  "jaxrvga.noise", "jaxrvga.average", "jaxrvga.predictive", "jaxrvga.smoother"]
+PUBLIC_MODULES = ["jaxrvga"] + [m.name for m in pkgutil.walk_packages(jr.__path__, "jaxrvga.")
+                                 if not m.name.startswith("jaxrvga.baselines")
+                                 and not any(part.startswith("_") for part in m.name.split("."))]
 
 # the factories: a filter, a model or an observation family, and the average of filters
 FACTORIES = [jr.rvga, jr.lrvga, jr.diag_rvga, jr.kalman, jr.ekf, jr.qkf, jr.mirror_prox, jr.build,
@@ -42,17 +42,30 @@ def _section(doc, *titles):
     return re.search(rf"^({'|'.join(titles)}):\s*$", doc, re.M) is not None
 
 
+def _documented_args(doc):
+    """The names that the ``Args:`` section of ``doc`` describes (``x, y:`` describes two)."""
+    block = re.search(r"^Args:\s*\n((?:[ \t]+\S.*\n?|[ \t]*\n)*)", doc, re.M).group(1)
+    lines = [line for line in block.split("\n") if line.strip()]
+    indent = min(len(line) - len(line.lstrip()) for line in lines)
+    heads = [line.strip().split(":")[0] for line in lines if len(line) - len(line.lstrip()) == indent]
+    return [name.strip().lstrip("*") for head in heads for name in head.split(",")]
+
+
 def _undocumented(functions):
     missing = []
     for name, fn in functions:
         doc = inspect.getdoc(fn) or ""
-        takes = bool(inspect.signature(fn).parameters)
+        params = inspect.signature(fn).parameters
         if not doc.strip():
             missing.append(f"{name}: no docstring")
         elif not _section(doc, "Returns", "Yields"):
             missing.append(f"{name}: no Returns: section")
-        elif takes and not _section(doc, "Args"):
+        elif params and not _section(doc, "Args"):
             missing.append(f"{name}: no Args: section")
+        elif params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            unknown = [a for a in _documented_args(doc) if a not in params]   # a renamed argument
+            if unknown:
+                missing.append(f"{name}: Args: describes {unknown}, which it does not take")
     return missing
 
 
@@ -80,7 +93,20 @@ def test_the_check_fails_on_a_function_without_the_sections():
         """
         return x
 
-    assert len(_undocumented([("summary_only", summary_only), ("no_args_section", no_args_section)])) == 2
+    def stale_name(x):
+        """A summary.
+
+        Args:
+          x, old: the inputs.
+
+        Returns:
+          ``x``.
+        """
+        return x
+
+    found = _undocumented([("summary_only", summary_only), ("no_args_section", no_args_section),
+                           ("stale_name", stale_name)])
+    assert [line.split(":")[0] for line in found] == ["summary_only", "no_args_section", "stale_name"]
 
 
 @pytest.mark.parametrize("factory", FACTORIES, ids=lambda f: f.__name__)

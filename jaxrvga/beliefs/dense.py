@@ -62,6 +62,12 @@ def sqrt_factor(cov):
     One ``lax.cond`` on a scalar chooses the route for the whole batch, so it is a real branch also for
     a batch of covariances (a fleet of beliefs); under ``jax.vmap`` of this function the cond becomes
     a select that computes both routes: pass the batch instead (as :mod:`jaxrvga.bandits` does).
+
+    Args:
+      cov: covariances, (..., d, d), symmetric positive semidefinite.
+
+    Returns:
+      ``R``, (..., d, d).
     """
     L = jnp.linalg.cholesky(cov)
     return jax.lax.cond(jnp.all(jnp.isfinite(L)), lambda c, L: L, lambda c, L: _eigen_root(c), cov, L)

@@ -56,30 +56,70 @@ PSI_FLOOR = 1e-12
 
 
 def rowdot(A, B):
-    """``Diag(A B^T) = sum_j A[:, j] * B[:, j]`` (the paper's ``A * B`` operator, Alg. 1)."""
+    """``Diag(A B^T) = sum_j A[:, j] * B[:, j]`` (the paper's ``A * B`` operator, Alg. 1).
+
+    Args:
+      A, B: arrays of one shape (..., d, p).
+
+    Returns:
+      The row sums of ``A * B``, (..., d).
+    """
     return jnp.sum(A * B, axis=-1)
 
 
 def e_step(W, psi):
-    """``(Bt, M^{-1})`` with ``Bt = Psi^{-1} W M^{-1}`` (d x p), one Cholesky of ``M`` (p x p)."""
+    """``(Bt, M^{-1})`` with ``Bt = Psi^{-1} W M^{-1}`` (d x p), one Cholesky of ``M`` (p x p).
+
+    Args:
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+
+    Returns:
+      ``(Bt, M^{-1})``, (d, p) and (p, p).
+    """
     fac = woodbury.factorize(W, psi)
     return fac.gain(), chol_inverse(fac.chol)
 
 
 def chol_inverse(chol):
-    """``A^{-1}`` (p x p, symmetrised) from the lower Cholesky factor of ``A``."""
+    """``A^{-1}`` (p x p, symmetrised) from the lower Cholesky factor of ``A``.
+
+    Args:
+      chol: the lower Cholesky factor, (p, p).
+
+    Returns:
+      The (p, p) inverse.
+    """
     return woodbury.symmetrize(cho_solve((chol, True), jnp.eye(chol.shape[0], dtype=chol.dtype)))
 
 
 def m_step(Q, C, diagS, psi_floor):
-    """Shared EM M-step: ``W = Q C^{-1}``, ``psi = Diag(S) - rowdot(W, Q)`` (module docstring)."""
+    """Shared EM M-step: ``W = Q C^{-1}``, ``psi = Diag(S) - rowdot(W, Q)`` (module docstring).
+
+    Args:
+      Q: ``S Bt``, (d, p).
+      C: the (p, p) matrix of the M-step's solve.
+      diagS: the diagonal of the target ``S``, (d,).
+      psi_floor: the relative floor of ``psi``.
+
+    Returns:
+      ``(W, psi)``, (d, p) and (d,).
+    """
     W_new = Q @ chol_inverse(jnp.linalg.cholesky(C))
     psi_new = diagS - rowdot(W_new, Q)
     return W_new, jnp.maximum(psi_new, psi_floor_value(diagS, psi_floor))
 
 
 def psi_floor_value(diagS, psi_floor):
-    """The floor of ``psi`` (module docstring): ``max(psi_floor, eps) * mean(Diag(S))``."""
+    """The floor of ``psi`` (module docstring): ``max(psi_floor, eps) * mean(Diag(S))``.
+
+    Args:
+      diagS: the diagonal of the target, (d,).
+      psi_floor: the relative floor.
+
+    Returns:
+      The scalar floor.
+    """
     return _floor_at(jnp.mean(diagS), psi_floor)
 
 
@@ -553,6 +593,21 @@ def spectral_em_step(W_prev, psi_prev, X, alpha=1.0, beta=1.0, inner_loops: int 
     (it then skips the first pass over the rows). ``tol``: ``inner_loops`` is a maximum, and the
     loops stop once a loop moves ``W`` by at most ``tol`` relative to it (Frobenius norms; the
     iterate is then stored, one more ``d x p`` array). ``details``: return a :class:`Projection`.
+
+    Args:
+      W_prev, psi_prev: the previous factors, (d, p) and (d,).
+      X: the increment's columns, (d, m).
+      alpha, beta: the weights of the previous precision and of the increment.
+      inner_loops: EM loops after the start, >= 0.
+      psi_floor: the relative floor of ``psi``.
+      block_rows: rows per block (:func:`jaxrvga.kernels.row_blocks.num_blocks`).
+      store_iterate: keep the iterate between loops (None: only with ``tol``).
+      gram: the whitened Gram of ``[W_prev, X]``, if known.
+      tol: the stopping tolerance of the loops (None: all ``inner_loops`` run).
+      details: return a :class:`Projection`.
+
+    Returns:
+      ``(W, psi, dropped)``, or a :class:`Projection` with ``details``.
     """
     if not isinstance(inner_loops, int) or isinstance(inner_loops, bool) or inner_loops < 0:
         raise ValueError(f"inner_loops must be an integer >= 0, got {inner_loops!r}")

@@ -76,7 +76,16 @@ def _f_and_scale(alpha, alpha0, nu0, d):
 
 
 def residuals(alpha, nu, alpha0, nu0, y):
-    """``(f, g)`` of [RVGA] eqs. (69)-(70)."""
+    """``(f, g)`` of [RVGA] eqs. (69)-(70).
+
+    Args:
+      alpha, nu: the candidate marginal mean and variance.
+      alpha0, nu0: the prior's marginal mean and variance along ``x``.
+      y: the label in {0, 1}.
+
+    Returns:
+      ``(f, g)``, scalars.
+    """
     k, u, s, s1, s_pos, s_neg = _logistic_terms(alpha, nu)
     f, _ = _f_and_scale(alpha, alpha0, nu0, _sig_minus_y(u, y, s, s_pos, s_neg))
     return f, nu - nu0 / (1.0 + nu0 * k * s1)
@@ -86,7 +95,16 @@ def scaled_residual(alpha, nu, alpha0, nu0, y):
     """Dimensionless residual ``max(|f| / (1 + |alpha0| + |alpha| + nu0 |sig(u) - y|), |g| / nu)``
     (0 when ``nu0 = 0``): each equation relative to the size of its terms, so that a small value
     means an accurate root at any ``nu0`` (relative to ``nu0`` alone, a float32 solve at
-    ``nu0 = 1e16`` looked converged with ``alpha`` off by a factor 2)."""
+    ``nu0 = 1e16`` would look converged with ``alpha`` off by a factor 2).
+
+    Args:
+      alpha, nu: the candidate marginal mean and variance.
+      alpha0, nu0: the prior's marginal mean and variance along ``x``.
+      y: the label in {0, 1}.
+
+    Returns:
+      The scalar residual.
+    """
     k, u, s, s1, s_pos, s_neg = _logistic_terms(alpha, nu)
     f, scale = _f_and_scale(alpha, alpha0, nu0, _sig_minus_y(u, y, s, s_pos, s_neg))
     g = nu - nu0 / (1.0 + nu0 * k * s1)
@@ -96,12 +114,30 @@ def scaled_residual(alpha, nu, alpha0, nu0, y):
 
 
 def coarse_box(alpha0, nu0, y):
-    """Coarse bounds (71)-(72) = (127)-(128): ``(alpha_min, alpha_max, nu_min, nu_max)``."""
+    """Coarse bounds (71)-(72) = (127)-(128): ``(alpha_min, alpha_max, nu_min, nu_max)``.
+
+    Args:
+      alpha0, nu0: the prior's marginal mean and variance along ``x``.
+      y: the label in {0, 1}.
+
+    Returns:
+      ``(alpha_min, alpha_max, nu_min, nu_max)``.
+    """
     return alpha0 + nu0 * (y - 1.0), alpha0 + nu0 * y, 4.0 * nu0 / (4.0 + nu0), nu0
 
 
 def refine_box(box, alpha0, nu0, y, sweeps: int = _REFINE_SWEEPS):
-    """Iterate the refinement (129)-(136), intersecting with the current box each sweep."""
+    """Iterate the refinement (129)-(136), intersecting with the current box each sweep.
+
+    Args:
+      box: ``(alpha_min, alpha_max, nu_min, nu_max)``.
+      alpha0, nu0: the prior's marginal mean and variance along ``x``.
+      y: the label in {0, 1}.
+      sweeps: the number of refinement sweeps.
+
+    Returns:
+      The refined box.
+    """
 
     def sweep(_, b):
         a_lo, a_hi, n_lo, n_hi = b
@@ -207,6 +243,14 @@ def residuals_and_jacobian(alpha, log_nu, alpha0, nu0, y):
 
     Three transcendental evaluations in all (exp, sqrt and one exp for the sigmoid),
     which is what a batch of solves under ``vmap`` pays for.
+
+    Args:
+      alpha, log_nu: the candidate marginal mean and log variance.
+      alpha0, nu0: the prior's marginal mean and variance along ``x``.
+      y: the label in {0, 1}.
+
+    Returns:
+      ``(F, J)``: the residuals (2,) and their Jacobian (2, 2).
     """
     nu = jnp.exp(log_nu)
     k, u, s, s1, s_pos, s_neg = _logistic_terms(alpha, nu)
@@ -455,6 +499,15 @@ def solve_glm(alpha0, nu0, y, expected_log_lik, max_iter: int = 50):
     dimensionless residual of the two implicit equations. ``(alpha, nu)`` are differentiable in
     ``(alpha0, nu0, y)`` and in the values ``expected_log_lik`` closes over, by the implicit
     function theorem at the minimiser.
+
+    Args:
+      alpha0, nu0: the prior's marginal mean and variance along ``x``.
+      y: the observation.
+      expected_log_lik: ``(m, v, y) -> E_{eta ~ N(m, v)}[log p(y | eta)]``.
+      max_iter: the most Newton iterations.
+
+    Returns:
+      ``(alpha, nu, info)``: the marginal of ``q_t`` and a :class:`~jaxrvga.core.SolverInfo`.
     """
     alpha0, nu0, y, dtype = _check_inputs(alpha0, nu0, y)
     degenerate = ~(nu0 > 0)

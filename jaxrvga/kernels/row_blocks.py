@@ -40,6 +40,14 @@ def num_blocks(d: int, p: int, block_rows=None) -> int:
     ``block_rows=None`` blocks only large problems (``d p >= BLOCK_MIN_ELEMENTS``) on the CPU
     (module docstring) with blocks of about :data:`BLOCK_ROWS` rows. The count must divide ``d`` with blocks of at least
     ``block_rows / 8`` rows, else 1 (a ``d`` without a suitable divisor is not blocked).
+
+    Args:
+      d: the rows of the pass.
+      p: its columns.
+      block_rows: rows per block (None: automatic; 0: one block).
+
+    Returns:
+      The number of blocks, an int >= 1.
     """
     if block_rows == 0:
         return 1
@@ -62,6 +70,14 @@ def block_sum(fn: Callable, arrays: Sequence, nb: int):
     """``sum_b fn(*[a[rows_b] for a in arrays])`` over ``nb`` equal row blocks.
 
     ``fn`` returns a pytree of small arrays (Grams); with ``nb = 1`` it is ``fn(*arrays)``.
+
+    Args:
+      fn: ``fn(*blocks) -> pytree`` of small arrays.
+      arrays: arrays with a leading axis of ``d`` rows.
+      nb: the number of blocks (dividing ``d``).
+
+    Returns:
+      The summed pytree.
     """
     if nb == 1:
         return fn(*arrays)
@@ -92,6 +108,15 @@ def block_map(fn: Callable, arrays: Sequence, nb: int, in_place: int = 0):
     copies the whole carried array in every block to stay safe (measured: ``psi`` copied
     2 x 1250 times per step at d = 1e7). With ``in_place = 0`` the new arrays are fresh buffers
     written block by block (``lax.scan`` outputs). With ``nb = 1`` it is ``fn(arrays)``.
+
+    Args:
+      fn: ``fn(blocks) -> (new_blocks, sums)``.
+      arrays: arrays with a leading axis of ``d`` rows.
+      nb: the number of blocks (dividing ``d``).
+      in_place: how many leading arrays the new blocks overwrite.
+
+    Returns:
+      ``(new_arrays, summed)``: a tuple of (d, ...) arrays and the summed pytree.
     """
     arrays = tuple(arrays)
     if nb == 1:

@@ -19,7 +19,14 @@ PROBIT_BETA = math.sqrt(8.0 / math.pi)
 
 
 def sigmoid(z):
-    """Logistic function ``1 / (1 + exp(-z))``, stable for all z."""
+    """Logistic function ``1 / (1 + exp(-z))``, stable for all z.
+
+    Args:
+      z: an array.
+
+    Returns:
+      ``sig(z)``, of ``z``'s shape.
+    """
     return jax.nn.sigmoid(z)
 
 
@@ -28,12 +35,25 @@ def sig1(z):
 
     Computed as ``sig(z) sig(-z)``, which keeps full relative precision in the tails
     (``1 - sig(z)`` cancels catastrophically for large z, notably in float32).
+
+    Args:
+      z: an array.
+
+    Returns:
+      ``sig'(z)``, of ``z``'s shape.
     """
     return jax.nn.sigmoid(z) * jax.nn.sigmoid(-z)
 
 
 def sig2(z):
-    """Second derivative of the logistic function, ``sig1(z) (1 - 2 sig(z))``."""
+    """Second derivative of the logistic function, ``sig1(z) (1 - 2 sig(z))``.
+
+    Args:
+      z: an array.
+
+    Returns:
+      ``sig''(z)``, of ``z``'s shape.
+    """
     return sig1(z) * (jax.nn.sigmoid(-z) - jax.nn.sigmoid(z))
 
 
@@ -44,6 +64,12 @@ def jj_lambda(xi):
     ``log sig(t) >= log sig(xi) + (t - xi)/2 - lambda(xi) (t^2 - xi^2)``; the QKF's
     ``R^{-1} = -2 eta = 2 lambda(xi)`` ([RVGA] eq. 90). Even in ``xi``, in (0, 1/8], with the
     limit 1/8 at ``xi = 0`` (series ``1/8 - xi^2/96`` below ``|xi| < 1e-4``).
+
+    Args:
+      xi: an array.
+
+    Returns:
+      ``lambda(xi)``, of ``xi``'s shape.
     """
     xi = jnp.abs(xi)
     small = xi < 1e-4
@@ -52,7 +78,14 @@ def jj_lambda(xi):
 
 
 def probit_k(v):
-    """Inverse-probit shrinkage ``k(v) = beta / sqrt(v + beta^2)`` in (0, 1] ([RVGA] eq. 58)."""
+    """Inverse-probit shrinkage ``k(v) = beta / sqrt(v + beta^2)`` in (0, 1] ([RVGA] eq. 58).
+
+    Args:
+      v: a variance (array), >= 0.
+
+    Returns:
+      ``k(v)``, of ``v``'s shape.
+    """
     return PROBIT_BETA / jnp.sqrt(v + PROBIT_BETA**2)
 
 
@@ -62,6 +95,12 @@ def probit_moments(m, v):
     For ``a ~ N(m, v)`` returns ``(E[sig(a)], E[sig'(a)])`` approximated by
     ``(sig(k m), k sig1(k m))`` with ``k = k(v)``. The approximation error is below
     0.014 and 0.010 respectively for all ``m`` and ``v``.
+
+    Args:
+      m, v: the mean and variance of ``a`` (arrays of one shape).
+
+    Returns:
+      ``(E[sig(a)], E[sig'(a)])``, each of ``m``'s shape.
     """
     k = probit_k(v)
     return sigmoid(k * m), k * sig1(k * m)
@@ -72,6 +111,14 @@ def logistic_predictive(mean, cov, x):
 
     ``yhat = sig(k x^T mu)`` with ``k = k(x^T P x)`` and
     ``Var = yhat (1 - yhat) (1 - k)``. ``x`` may be (d,) or a batch (n, d).
+
+    Args:
+      mean: the belief's mean, (d,).
+      cov: its covariance, (d, d).
+      x: an input (d,) or a batch (n, d).
+
+    Returns:
+      ``(yhat, var)``: scalars, or (n,) for a batch.
     """
     x = jnp.asarray(x)
     m = x @ mean
@@ -87,7 +134,14 @@ MAX_GAUSS_HERMITE = 256
 
 
 def check_num_points(num_points) -> int:
-    """``num_points`` as an int in ``[1, MAX_GAUSS_HERMITE]``; raises ``ValueError`` naming it."""
+    """``num_points`` as an int in ``[1, MAX_GAUSS_HERMITE]``; raises ``ValueError`` naming it.
+
+    Args:
+      num_points: the value given.
+
+    Returns:
+      An int.
+    """
     n = positive_int("num_points", num_points)
     if n > MAX_GAUSS_HERMITE:
         raise ValueError(f"num_points must be at most {MAX_GAUSS_HERMITE} (the largest Gauss-Hermite rule "
@@ -101,6 +155,12 @@ def gauss_hermite(num_points: int = 32):
     ``E_{z ~ N(0,1)}[f(z)] ~= sum_i w_i f(z_i)``; the weights sum to one.
     Returned as float64 NumPy arrays; cast them to the working dtype at use.
     ``num_points`` is at most :data:`MAX_GAUSS_HERMITE`.
+
+    Args:
+      num_points: the number of nodes.
+
+    Returns:
+      ``(z, w)``: nodes and weights, (num_points,) each.
     """
     z, w = np.polynomial.hermite_e.hermegauss(check_num_points(num_points))
     return z, w / w.sum()
@@ -108,13 +168,29 @@ def gauss_hermite(num_points: int = 32):
 
 def sqrt0(v):
     """``sqrt(max(v, 0))`` with derivative 0 where ``v <= 0`` (a double ``where``: sqrt's infinite slope
-    at 0 would make a gradient through a zero variance NaN)."""
+    at 0 would make a gradient through a zero variance NaN).
+
+    Args:
+      v: an array.
+
+    Returns:
+      An array of ``v``'s shape.
+    """
     pos = v > 0
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, v, 1.0)), 0.0)
 
 
 def gaussian_expectation_1d(f, m, v, num_points: int = 32):
-    """``E_{a ~ N(m, v)}[f(a)]`` by Gauss-Hermite quadrature; ``f`` maps arrays elementwise."""
+    """``E_{a ~ N(m, v)}[f(a)]`` by Gauss-Hermite quadrature; ``f`` maps arrays elementwise.
+
+    Args:
+      f: an elementwise function.
+      m, v: the mean and variance of ``a`` (arrays of one shape).
+      num_points: the number of quadrature nodes.
+
+    Returns:
+      The expectations, of ``m``'s shape.
+    """
     m = jnp.asarray(m)
     z, w = gauss_hermite(num_points)
     z = jnp.asarray(z, dtype=m.dtype)
@@ -128,6 +204,12 @@ def probit_predictive(m, v):
 
     ``E[sig(a)] ~= p = sig(k m)`` and ``Var[sig(a)] ~= p (1 - p) (1 - k)`` with ``k = k(v)``; the
     variance is that of the probability ``sig(a)``, not the Bernoulli variance ``p (1 - p)``.
+
+    Args:
+      m, v: the mean and variance of ``a`` (arrays of one shape).
+
+    Returns:
+      ``(p, var)``, each of ``m``'s shape.
     """
     k = probit_k(v)
     p = sigmoid(k * m)
@@ -150,6 +232,13 @@ def softmax_probit(m, V):
     For K >= 3 the pairwise comparisons are treated as if independent: against Monte Carlo the
     probabilities are off by up to about 0.01 / 0.05 / 0.15 at logit standard deviations
     0.3 / 1 / 3 (K = 3 to 10); where the logits are that uncertain, prefer Monte Carlo.
+
+    Args:
+      m: the logits' means, (..., K).
+      V: their covariances, (..., K, K).
+
+    Returns:
+      ``(p, var)``, each (..., K).
     """
     def mean(m, V):
         d = m[:, None] - m[None, :]
@@ -171,6 +260,12 @@ def log_softmax(eta):
     ``logsumexp(eta) = eta_a + log1p(sum_{j != a} exp(eta_j - eta_a))`` holds for any index a (so
     its gradient is exact); taking ``a = argmax`` avoids overflow and, through ``log1p``, keeps
     ``log p_a = -log1p(...)`` exact where ``1 - p_a`` is below the machine epsilon.
+
+    Args:
+      eta: the logits, (..., K).
+
+    Returns:
+      The log probabilities, (..., K).
     """
     eta = jnp.asarray(eta)
     a = jnp.argmax(eta, axis=-1)[..., None]
@@ -193,7 +288,16 @@ def gamma_draws(key, a, dtype):
     Not ``jax.random.gamma``: its rejection loop does not end for some keys and float32 shapes
     (JAX 0.10.2 on CPU, shapes (539.5, 429, 3, 2.5, 14)), which hangs a bandit run or a draw of a
     learned noise variance. A bounded loop costs a constant 16 normals and uniforms per draw and
-    compiles small."""
+    compiles small.
+
+    Args:
+      key: a PRNG key.
+      a: the shapes, > 0 (any shape).
+      dtype: the floating dtype.
+
+    Returns:
+      The draws, of ``a``'s shape.
+    """
     a = jnp.asarray(a, dtype)
     boosted = jnp.where(a < 1, a + 1, a)
     d = boosted - 1.0 / 3.0

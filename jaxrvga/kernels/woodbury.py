@@ -151,13 +151,28 @@ def cancellation_bound(h_squared, gram):
     """``2 eps |h| sqrt(1 + trace(gram))``: a bound, in standard deviations of the result, of the rounding
     of the Woodbury form ``h - B (I + B^T B)^{-1} B^T h`` (``|h|^2 = h_squared``, ``gram = B^T B``): the
     subtraction's error ``2 eps |h|`` times the largest singular value of ``B`` (at most
-    ``sqrt(trace(gram))``), the most the metric ``I + B B^T`` stretches it (:meth:`Woodbury.solve_accurate`)."""
+    ``sqrt(trace(gram))``), the most the metric ``I + B B^T`` stretches it (:meth:`Woodbury.solve_accurate`).
+
+    Args:
+      h_squared: ``|h|^2``, a scalar.
+      gram: ``B^T B``, (q, q).
+
+    Returns:
+      The scalar bound.
+    """
     eps = jnp.finfo(jnp.result_type(gram)).eps
     return 2 * eps * jnp.sqrt(h_squared * (1 + jnp.trace(gram)))
 
 
 def symmetrize(S):
-    """``(S + S^T) / 2``."""
+    """``(S + S^T) / 2``.
+
+    Args:
+      S: a square matrix.
+
+    Returns:
+      The symmetric matrix of ``S``'s shape.
+    """
     return 0.5 * (S + S.T)
 
 
@@ -173,6 +188,12 @@ def symmetric_eigh(A):
     backward error ``eps |A|``): a product of two remaining entries, and its square, is then
     above the underflow threshold ``tiny``, and a matrix without such entries is decomposed as
     by ``eigh``, bit for bit.
+
+    Args:
+      A: symmetric matrices, (..., q, q).
+
+    Returns:
+      ``(lam, V)``: eigenvalues (..., q), ascending, and eigenvectors as columns (..., q, q).
     """
     A = 0.5 * (A + jnp.swapaxes(A, -1, -2))
     largest = jnp.max(jnp.abs(A), axis=(-2, -1), keepdims=True)
@@ -190,6 +211,15 @@ def whitened_gram(W, psi, block_rows=None, nb=None):
     ``W`` may be a tuple of column blocks (:func:`_tmatmul`). Large ``W`` are streamed over row
     blocks (:func:`jaxrvga.kernels.row_blocks.num_blocks`, or ``nb`` of them), so ``B`` never exists as a
     whole ``d x p`` array.
+
+    Args:
+      W: the factor (d, p), or a tuple of column blocks.
+      psi: the diagonal, (d,), > 0.
+      block_rows: rows per block (None: :func:`jaxrvga.kernels.row_blocks.num_blocks` decides; 0: one block).
+      nb: the number of row blocks, overriding ``block_rows``.
+
+    Returns:
+      The (p, p) Gram.
     """
     parts = W if isinstance(W, tuple) else (W,)
 
@@ -210,6 +240,17 @@ def bordered_gram(gram, W, psi, X, rhs=None, block_rows=None):
     vector ``rhs``, the same pass also gives ``L^T Psi^{-1} rhs``: returns ``(gram, that)``.
     Large ``W`` are streamed over row blocks (``block_rows`` as in :func:`whitened_gram`): a
     product with the whole ``W`` may make the CPU backend pack a copy of it (float32).
+
+    Args:
+      gram: the whitened Gram of ``W``, (p, p).
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+      X: the new columns, (d, m).
+      rhs: an optional vector (d,).
+      block_rows: as :func:`whitened_gram`'s.
+
+    Returns:
+      The (p + m, p + m) Gram, or ``(gram, L^T Psi^{-1} rhs)`` with ``rhs``.
     """
     m = X.shape[1]
 
@@ -226,7 +267,16 @@ def bordered_gram(gram, W, psi, X, rhs=None, block_rows=None):
 
 
 def gram_m(W, psi, block_rows=None):
-    """``M = I_p + W^T Psi^{-1} W`` (:func:`whitened_gram`), exactly symmetric."""
+    """``M = I_p + W^T Psi^{-1} W`` (:func:`whitened_gram`), exactly symmetric.
+
+    Args:
+      W: the factor (d, p), or a tuple of column blocks.
+      psi: the diagonal, (d,), > 0.
+      block_rows: as :func:`whitened_gram`'s.
+
+    Returns:
+      The (p, p) matrix ``M``.
+    """
     return jnp.eye(width(W), dtype=psi.dtype) + whitened_gram(W, psi, block_rows)
 
 
@@ -234,6 +284,13 @@ def check_factors(W, psi):
     """Trace-time shape check of a pair ``W`` (d, p), ``psi`` (d,); returns them as arrays.
 
     ``W`` may be a tuple of column blocks (:func:`_tmatmul`), each checked.
+
+    Args:
+      W: the factor (d, p), or a tuple of column blocks.
+      psi: the diagonal, (d,).
+
+    Returns:
+      ``(W, psi)`` as arrays; raises ``ValueError`` for a shape mismatch.
     """
     if isinstance(W, tuple):
         checked = [check_factors(w, psi) for w in W]
@@ -261,6 +318,14 @@ def factorize(W, psi, gram=None) -> Woodbury:
     ``M`` is symmetric to the last bit (:func:`gram_m`) and positive definite whenever
     ``psi > 0``; its Gram is streamed over row blocks at large ``d p``. ``gram``: the whitened
     Gram ``W^T Psi^{-1} W`` when the caller has it (O(p^3), no pass over ``W``).
+
+    Args:
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+      gram: the whitened Gram ``W^T Psi^{-1} W``, (p, p), if known.
+
+    Returns:
+      A :class:`Woodbury` (its solves, quadratic forms and log-determinant reuse the factor).
     """
     W, psi = check_factors(W, psi)
     M = gram_m(W, psi) if gram is None else jnp.eye(width(W), dtype=psi.dtype) + gram
@@ -268,36 +333,87 @@ def factorize(W, psi, gram=None) -> Woodbury:
 
 
 def solve(W, psi, v):
-    """``(W W^T + diag(psi))^{-1} v`` by Woodbury ([LRVGA] eq. 27), O(d p^2); ``v`` (d,) or (d, k)."""
+    """``(W W^T + diag(psi))^{-1} v`` by Woodbury ([LRVGA] eq. 27), O(d p^2); ``v`` (d,) or (d, k).
+
+    Args:
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+      v: the right-hand side, (d,) or (d, k).
+
+    Returns:
+      An array of ``v``'s shape.
+    """
     fac = factorize(W, psi)
     return fac.solve(_check_rhs("v", v, fac.psi.shape[0]))
 
 
 def quad_form(W, psi, x):
-    """``x^T (W W^T + diag(psi))^{-1} x`` in O(d p^2)."""
+    """``x^T (W W^T + diag(psi))^{-1} x`` in O(d p^2).
+
+    Args:
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+      x: a vector, (d,).
+
+    Returns:
+      The scalar quadratic form.
+    """
     fac = factorize(W, psi)
     return fac.quad_form(_check_rhs("x", x, fac.psi.shape[0]))
 
 
 def logdet(W, psi):
-    """``logdet(W W^T + diag(psi))`` by the matrix determinant lemma, O(d p^2)."""
+    """``logdet(W W^T + diag(psi))`` by the matrix determinant lemma, O(d p^2).
+
+    Args:
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+
+    Returns:
+      The scalar log-determinant.
+    """
     return factorize(W, psi).logdet()
 
 
 def inverse_diag(W, psi):
-    """Diagonal of ``(W W^T + diag(psi))^{-1}`` (marginal variances), O(d p^2)."""
+    """Diagonal of ``(W W^T + diag(psi))^{-1}`` (marginal variances), O(d p^2).
+
+    Args:
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+
+    Returns:
+      The (d,) diagonal.
+    """
     return factorize(W, psi).inverse_diag()
 
 
 def matvec(W, psi, v):
-    """``(W W^T + diag(psi)) v`` in O(d p); no factorisation needed."""
+    """``(W W^T + diag(psi)) v`` in O(d p); no factorisation needed.
+
+    Args:
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+      v: a vector (d,) or matrix (d, k).
+
+    Returns:
+      An array of ``v``'s shape.
+    """
     W, psi = check_factors(W, psi)
     v = _check_rhs("v", v, W.shape[0])
     return W @ _tmatmul(v, W) + (psi if v.ndim == 1 else psi[:, None]) * v
 
 
 def ensemble_gain(W, psi):
-    """``L = Psi^{-1} W M^{-1}`` (d x p) of Proposition 1 ([LRVGA] §4.2.2)."""
+    """``L = Psi^{-1} W M^{-1}`` (d x p) of Proposition 1 ([LRVGA] §4.2.2).
+
+    Args:
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+
+    Returns:
+      ``L``, (d, p).
+    """
     return factorize(W, psi).gain()
 
 
@@ -335,6 +451,16 @@ def sample(key, mean, W, psi, num: int):
 
     Fresh noise from ``key`` fed to :func:`sample_from_noise` (Proposition 1, corrected:
     ``x + L(eps - W^T x)``). Cost O(num d p + d p^2); no d x d matrix.
+
+    Args:
+      key: a PRNG key.
+      mean: the mean, (d,).
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+      num: the number of samples.
+
+    Returns:
+      The (num, d) samples.
     """
     W, psi = check_factors(W, psi)
     d, p = W.shape
@@ -374,6 +500,14 @@ def init_factors(key, dim: int, rank: int, prior_var, eps: float = 1e-8, dtype=N
     ``psi0_i = (1 - eps) / sigma_i^2`` and row i of ``W0`` is divided by ``sigma_i``
     (trace-matched in expectation).
 
+    Args:
+      key: a PRNG key for the directions of ``W0``.
+      dim: ``d``.
+      rank: ``p``.
+      prior_var: ``sigma0^2``, a scalar or a (d,) vector, > 0.
+      eps: the share of the prior precision's trace given to ``W0``, in (0, 1).
+      dtype: the floating dtype (default JAX's default float).
+
     Returns:
       ``(W0, psi0)`` of shapes (d, p) and (d,).
     """
@@ -393,6 +527,17 @@ def init_factors_plain(key, dim: int, rank: int, prior_var, scale: float = 1e-2,
     ``psi0 = 1 / prior_var`` and ``W0 = scale * N(0, 1)`` entrywise (``scale`` is 1e-3
     in [LRVGA] Fig. 3 and 1e-2 in Fig. 4). Not trace-matched: the initial precision
     exceeds ``P0^{-1}`` by ``W0 W0^T``.
+
+    Args:
+      key: a PRNG key for ``W0``.
+      dim: ``d``.
+      rank: ``p``.
+      prior_var: the prior variance, a scalar or a (d,) vector, > 0.
+      scale: the standard deviation of ``W0``'s entries.
+      dtype: the floating dtype (default JAX's default float).
+
+    Returns:
+      ``(W0, psi0)`` of shapes (d, p) and (d,).
     """
     dim, rank = _check_init_args(dim, rank, prior_var)
     dtype = jnp.result_type(float) if dtype is None else dtype
@@ -401,12 +546,28 @@ def init_factors_plain(key, dim: int, rank: int, prior_var, scale: float = 1e-2,
 
 
 def to_dense_precision(W, psi):
-    """Dense ``W W^T + diag(psi)``. O(d^2 p) time, O(d^2) memory: tests and evaluation only."""
+    """Dense ``W W^T + diag(psi)``. O(d^2 p) time, O(d^2) memory: tests and evaluation only.
+
+    Args:
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+
+    Returns:
+      The (d, d) precision.
+    """
     return W @ W.T + jnp.diag(psi)
 
 
 def to_dense_covariance(W, psi):
-    """Dense ``(W W^T + diag(psi))^{-1}`` by Woodbury. O(d^2 p): tests and evaluation only."""
+    """Dense ``(W W^T + diag(psi))^{-1}`` by Woodbury. O(d^2 p): tests and evaluation only.
+
+    Args:
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+
+    Returns:
+      The (d, d) covariance.
+    """
     return factorize(W, psi).solve(jnp.eye(W.shape[0], dtype=W.dtype))
 
 
