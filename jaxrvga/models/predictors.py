@@ -177,8 +177,8 @@ def poisson() -> Model:
       >>> counts = jax.random.poisson(jax.random.key(1), rate)
       >>> flt = jr.rvga(jr.models.poisson())
       >>> state, _ = jr.run(flt, flt.init(jnp.zeros(2), jnp.eye(2)), X, counts)
-      >>> state.mean.round(1).tolist()
-      [0.5, -0.5]
+      >>> bool(jnp.allclose(state.mean, jnp.array([0.5, -0.5]), atol=0.2))
+      True
     """
     return Model("glm", poisson_family(), linear_predict, _poisson_moments, None, _poisson_expected)
 
