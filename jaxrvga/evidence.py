@@ -58,7 +58,7 @@ def log_evidence(flt: Filter, state, xs, ys, *, model: Optional[models.Model] = 
     filter and model built from plain Python values, that scan is compiled once per configuration
     and shapes and reused by the next call. The low-rank
     belief's projection differentiates an eigendecomposition, whose derivative is undefined where
-    eigenvalues repeat: start it from generic factors (:func:`jaxrvga.kernels.woodbury.init_factors`), not
+    eigenvalues repeat: start it from generic factors (:func:`jaxrvga.kernels.lowrank.init_factors`), not
     ``W = 0`` (NaN gradients).
 
     Args:
