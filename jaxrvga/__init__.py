@@ -16,7 +16,7 @@ from .evidence import log_evidence, trace_log_predictive
 from .filters import build, diag_rvga, ekf, kalman, lrvga, mirror_prox, qkf, rvga
 from .kernels import factor_analysis
 from .kernels import lowrank
-from .predictive import log_predictive, predictive, predictive_scores
+from .posterior_predictive import log_predictive, predictive, predictive_scores
 from .smoother import rts_smoother
 
 __version__ = "0.1.0"

@@ -127,6 +127,17 @@ def test_the_published_names_keep_working():
     assert W2.shape == (6, 2) and bool(jnp.all(psi2 > 0))
 
 
+def test_no_module_is_shadowed_by_a_name_of_its_package():
+    """``import jaxrvga.x.y as m`` gives the module ``y``: no function or value of the package ``x``
+    carries a module's name (a factory named like its module would be returned instead)."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.stem.startswith("_"):
+            continue
+        name = ".".join(("jaxrvga",) + path.relative_to(PACKAGE).with_suffix("").parts)
+        parent, _, leaf = name.rpartition(".")
+        assert isinstance(getattr(importlib.import_module(parent), leaf), types.ModuleType), name
+
+
 def test_a_renamed_module_is_served_under_its_former_name_with_a_warning():
     """``jr.kernels.woodbury`` (the low-rank algebra's name before ``lowrank``) still works, warned;
     an unknown name is still an ``AttributeError``."""

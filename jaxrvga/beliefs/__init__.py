@@ -7,7 +7,7 @@ A belief is a small configuration object whose methods act on a state (a NamedTu
 * :class:`Diagonal` - precision ``diag(psi)`` (mean field), :class:`~jaxrvga.beliefs.DiagonalState`, O(d).
 
 All offer the same operations (the contract :class:`Belief`; :func:`of_state` gives the belief that
-reads a state, which is how :mod:`jaxrvga.predictive` asks it):
+reads a state, which is how :mod:`jaxrvga.posterior_predictive` asks it):
 
 * ``predict(state, dynamics)``: the prediction step under :class:`~jaxrvga.dynamics.Dynamics`,
   ``N(gamma mu + (1 - gamma) m, gamma^2 (1 + eta) P + Q)`` (exact for every belief);
