@@ -2,7 +2,7 @@
 
 The default L-RVGA step (EKF, logistic, minibatch of one) timed in one process three ways: the
 correction never taken (``CANCELLATION_TOL = inf``, the plain Woodbury step), taken where its bound
-asks (the default, :meth:`jaxrvga.kernels.woodbury.Woodbury.solve_accurate`) and always taken
+asks (the default, :meth:`jaxrvga.kernels.lowrank.Woodbury.solve_accurate`) and always taken
 (``CANCELLATION_TOL = 0``), for float32 and float64 states; it prints ms per step and the ratio to
 the plain step, and whether the default took the correction (the mean differs from the plain one).
 """
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxrvga as jr
-from jaxrvga.kernels import woodbury
+from jaxrvga.kernels import lowrank
 
 
 def _time(flt, state, X, y, repeat):
@@ -45,14 +45,14 @@ def main(argv=None):
     print(f"d = {args.d}, p = {args.p}, {args.steps} steps, best of {args.repeat}")
     print(f"{'dtype':8s} {'plain ms':>9s} {'default ms':>11s} {'always ms':>10s} {'default/plain':>14s} "
           f"{'always/plain':>13s} {'default corrects':>17s}")
-    default_tol = woodbury.CANCELLATION_TOL
+    default_tol = lowrank.CANCELLATION_TOL
     try:
         for dtype in (jnp.float32, jnp.float64):
             state = flt.init(jnp.zeros(args.d, dtype), W0.astype(dtype), psi0.astype(dtype))
             Xd, yd = jnp.asarray(X, dtype), jnp.asarray(y, dtype)
             times, means = {}, {}
             for name, tol in (("plain", np.inf), ("default", default_tol), ("always", 0.0)):
-                woodbury.CANCELLATION_TOL = tol
+                lowrank.CANCELLATION_TOL = tol
                 jax.clear_caches()
                 times[name], means[name] = _time(flt, state, Xd, yd, args.repeat)
             corrects = not np.array_equal(np.asarray(means["default"]), np.asarray(means["plain"]))
@@ -60,7 +60,7 @@ def main(argv=None):
                   f"{times['default'] / times['plain']:14.2f} {times['always'] / times['plain']:13.2f} "
                   f"{str(corrects):>17s}")
     finally:
-        woodbury.CANCELLATION_TOL = default_tol
+        lowrank.CANCELLATION_TOL = default_tol
 
 
 if __name__ == "__main__":

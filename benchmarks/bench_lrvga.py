@@ -18,7 +18,7 @@ in :mod:`benchmarks.numpy_baselines`:
 
 Both sides take the best of 3 repetitions (the machine may be shared). Data: ``x_t ~ N(0,
 I_d / d)``, ``y`` from a fixed Gaussian ``theta*``; factors from
-:func:`jaxrvga.kernels.woodbury.init_factors` (prior variance 1). ``max |diff|`` is the largest
+:func:`jaxrvga.kernels.lowrank.init_factors` (prior variance 1). ``max |diff|`` is the largest
 difference of the final means (the NumPy side runs in the input dtype, except that its
 ``np.eye`` / ``np.linalg.inv`` p x p parts are float64, as a user's transcription would be).
 The number of steps per case shrinks with ``d p^2`` to keep the whole run to minutes.

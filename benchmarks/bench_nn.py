@@ -338,7 +338,7 @@ def profile(repeat, n=200):
     """
     from jaxrvga.kernels import factor_analysis as fa
     from jaxrvga import schemes
-    from jaxrvga.kernels import woodbury as lowrank
+    from jaxrvga.kernels import lowrank
     Xtr, ytr, _, _ = digits()
     theta0, h = mlp(jax.random.PRNGKey(0))
     d = theta0.shape[0]

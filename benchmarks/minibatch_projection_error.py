@@ -20,13 +20,13 @@ import numpy as np
 import jaxrvga as jr
 from benchmarks import bench_minibatch as bm
 from jaxrvga import schemes
-from jaxrvga.kernels import woodbury
+from jaxrvga.kernels import lowrank
 
 
 def by_product(W, psi, X, gram):
     """The start as before this change: ``W_0 = L V_p``, ``psi_0 = psi + rowsum((L V_r)^2)``."""
     p = W.shape[1]
-    lam, V = woodbury.symmetric_eigh(gram)
+    lam, V = lowrank.symmetric_eigh(gram)
     q = gram.shape[0]
     L = jnp.concatenate([W, X], axis=1)
     R = L @ V[:, :q - p]

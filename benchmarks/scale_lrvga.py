@@ -132,7 +132,7 @@ def measure(model_name: str, d: int, p: int, steps: int, dtype_name: str, inner_
         W0 = jax.lax.fori_loop(0, nb, lambda i, W: W.at[i].set(draw(i) * scale),
                                jnp.zeros((nb, d // nb, p), dtype)).reshape(d, p)
         psi0 = jnp.full(d, 1.0 - 1e-8, dtype)
-        gram = None if published else jr.kernels.woodbury.whitened_gram(W0, psi0)  # the default's cached Gram
+        gram = None if published else jr.kernels.lowrank.whitened_gram(W0, psi0)  # the default's cached Gram
         return jr.LowRankState(jnp.zeros(d, dtype), W0, psi0, jnp.asarray(0, jnp.int32), core.solver_info(dtype),
                                None, gram)
 

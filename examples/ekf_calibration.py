@@ -43,7 +43,7 @@ def dispersion(state, h, X, y, key, num_samples: int = 512) -> dict:
     (n, 64), labels ``y``."""
     J = jax.vmap(jax.grad(h), in_axes=(None, 0))(state.mean, X)  # (n, d)
     m = jax.vmap(h, in_axes=(None, 0))(state.mean, X)
-    v = jr.kernels.woodbury.factorize(state.W, state.psi).quad_form(J.T)
+    v = jr.kernels.lowrank.factorize(state.W, state.psi).quad_form(J.T)
     out = {"plug_in_ece": _ece(jax.nn.sigmoid(m), y),
            "linearised_ece": _ece(jr.kernels.special.probit_predictive(m, v)[0], y),
            "diagonal_share": float(jnp.median(jnp.sum(J**2 / state.psi, axis=1) / v)),

@@ -137,7 +137,7 @@ def lrvga_kl_curve(prob: Problem, flt, state0, full=False):
     final, kl, t = run_snapshots(flt, state0, prob.X, prob.y, stride, extract, *args)
     kl0 = float(jax.jit(extract)(state0, *args))
     t = np.concatenate([[0], t])
-    cov = final.cov if full else jr.kernels.woodbury.to_dense_covariance(final.W, final.psi)
+    cov = final.cov if full else jr.kernels.lowrank.to_dense_covariance(final.W, final.psi)
     terms = kl_terms(final.mean, cov, prob.z_big, prob.X, prob.y, prob.m0, prob.sigma0**2,
                      batch_size=TERMS_BATCH)
     return t, np.concatenate([[kl0], np.asarray(kl)]), final, np.asarray(terms)

@@ -204,7 +204,7 @@ def make_fitters(d: int, sigma0: float) -> dict[str, Callable]:
             del P0  # the prior sigma0^2 I is encoded in (W0, psi0), trace-matched ([LRVGA] App. D)
             flt = lr_flts[p]
             final, ok, res = one_pass(flt, flt.init(mu0, W0, psi0), X, y)
-            return dict(mean=final.mean, cov=jr.kernels.woodbury.to_dense_covariance(final.W, final.psi),
+            return dict(mean=final.mean, cov=jr.kernels.lowrank.to_dense_covariance(final.W, final.psi),
                         ok=ok, iterations=jnp.asarray(1), residual=res)
         return fit
 

@@ -60,7 +60,7 @@ def linear_table(ranks, N):
                 continue  # the buffer's columns do not fit beside rank p
             flt = jr.lrvga(jr.models.linear_gaussian(), rank=p, **kw)
             s, _ = jr.run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
-            cov = np.asarray(jr.kernels.woodbury.to_dense_covariance(s.W, s.psi))
+            cov = np.asarray(jr.kernels.lowrank.to_dense_covariance(s.W, s.psi))
             mean = np.asarray(s.mean)
             rows.append((p, name, gaussian_kl(mean, cov, m, P), np.linalg.norm(mean - m) / np.linalg.norm(m)))
     return rows

@@ -37,7 +37,7 @@ P_RANK = 10
 M_KL4 = 4
 
 
-def frozen_noise(d, p, K, seed=1):
+def frozen_draws(d, p, K, seed=1):
     """The authors' frozen base noise ``np.random.seed(seed); mvn(0, I_d, K); mvn(0, I_p, K)``."""
     rs = np.random.RandomState(seed)
     z = rs.multivariate_normal(np.zeros(d), np.identity(d), size=(K,))
@@ -47,7 +47,7 @@ def frozen_noise(d, p, K, seed=1):
 
 def methods(d, p):
     out = [("baseline", lrvga(MODEL, rank=p, scheme="extragrad", published=True), False)]
-    out += [(f"K={K}", lrvga(MODEL, rank=p, scheme="sampled", frozen_noise=frozen_noise(d, p, K), published=True), False)
+    out += [(f"K={K}", lrvga(MODEL, rank=p, scheme="sampled", frozen_draws=frozen_draws(d, p, K), published=True), False)
             for K in KS]
     out += [("K=10 fresh", lrvga(MODEL, rank=p, scheme="sampled", num_samples=10, published=True), True)]
     return out

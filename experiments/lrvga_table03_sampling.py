@@ -15,10 +15,10 @@ Rows, for ``E[sig(x^T theta)]``, ``theta ~ N(mu, (W W^T + Psi)^{-1})``:
 * baseline: the inverse-probit closed form ``sig(k x^T mu)``, ``k = k(x^T P x)`` ([LRVGA] eqs. 50-52);
 * Cholesky sampling: ``mu + chol(P) z_i`` with the dense P (full mode only: an 800 MB d x d matrix);
 * ensemble sampling: ``(I - L W^T) z_i / sqrt(psi) + L e_i`` ([LRVGA] §4.2.2,
-  :func:`jaxrvga.kernels.woodbury.sample_from_noise`), O(K d p);
+  :func:`jaxrvga.kernels.lowrank.sample_from_draws`), O(K d p);
 * extra: the exact expectation (Gauss-Hermite on ``x^T theta ~ N(x^T mu, x^T P x)``, 200 nodes).
 
-Trace column: exact ``Tr P`` (:func:`jaxrvga.kernels.woodbury.inverse_diag`) for the baseline, the empirical
+Trace column: exact ``Tr P`` (:func:`jaxrvga.kernels.lowrank.inverse_diag`) for the baseline, the empirical
 ``mean_i ||theta_i - mu||^2`` for the samplers. The paper's empirical traces (9.66, 9.53) come from
 the ``'Sampling'`` test whose normals are drawn *before* the seed is set, so they cannot be
 reproduced; ours use the seeded normals above.
@@ -32,7 +32,7 @@ import numpy as np
 
 from experiments.common import cli, write_csv
 
-from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels import lowrank
 from jaxrvga.kernels import special  # noqa: E402
 
 D, P, K = 10000, 10, 10
@@ -88,7 +88,7 @@ def run(quick: bool, out: Path) -> dict:
         rows["Cholesky sampling"] = (float(np.mean(np.sum((th - mu) ** 2, axis=1))),
                                      float(np.mean(sig(th @ x))))
         del th
-    th = np.asarray(lowrank.sample_from_noise(jnp.asarray(mu), Wj, psij, jnp.asarray(z), jnp.asarray(e)))
+    th = np.asarray(lowrank.sample_from_draws(jnp.asarray(mu), Wj, psij, jnp.asarray(z), jnp.asarray(e)))
     rows["ensemble sampling"] = (float(np.mean(np.sum((th - mu) ** 2, axis=1))),
                                  float(np.mean(sig(th @ x))))
     nodes, weights = np.polynomial.hermite_e.hermegauss(200)

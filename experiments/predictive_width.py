@@ -107,7 +107,7 @@ def eta_parts(h, state, x, masks=None):
 
 def chol_m(state):
     """Lower Cholesky factor of ``M = I + W^T D W`` (the state's cached Gram where it has one)."""
-    return jr.kernels.woodbury.factorize(state.W, state.psi, state.gram).chol
+    return jr.kernels.lowrank.factorize(state.W, state.psi, state.gram).chol
 
 
 def correction(L, B):

@@ -15,8 +15,8 @@ from .core import (Filter, SolverInfo, masked_update, prequential, run, scan, st
 from .evidence import log_evidence, trace_log_predictive
 from .filters import build, diag_rvga, ekf, kalman, lrvga, mirror_prox, qkf, rvga
 from .kernels import factor_analysis
-from .kernels import woodbury as lowrank  # the published name of the low-rank algebra
-from .predictive import log_predictive, predictive, predictive_scores
+from .kernels import lowrank
+from .posterior_predictive import log_predictive, predictive, predictive_scores
 from .smoother import rts_smoother
 
 __version__ = "0.1.0"

@@ -42,7 +42,7 @@ from .beliefs.dense import GaussianState, sqrt_factor
 from .beliefs.reading import sample_of
 from .core import Filter, SolverInfo, check_solver_info, solver_info
 from .kernels.special import check_num_points
-from .predictive import Predictive, log_predictive, log_predictive_of, predictive, predictive_of
+from .posterior_predictive import Predictive, log_predictive, log_predictive_of, predictive, predictive_of
 from .validation import is_concrete
 
 

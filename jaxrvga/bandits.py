@@ -52,7 +52,7 @@ from .beliefs import GaussianState, of_state, sample
 from .beliefs.dense import sqrt_factor
 from .core import Filter
 from .kernels import special
-from .predictive import predictive
+from .posterior_predictive import predictive
 from .validation import check_key, is_concrete, positive_int
 
 #: The rules of an :class:`Agent`.

@@ -61,7 +61,7 @@ class Dynamics(NamedTuple):
         eta = 0.0 if self.process_noise is None else jnp.asarray(self.process_noise, dtype)
         return jnp.asarray(gamma**2 * (1.0 + eta), dtype)
 
-    def noise(self, dtype):
+    def additive_variance(self, dtype):
         """``q`` (scalar or (d,)), the variances added to the covariance, or ``None``."""
         return None if self.additive_noise is None else jnp.asarray(self.additive_noise, dtype)
 

@@ -2,12 +2,12 @@
 
 Before observation ``t`` a filter holds the predicted belief ``q_t(theta)`` (its prior for that
 observation, :meth:`~jaxrvga.Filter.predict`); ``log p(y_t | y_{1:t-1}) = log E_{q_t}[p(y_t | theta,
-x_t)]`` (:func:`jaxrvga.predictive.log_predictive`) is the prequential score of online learning,
+x_t)]`` (:func:`jaxrvga.posterior_predictive.log_predictive`) is the prequential score of online learning,
 and their sum is the log evidence ``log p(y_{1:T})`` (the prediction error decomposition of the
 Kalman filter). For the linear-Gaussian model every term is exact, so the sum is the exact log
 marginal likelihood, ``log N(y | X mu_0, X P_0 X^T + s2 I)`` for a static parameter; for other
 models it is the evidence of the filter's Gaussian approximations (the terms as
-:func:`~jaxrvga.predictive.log_predictive` states them).
+:func:`~jaxrvga.posterior_predictive.log_predictive` states them).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from . import beliefs, models
 from .core import NoiseStats
 from ._values import Bound, by_value
 from .core import Filter, Prequential, scan
-from .predictive import log_predictive
+from .posterior_predictive import log_predictive
 from .validation import check_positive, is_concrete
 
 
@@ -30,7 +30,7 @@ def trace_log_predictive(model: models.Model, *, key=None, num_samples: int = 10
                          num_points: int = 32) -> Prequential:
     """A trace of :func:`jaxrvga.run` giving ``log p(y_t | y_{1:t-1})`` per step (a :class:`~jaxrvga.core.Prequential`).
 
-    Each step's value is :func:`~jaxrvga.predictive.log_predictive` of ``(x_t, y_t)`` under the
+    Each step's value is :func:`~jaxrvga.posterior_predictive.log_predictive` of ``(x_t, y_t)`` under the
     predicted belief, with the same options; with a ``key``, step ``t`` uses
     ``fold_in(key, t)`` (the state's step counter), so the draws differ from step to step and a
     run is reproducible. Usage: ``_, lp = jr.run(flt, state, xs, ys, jr.trace_log_predictive(model))``.
@@ -38,7 +38,7 @@ def trace_log_predictive(model: models.Model, *, key=None, num_samples: int = 10
     Args:
       model: the observation model of the filter (:mod:`jaxrvga.models`).
       key: a PRNG key for the Monte-Carlo estimates (None: the deterministic ones, where the model has them).
-      num_samples, num_points: as :func:`~jaxrvga.predictive.log_predictive`'s.
+      num_samples, num_points: as :func:`~jaxrvga.posterior_predictive.log_predictive`'s.
 
     Returns:
       A :class:`~jaxrvga.core.Prequential` trace function; the run's trace is the (T,) log predictive
@@ -67,7 +67,7 @@ def log_evidence(flt: Filter, state, xs, ys, *, model: Optional[models.Model] = 
     filter and model built from plain Python values, that scan is compiled once per configuration
     and shapes and reused by the next call. The low-rank
     belief's projection differentiates an eigendecomposition, whose derivative is undefined where
-    eigenvalues repeat: start it from generic factors (:func:`jaxrvga.kernels.woodbury.init_factors`), not
+    eigenvalues repeat: start it from generic factors (:func:`jaxrvga.kernels.lowrank.init_factors`), not
     ``W = 0`` (NaN gradients).
 
     Args:

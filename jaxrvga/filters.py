@@ -65,7 +65,7 @@ from .validation import check_choice, positive_int
 SCHEMES = tuple(schemes.FACTORIES)
 #: The options of the schemes that the factories take by name (:func:`scheme_named`).
 SCHEME_OPTIONS = ("num_iters", "num_samples", "curvature", "max_iter", "correction", "update_cov_twice", "tol",
-                  "jitter", "max_move", "frozen_noise", "fisher_rank")
+                  "jitter", "max_move", "frozen_draws", "fisher_rank")
 #: The options of the prediction step (:func:`jaxrvga.dynamics.dynamics`).
 DYNAMICS_OPTIONS = tuple(inspect.signature(dynamics).parameters)
 
@@ -102,7 +102,7 @@ def scheme_named(model: Model, name: Optional[str] = None, *, published: bool = 
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
     name = _default_scheme(model) if name is None else name
     check_choice("scheme", name, SCHEMES)
-    given = {k: v for k, v in options.items() if v is not None and not (k == "frozen_noise" and v is False)}
+    given = {k: v for k, v in options.items() if v is not None and not (k == "frozen_draws" and v is False)}
     curvature = given.pop("curvature", "ggn")
     if not model.is_glm and name in ("implicit", "explicit"):  # the Monte-Carlo implicit iteration
         if name == "explicit":
@@ -110,8 +110,8 @@ def scheme_named(model: Model, name: Optional[str] = None, *, published: bool = 
                 raise ValueError("num_iters: the explicit scheme is one pass; use scheme='sampled'")
             given["num_iters"] = 1
         name = "sampled"
-    if "frozen_noise" in given and not (published and name == "sampled"):
-        raise ValueError("frozen_noise is only used by scheme='sampled' with published=True")
+    if "frozen_draws" in given and not (published and name == "sampled"):
+        raise ValueError("frozen_draws is only used by scheme='sampled' with published=True")
     factory = schemes.FACTORIES[name]
     if published:
         factory, given = _published_form(name, factory, given)
@@ -201,7 +201,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme=Non
     Same schemes and options as :func:`rvga`, the dynamics included (``max_move`` is refused with
     ``published``, which takes every step as published; ``curvature="hessian"`` is refused: the
     low-rank precision needs a PSD curvature factor; ``num_samples`` defaults to 10, since every
-    draw adds a column to the step's factor; ``frozen_noise`` below), plus:
+    draw adds a column to the step's factor; ``frozen_draws`` below), plus:
 
     Args:
       rank: ``p``, the columns of ``W`` (1 <= p <= d).
@@ -220,7 +220,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme=Non
         :func:`scheme_named`): reproduces the paper and the authors' code. The default projects the exact precision step from a spectral warm
         start and takes the mean step before projecting, which is exact at full rank
         (experiments/REPORT.md).
-      frozen_noise: ``sampled`` with ``published``: ``True`` reuses the state's key at every
+      frozen_draws: ``sampled`` with ``published``: ``True`` reuses the state's key at every
         step (the authors' code); a pair ``(z, e)`` (K, d), (K, p) gives the base noise itself.
       psi_floor: relative floor of ``psi`` (:mod:`jaxrvga.kernels.factor_analysis`).
       block_rows: row blocks of the projection (:func:`jaxrvga.kernels.row_blocks.num_blocks`; 0: one block).

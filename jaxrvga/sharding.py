@@ -151,7 +151,7 @@ def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
     Each device's rows form one block (no row blocks across devices): a filter of a low-rank belief
     is rebuilt with ``block_rows=0`` (:func:`jaxrvga.filters.with_block_rows`); other filters are
     used as they are (a hand-written filter that calls the row-blocked functions of
-    :mod:`jaxrvga.kernels.factor_analysis` or :mod:`jaxrvga.kernels.woodbury` should pass them ``block_rows=0``).
+    :mod:`jaxrvga.kernels.factor_analysis` or :mod:`jaxrvga.kernels.lowrank` should pass them ``block_rows=0``).
     The same ``(flt, mesh, d)`` give the same filter object (a bounded cache), so
     :func:`jaxrvga.run` compiles it once rather than on every call.
 

@@ -95,7 +95,7 @@ def rts_smoother(flt: Filter, filtered_means, filtered_covs) -> Smoothed:
     dyn, means, covs = _check(flt, filtered_means, filtered_covs)
     dtype = means.dtype
     gamma = jnp.asarray(1.0 if dyn.decay is None else dyn.decay, dtype)
-    s, q = dyn.cov_scale(dtype), dyn.noise(dtype)
+    s, q = dyn.cov_scale(dtype), dyn.additive_variance(dtype)
     d = means.shape[1]
 
     def back(later, filtered):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
-from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels import lowrank
 
 jax.config.update("jax_enable_x64", True)
 

@@ -33,7 +33,7 @@ def logistic_data(T=100, d=D, seed=0):
 
 
 def dense_cov(state):
-    return np.asarray(jr.kernels.woodbury.to_dense_covariance(state.W, state.psi))
+    return np.asarray(jr.kernels.lowrank.to_dense_covariance(state.W, state.psi))
 
 
 def run_both(model, scheme, X, y, P0, key=None, **kw):
@@ -119,7 +119,7 @@ def test_default_projection_is_far_closer_to_the_posterior_than_the_published_on
     X, y = correlated_linear()
     d = X.shape[1]
     m, P = exact_posterior(X, y, 9.0 * np.eye(d))
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(0), d, rank, prior_var=9.0)
+    W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(0), d, rank, prior_var=9.0)
     kls = {}
     for published in (False, True):
         flt = jr.lrvga(jr.models.linear_gaussian(), rank=rank, published=published)
@@ -130,7 +130,7 @@ def test_default_projection_is_far_closer_to_the_posterior_than_the_published_on
 
 def test_dropped_fraction_reports_when_the_rank_is_too_small():
     X, y = correlated_linear(d=10, N=30)
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(0), 10, 1, prior_var=1.0)
+    W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(0), 10, 1, prior_var=1.0)
     flt = jr.lrvga(jr.models.linear_gaussian(), rank=1)
     s, dropped = jr.run(flt, flt.init(jnp.zeros(10), W0, psi0), X, y,
                         trace_fn=lambda st, x, y: st.info.dropped)
@@ -157,7 +157,7 @@ def test_a_minibatch_of_one_is_the_single_observation_update(scheme):
     X, y = correlated_linear(d=D, N=5)
     for flt, state in ((jr.rvga(model, scheme), None), (jr.lrvga(model, rank=3, scheme=scheme), None)):
         if isinstance(flt.spec.belief, jr.beliefs.LowRank):  # init(mean, W, psi)
-            W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), D, 3, prior_var=2.0)
+            W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(1), D, 3, prior_var=2.0)
             state = flt.init(jnp.zeros(D), W0, psi0, key=jax.random.PRNGKey(2))
         else:
             state = flt.init(jnp.zeros(D), 2.0 * jnp.eye(D), key=jax.random.PRNGKey(2))
@@ -191,7 +191,7 @@ def test_low_rank_skips_and_flags_non_finite_input(scheme):
     """A NaN or huge input keeps the (predicted) belief and sets converged = False."""
     model = jr.models.linear_gaussian()
     flt = jr.lrvga(model, rank=2, scheme=scheme)
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), D, 2, prior_var=2.0)
+    W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(1), D, 2, prior_var=2.0)
     state = flt.init(jnp.ones(D), W0, psi0, key=jax.random.PRNGKey(0))
     update = jax.jit(flt.update)  # one compiled update for both inputs (not one per operation)
     for x in (jnp.full(D, jnp.nan), jnp.full(D, 1e200)):
@@ -211,7 +211,7 @@ def test_guard_sees_a_non_finite_curvature_column_through_the_bordered_gram(buff
     from jaxrvga.core import solver_info
     from jaxrvga.guard import _guarded
     belief = LowRank(rank=2, inner_loops=0, buffer=buffer)
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), D, 2, prior_var=2.0)
+    W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(1), D, 2, prior_var=2.0)
     prior = belief.init(jnp.ones(D), W0, psi0)
     for X, taken in ((jnp.ones((D, 1)).at[3, 0].set(bad), False), (jnp.ones((D, 1)), True)):
         new, ok = belief.add(prior, X, None)
@@ -223,7 +223,7 @@ def test_guard_sees_a_non_finite_curvature_column_through_the_bordered_gram(buff
             for field in ("W", "psi", "gram"):
                 np.testing.assert_array_equal(getattr(out, field), getattr(prior, field))
         else:  # stored (buffer) or projected: the precision gained the column
-            gained = jr.kernels.woodbury.to_dense_precision(out.W, out.psi) - jr.kernels.woodbury.to_dense_precision(prior.W, prior.psi)
+            gained = jr.kernels.lowrank.to_dense_precision(out.W, out.psi) - jr.kernels.lowrank.to_dense_precision(prior.W, prior.psi)
             assert np.trace(np.asarray(gained)) > 0.5 * D
 
 
@@ -269,7 +269,7 @@ def test_explicit_row_blocks_give_the_same_filter():
     """block_rows only changes how the projection streams over W: blocked = unblocked (to rounding)."""
     d, p = 64, 3
     X, y = correlated_linear(d=d, N=20)
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(0), d, p, prior_var=1.0)
+    W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(0), d, p, prior_var=1.0)
     flt = jr.lrvga(jr.models.linear_gaussian(), rank=p, inner_loops=2, block_rows=16)
     one = jr.filters.with_block_rows(flt, 0)
     a, _ = jr.run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
@@ -419,7 +419,7 @@ def test_network_minibatch_ekf_is_the_information_form_update():
     psi0 = jnp.full(d, 2.0)
     c = jax.jit(buffered.update)(buffered.init(theta, W0, psi0), X, y)
     prec = np.asarray(W0 @ W0.T) + np.diag(np.asarray(psi0)) + J.T @ np.diag(p * (1 - p)) @ J
-    np.testing.assert_allclose(jr.kernels.woodbury.to_dense_precision(c.W, c.psi), prec, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(jr.kernels.lowrank.to_dense_precision(c.W, c.psi), prec, rtol=0, atol=1e-12)
     np.testing.assert_allclose(c.mean, np.asarray(theta) + np.linalg.solve(prec, J.T @ (np.asarray(y) - p)),
                                rtol=0, atol=1e-10)
 

@@ -440,7 +440,7 @@ def test_load_refuses_a_zip_bomb(tmp_path):
 def _filter_states(dtype):
     """``name -> (filter, state)``: the dense, low-rank and diagonal filters' own states, with a key."""
     import jaxrvga as jr
-    from jaxrvga.kernels import woodbury as lowrank
+    from jaxrvga.kernels import lowrank
 
     model, d = jr.models.logistic(), 3
     key = jax.random.key(4)

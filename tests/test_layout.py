@@ -162,12 +162,32 @@ def test_the_top_level_is_small():
 
 def test_the_published_names_keep_working():
     """``jr.lowrank`` and ``jr.factor_analysis`` (the published API) are the kernels' modules."""
-    assert jr.lowrank is jr.kernels.woodbury and jr.factor_analysis is jr.kernels.factor_analysis
+    assert jr.lowrank is jr.kernels.lowrank and jr.factor_analysis is jr.kernels.factor_analysis
     W, psi = jr.lowrank.init_factors(jax.random.PRNGKey(0), 6, 2, 0.5)
     draws = jr.lowrank.sample(jax.random.PRNGKey(1), jnp.zeros(6), W, psi, 4)
     assert W.shape == (6, 2) and psi.shape == (6,) and draws.shape == (4, 6)
     W2, psi2 = jr.factor_analysis.recursive_em_step(W, psi, jnp.ones(6), 1.0, 1.0, 2)
     assert W2.shape == (6, 2) and bool(jnp.all(psi2 > 0))
+
+
+def test_no_module_is_shadowed_by_a_name_of_its_package():
+    """``import jaxrvga.x.y as m`` gives the module ``y``: no function or value of the package ``x``
+    carries a module's name (a factory named like its module would be returned instead)."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.stem.startswith("_"):
+            continue
+        name = ".".join(("jaxrvga",) + path.relative_to(PACKAGE).with_suffix("").parts)
+        parent, _, leaf = name.rpartition(".")
+        assert isinstance(getattr(importlib.import_module(parent), leaf), types.ModuleType), name
+
+
+def test_a_renamed_module_is_served_under_its_former_name_with_a_warning():
+    """``jr.kernels.woodbury`` (the low-rank algebra's name before ``lowrank``) still works, warned;
+    an unknown name is still an ``AttributeError``."""
+    with pytest.warns(DeprecationWarning, match="kernels.lowrank"):
+        assert jr.kernels.woodbury is jr.lowrank
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        jr.kernels.nothing
 
 
 def _rewrite_module(path: Path, old: str, new: str):

@@ -11,7 +11,7 @@ import pytest
 import jaxrvga as jr
 from jaxrvga import models
 from jaxrvga.kernels import special
-from jaxrvga.predictive import Predictive
+from jaxrvga.posterior_predictive import Predictive
 
 D = 6  # parameter dimension of every belief below
 

@@ -104,7 +104,7 @@ def test_a_new_scheme_is_one_value():
     low = jr.build(jr.beliefs.LowRank(3, 0), tempered(0.5), model)
     got, _ = jr.run(low, low.init(jnp.zeros(3), jnp.zeros((3, 3)), jnp.ones(3)), Xs, ys)
     np.testing.assert_allclose(got.mean, ref.mean, rtol=1e-10)
-    np.testing.assert_allclose(jr.kernels.woodbury.to_dense_covariance(got.W, got.psi), ref.cov, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(jr.kernels.lowrank.to_dense_covariance(got.W, got.psi), ref.cov, rtol=1e-10, atol=1e-13)
     axes = np.eye(3)[rng.integers(0, 3, 30)] * rng.normal(size=(30, 1))
     ref, _ = jr.run(jr.kalman(1.0), jr.kalman(1.0).init(jnp.zeros(3), jnp.eye(3)), axes, ys)
     diag = jr.build(jr.beliefs.Diagonal(), tempered(0.5), model)
@@ -138,7 +138,7 @@ def test_scheme_factories_and_build_refuse_what_does_not_fit():
                         (lambda: S.ekf(curvature="hessian"), "^curvature='hessian' is only used by scheme 'sampled'"),
                         (lambda: S.sampled(num_samples=1), "^num_samples must be >= 2"),
                         (lambda: S.explicit(max_move=0), "^max_move must be a number > 0"),
-                        (lambda: S.published_sampled(frozen_noise=(np.ones((0, 3)), np.ones((0, 1)))), "K >= 1"),
+                        (lambda: S.published_sampled(frozen_draws=(np.ones((0, 3)), np.ones((0, 1)))), "K >= 1"),
                         (lambda: jr.build(B.Dense(), S.qkf(), jr.models.poisson()), "scheme 'qkf' does not apply"),
                         (lambda: jr.build(B.LowRank(2), S.sampled(curvature="hessian"), jr.models.logistic()),
                          "curvature='hessian' needs a Dense belief"),
@@ -149,3 +149,12 @@ def test_scheme_factories_and_build_refuse_what_does_not_fit():
                         (lambda: jr.build(B.Dense(), S.ekf(), jr.models.logistic(), 0.5), "^dynamics must be")):
         with pytest.raises(ValueError, match=match):
             call()
+
+
+def test_a_filter_named_for_a_scheme_is_the_dense_filter_with_that_scheme():
+    """``jr.ekf``/``jr.qkf`` (filters) and ``scheme="ekf"``/``"qkf"`` (the schemes) name one idea
+    (docs/architecture.md, names that look alike): the same program."""
+    logistic = jr.models.logistic()
+    assert jr.ekf(logistic).program() == jr.rvga(logistic, scheme="ekf").program()
+    assert jr.qkf().program() == jr.rvga(logistic, scheme="qkf").program()
+    assert jr.ekf(logistic).program() != jr.rvga(logistic, scheme="qkf").program()

@@ -16,7 +16,7 @@ import jaxrvga as jr
 from jaxrvga.baselines import fa_filters
 from jaxrvga.kernels import factor_analysis as fa
 from jaxrvga.baselines import batch_fa
-from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels import lowrank
 from jaxrvga.baselines import online_em as oem
 
 from conftest import FULL_FILTERS, LOGISTIC, LOGISTIC_FILTERS, LOWRANK_SCHEMES, lowrank_filter
@@ -188,8 +188,8 @@ def test_lrvga_constructor_rejects_bad_options():
         lrvga(LOGISTIC, rank=P, scheme="sampled", num_samples=0)
     with pytest.raises(ValueError, match=r"^num_samples is not used by scheme 'explicit'"):
         lrvga(LOGISTIC, rank=P, scheme="explicit", num_samples=3)
-    with pytest.raises(ValueError, match=r"^frozen_noise must be a pair"):
-        lrvga(LOGISTIC, rank=P, scheme="sampled", frozen_noise=(np.ones((4, D)), np.ones((4, P + 1))),
+    with pytest.raises(ValueError, match=r"^frozen_draws must be a pair"):
+        lrvga(LOGISTIC, rank=P, scheme="sampled", frozen_draws=(np.ones((4, D)), np.ones((4, P + 1))),
               published=True)
     with pytest.raises(ValueError, match=r"^noise_var must be positive"):
         lrvga(jr.models.linear_gaussian(0.0), rank=P)

@@ -14,15 +14,15 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve
 
-from ..kernels import woodbury
+from ..kernels import lowrank
 from ..kernels.factor_analysis import PSI_FLOOR, e_step, m_step, rowdot
 from ..validation import check_cov, check_positive
 
 
 def check_factors(W, psi):
-    """``(W, psi)`` of a factor analysis checked (:func:`jaxrvga.kernels.woodbury.check_factors`, a rank
+    """``(W, psi)`` of a factor analysis checked (:func:`jaxrvga.kernels.lowrank.check_factors`, a rank
     ``1 <= p <= d``, ``psi > 0``), ``psi`` in the dtype of ``W``. Raises ``ValueError``."""
-    W, psi = woodbury.check_factors(W, psi)
+    W, psi = lowrank.check_factors(W, psi)
     psi = psi.astype(W.dtype)
     if not 1 <= W.shape[1] <= W.shape[0]:
         raise ValueError(f"the rank p = W.shape[1] must satisfy 1 <= p <= d, got W {W.shape}")
@@ -43,7 +43,7 @@ def batch_em_step(S, W, psi, *, psi_floor: float = PSI_FLOOR):
     S = check_cov("S", S, W.shape[0], semidefinite=True)
     Bt, Minv = e_step(W, psi)
     Q = S @ Bt
-    return m_step(Q, Minv + woodbury.symmetrize(Bt.T @ Q), jnp.diagonal(S), psi_floor)
+    return m_step(Q, Minv + lowrank.symmetrize(Bt.T @ Q), jnp.diagonal(S), psi_floor)
 
 
 def batch_em(S, W0, psi0, max_iter: int = 1000, tol: float = 0.0, *,
@@ -77,7 +77,7 @@ def ml_residuals(S, W, psi):
     ``(||W - S Lam^{-1} W|| / ||W||, ||psi - Diag(S - W W^T)|| / ||psi||)``. At a fixed point
     of EM both vanish (App. B, Proposition 1).
     """
-    rW = W - S @ woodbury.solve(W, psi, W)
+    rW = W - S @ lowrank.solve(W, psi, W)
     rpsi = psi - (jnp.diagonal(S) - rowdot(W, W))
     return jnp.linalg.norm(rW) / jnp.linalg.norm(W), jnp.linalg.norm(rpsi) / jnp.linalg.norm(psi)
 
@@ -89,7 +89,7 @@ def fa_neg_log_lik(V, W, psi):
     ``fa_kl(S) + const`` with ``S = V^T V / n``. O(n d p + d p^2).
     """
     V = jnp.atleast_2d(V)
-    fac = woodbury.factorize(W, psi)
+    fac = lowrank.factorize(W, psi)
     quad = jnp.mean(fac.quad_form(V.T))
     return 0.5 * (quad + fac.logdet() + V.shape[1] * jnp.log(2.0 * jnp.pi))
 
@@ -105,7 +105,7 @@ def fa_kl(S, W, psi, logdet_S=None):
     positive definite). Equals the authors' ``KLDivergence_largeScale``.
     """
     S = jnp.asarray(S)
-    fac = woodbury.factorize(W, psi)
+    fac = lowrank.factorize(W, psi)
     B = fac.Wp  # Psi^{-1} W
     trace = (jnp.sum(jnp.diagonal(S) / fac.psi)
              - jnp.trace(cho_solve((fac.chol, True), B.T @ (S @ B))))

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from ..core import Filter
-from ..kernels import woodbury
+from ..kernels import lowrank
 from ..kernels.factor_analysis import PSI_FLOOR, chol_inverse, psi_floor_value, recursive_em_step, rowdot
 from ..validation import check_choice, check_nonnegative, positive_int
 from .batch_fa import check_factors
@@ -142,7 +142,7 @@ def online_fa_em(num_steps: Optional[int] = None, averaging: Optional[str] = "pa
         t = state.step
         tf = t.astype(v.dtype)
         gamma = jnp.where(t == 0, 1.0, jnp.maximum(tf, 1.0) ** (-step_exponent))
-        fac = woodbury.factorize(state.W, state.psi)
+        fac = lowrank.factorize(state.W, state.psi)
         Minv = chol_inverse(fac.chol)
         Ez = Minv @ ((v / state.psi) @ state.W)
         S2 = (1 - gamma) * state.S2 + gamma * jnp.outer(v, Ez)

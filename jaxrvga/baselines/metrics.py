@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-from ..kernels import woodbury
+from ..kernels import lowrank
 from ..kernels import special
 from .batch_fa import fa_kl
 
@@ -174,14 +174,14 @@ def mc_kl_logistic_fa(mean, W, psi, z, X, y, prior_mean, prior_cov, *,
                       return_stderr: bool = False):
     """MC-KL of a factor-analysis belief, **dense** evaluation (the authors' ``divergenceLargeScale``).
 
-    Forms ``P = (W W^T + diag(psi))^{-1}`` (:func:`jaxrvga.kernels.woodbury.to_dense_covariance`) and its
+    Forms ``P = (W W^T + diag(psi))^{-1}`` (:func:`jaxrvga.kernels.lowrank.to_dense_covariance`) and its
     Cholesky factor, so the samples ``mu + chol(P) z_m`` use the base normals ``z`` exactly as the
     full-covariance :func:`mc_kl_logistic` does: an FA belief and a full belief with equal
     ``(mu, P)`` get equal estimates (common random numbers across both kinds of algorithm).
     O(d^3) time and O(d^2) memory: for d up to a few thousand; beyond that use
     :func:`mc_kl_logistic_fa_sampled`.
     """
-    return mc_kl_logistic(mean, woodbury.to_dense_covariance(W, psi), z, X, y, prior_mean,
+    return mc_kl_logistic(mean, lowrank.to_dense_covariance(W, psi), z, X, y, prior_mean,
                           prior_cov, return_stderr=return_stderr)
 
 
@@ -189,15 +189,15 @@ def mc_kl_logistic_fa_sampled(key, mean, W, psi, num: int, X, y, prior_mean, pri
                               return_stderr: bool = False):
     """MC-KL of a factor-analysis belief with the ensemble sampler of [LRVGA] Proposition 1.
 
-    Samples come from ``jaxrvga.kernels.woodbury.sample(key, mean, W, psi, num)`` in O(num d p + d p^2);
-    the entropy uses the determinant lemma (:func:`jaxrvga.kernels.woodbury.logdet`):
+    Samples come from ``jaxrvga.kernels.lowrank.sample(key, mean, W, psi, num)`` in O(num d p + d p^2);
+    the entropy uses the determinant lemma (:func:`jaxrvga.kernels.lowrank.logdet`):
     ``-1/2 logdet(W W^T + Psi) + d/2 (1 + log 2 pi)``. Nothing of size d x d is formed. Reuse the
     same ``key`` across algorithms and time steps for common random numbers. Not number-for-number
     equal to the dense :func:`mc_kl_logistic_fa` (another transformation of the base normals), but
     equal in law.
     """
-    thetas = woodbury.sample(key, mean, W, psi, num)
-    entropy = gaussian_entropy(-woodbury.logdet(W, psi), thetas.shape[-1])
+    thetas = lowrank.sample(key, mean, W, psi, num)
+    entropy = gaussian_entropy(-lowrank.logdet(W, psi), thetas.shape[-1])
     return _mc_kl_from_samples(lambda th: logistic_log_posterior(th, X, y, prior_mean, prior_cov),
                                thetas, entropy, return_stderr)
 

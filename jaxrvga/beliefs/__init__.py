@@ -7,13 +7,13 @@ A belief is a small configuration object whose methods act on a state (a NamedTu
 * :class:`Diagonal` - precision ``diag(psi)`` (mean field), :class:`~jaxrvga.beliefs.DiagonalState`, O(d).
 
 All offer the same operations (the contract :class:`Belief`; :func:`of_state` gives the belief that
-reads a state, which is how :mod:`jaxrvga.predictive` asks it):
+reads a state, which is how :mod:`jaxrvga.posterior_predictive` asks it):
 
 * ``predict(state, dynamics)``: the prediction step under :class:`~jaxrvga.dynamics.Dynamics`,
   ``N(gamma mu + (1 - gamma) m, gamma^2 (1 + eta) P + Q)`` (exact for every belief);
 * ``marginal(state, X)``: means and variances of ``x_i^T theta`` for the rows of ``X`` (m, d);
 * ``sandwich(state, J)``: ``J P J^T``; ``solve(state, g)``: ``P g``;
-* ``noise(key, num, d, dtype)`` and ``draw(state, noise)``: draws of ``theta`` from base noise in
+* ``base_draws(key, num, d, dtype)`` and ``draw(state, draws)``: draws of ``theta`` from base draws in
   antithetic pairs (the sampled schemes: common random numbers across passes);
   ``sample(state, key, num)``: independent exact draws (Monte-Carlo predictions);
 * ``add(state, X, c)``: the precision step ``P^{-1} + X diag(c) X^T`` ([RVGA] eq. 29, [LRVGA] eq. 7),

@@ -10,7 +10,7 @@ import numpy as np
 from .. import file_checks as fc
 from .. import io
 from ..core import NoiseStats, SolverInfo
-from ..kernels.woodbury import symmetrize
+from ..kernels.lowrank import symmetrize
 from ..validation import check_finite, check_vector, raw_key_shape
 
 
@@ -42,11 +42,11 @@ class Belief(Protocol):
     def solve(self, state, g):
         """``P g``."""
 
-    def noise(self, key, num: int, dim: int, dtype):
-        """Base noise of :meth:`draw`."""
+    def base_draws(self, key, num: int, dim: int, dtype):
+        """Standard-normal base draws that :meth:`draw` maps to draws of ``theta``."""
 
-    def draw(self, state, noise):
-        """Draws of ``theta`` (num, d) from base noise: common random numbers across passes."""
+    def draw(self, state, draws):
+        """Draws of ``theta`` (num, d) from base draws: common random numbers across passes."""
 
     def sample(self, state, key, num: int):
         """``num`` independent exact draws of ``theta``, (num, d) (for Monte-Carlo estimates)."""

@@ -102,7 +102,7 @@ class Dense(NamedTuple):
     def predict(self, state, dynamics: Dynamics):
         """``N(gamma mu + (1 - gamma) m, s P + Q)``, ``s = gamma^2 (1 + eta)``: the Kalman prediction with
         ``F = gamma I`` after the inflation of [LRVGA] Remark 1 (:mod:`jaxrvga.dynamics`)."""
-        s, q = dynamics.cov_scale(state.cov.dtype), dynamics.noise(state.cov.dtype)
+        s, q = dynamics.cov_scale(state.cov.dtype), dynamics.additive_variance(state.cov.dtype)
         cov = state.cov if s is None else s * state.cov
         if q is not None:
             d = cov.shape[0]
@@ -121,12 +121,12 @@ class Dense(NamedTuple):
         """``P g``."""
         return state.cov @ g
 
-    def noise(self, key, num: int, dim: int, dtype):
-        """Base noise of :meth:`draw`: ``num`` antithetic standard normal rows of length ``dim``."""
+    def base_draws(self, key, num: int, dim: int, dtype):
+        """Base draws of :meth:`draw`: ``num`` antithetic standard normal rows of length ``dim``."""
         return antithetic_normals(key, num, dim, dtype)
 
     def draw(self, state, z):
-        """Draws ``mean + L z`` (``P = L L^T``) from base noise ``z`` (:meth:`noise`), shape (num, d)."""
+        """Draws ``mean + L z`` (``P = L L^T``) from base draws ``z`` (:meth:`base_draws`), shape (num, d)."""
         return state.mean + z @ jnp.linalg.cholesky(state.cov).T
 
     def sample(self, state, key, num: int):

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from ..core import NoiseStats, SolverInfo, solver_info
 from ..dynamics import Dynamics
-from ..kernels import woodbury
+from ..kernels import lowrank
 from .. import file_checks as fc
 from ..validation import check_float_array, check_invertible, check_positive
 from .base import (antithetic_normals, check_mean, check_state_fields, finish_or_keep, no_projection, pivots_resolved,
@@ -68,7 +68,7 @@ class Diagonal(NamedTuple):
         """The prediction of :mod:`jaxrvga.dynamics`: variances ``s / psi + q``, i.e.
         ``psi' = psi / (s + q psi)``; ``psi`` floored at :func:`psi_min` as :meth:`LowRank.predict` does."""
         state = state._replace(mean=dynamics.predict_mean(state.mean))
-        s, q = dynamics.cov_scale(state.psi.dtype), dynamics.noise(state.psi.dtype)
+        s, q = dynamics.cov_scale(state.psi.dtype), dynamics.additive_variance(state.psi.dtype)
         if s is None and q is None:
             return state
         psi = state.psi / ((1.0 if s is None else s) + (0.0 if q is None else q) * state.psi)
@@ -86,12 +86,12 @@ class Diagonal(NamedTuple):
         """``P g = g / psi``."""
         return g / state.psi
 
-    def noise(self, key, num: int, dim: int, dtype):
-        """Base noise of :meth:`draw`: ``num`` antithetic standard normal rows of length ``dim``."""
+    def base_draws(self, key, num: int, dim: int, dtype):
+        """Base draws of :meth:`draw`: ``num`` antithetic standard normal rows of length ``dim``."""
         return antithetic_normals(key, num, dim, dtype)
 
     def draw(self, state, z):
-        """Draws ``mean + z / sqrt(psi)`` from base noise ``z`` (num, d)."""
+        """Draws ``mean + z / sqrt(psi)`` from base draws ``z`` (num, d)."""
         return state.mean + z / jnp.sqrt(state.psi)
 
     def sample(self, state, key, num: int):
@@ -155,7 +155,7 @@ def _diagonal_plus_root_solve(psi, R, g):
 
     Whitened, ``B = diag(psi)^{-1/2} R`` and ``h = g / sqrt(psi)``: ``diag(psi)^{-1/2} (I + B B^T)^{-1} h``,
     by Woodbury ([LRVGA] eq. 27) through the Cholesky factor of the m x m ``I + B^T B`` with the
-    correction of :meth:`~jaxrvga.kernels.woodbury.Woodbury.solve_accurate`, or of the d x d
+    correction of :meth:`~jaxrvga.kernels.lowrank.Woodbury.solve_accurate`, or of the d x d
     ``I + B B^T`` where m >= d (exact at d = 1).
     """
     scale = jnp.sqrt(psi)
@@ -172,7 +172,7 @@ def _diagonal_plus_root_solve(psi, R, g):
         def corrected(z):
             return z + B @ jax.scipy.linalg.cho_solve((chol, True), y - B.T @ z)
 
-        cancels = woodbury.cancellation_bound(h @ h, gram) > woodbury.CANCELLATION_TOL
+        cancels = lowrank.cancellation_bound(h @ h, gram) > lowrank.CANCELLATION_TOL
         z = jax.lax.cond(cancels, corrected, lambda z: z, z)
     return z / scale, pivots_resolved(chol, gram)
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..core import NoiseStats, SolverInfo, solver_info
 from ..dynamics import Dynamics
-from ..kernels import woodbury
+from ..kernels import lowrank
 from ..kernels.factor_analysis import PSI_FLOOR, recursive_em_step, spectral_em_step
 from .. import file_checks as fc
 from ..validation import (all_finite, check_finite, check_float_array, check_invertible, check_positive, is_concrete,
@@ -121,7 +121,7 @@ class LowRank(NamedTuple):
         gram = None
         if self.keeps_gram:
             W = jnp.pad(W, ((0, 0), (0, self.buffer))) if self.buffer else W
-            gram = woodbury.whitened_gram(W, psi, self.block_rows)
+            gram = lowrank.whitened_gram(W, psi, self.block_rows)
         if gram is not None and is_concrete(gram) and not np.all(np.isfinite(np.asarray(gram))):
             raise ValueError(f"W and psi: the whitened Gram W^T diag(psi)^-1 W overflows in {mean.dtype} "
                              f"(W too large or psi too small); rescale them")
@@ -143,20 +143,20 @@ class LowRank(NamedTuple):
         row was floored). A state without its Gram (built by hand) gets it here.
         """
         if self.keeps_gram and state.gram is None:
-            state = state._replace(gram=woodbury.whitened_gram(state.W, state.psi, self.block_rows))
+            state = state._replace(gram=lowrank.whitened_gram(state.W, state.psi, self.block_rows))
         state = state._replace(mean=dynamics.predict_mean(state.mean))
-        s, q = dynamics.cov_scale(state.W.dtype), dynamics.noise(state.W.dtype)
+        s, q = dynamics.cov_scale(state.W.dtype), dynamics.additive_variance(state.W.dtype)
         if s is None and q is None:
             return state
         if q is None:
             W, psi, gram = state.W / jnp.sqrt(s), state.psi / s, state.gram
         else:
             W, psi = _add_noise(state.W, state.psi, 1.0 if s is None else s, q)
-            gram = None if state.gram is None else woodbury.whitened_gram(W, psi, self.block_rows)
+            gram = None if state.gram is None else lowrank.whitened_gram(W, psi, self.block_rows)
         low = psi < psi_min(psi.dtype)
         psi = jnp.where(low, psi_min(psi.dtype), psi)
         if gram is not None:  # the floored rows did not scale with W: their Gram is recomputed
-            gram = jax.lax.cond(jnp.any(low), lambda: woodbury.whitened_gram(W, psi, self.block_rows), lambda: gram)
+            gram = jax.lax.cond(jnp.any(low), lambda: lowrank.whitened_gram(W, psi, self.block_rows), lambda: gram)
         return state._replace(W=W, psi=psi, gram=gram)
 
     def marginal(self, state, X):
@@ -166,7 +166,7 @@ class LowRank(NamedTuple):
             chol, _ = _wide_factor(state.psi, state.W)
             b = jax.scipy.linalg.solve_triangular(chol, (X / jnp.sqrt(state.psi)).T, lower=True)
             return X @ state.mean, jnp.sum(b * b, axis=0)
-        return X @ state.mean, woodbury.factorize(state.W, state.psi, state.gram).quad_form(X.T)
+        return X @ state.mean, lowrank.factorize(state.W, state.psi, state.gram).quad_form(X.T)
 
     def sandwich(self, state, J):
         """``J P J^T`` (k, k) for ``J`` (k, d) by Woodbury, symmetrised."""
@@ -178,44 +178,44 @@ class LowRank(NamedTuple):
         whitened precision instead (:func:`_wide_factor`), which does not cancel."""
         if _is_wide(state.W, state.psi):
             return _wide_solve(state.psi, state.W, g)[0]
-        return woodbury.factorize(state.W, state.psi, state.gram).solve(g)
+        return lowrank.factorize(state.W, state.psi, state.gram).solve(g)
 
-    def noise(self, key, num: int, dim: int, dtype):
-        """Base noise of :meth:`draw`: ``(z, key_e)``, ``z`` (num, d) antithetic standard normals and
-        the key of the noise ``e`` (one column per column of ``W``, drawn by :meth:`draw`)."""
+    def base_draws(self, key, num: int, dim: int, dtype):
+        """Base draws of :meth:`draw`: ``(z, key_e)``, ``z`` (num, d) antithetic standard normals and
+        the key of the base draws ``e`` (one column per column of ``W``, drawn by :meth:`draw`)."""
         kz, ke = jax.random.split(key)
         return antithetic_normals(kz, num, dim, dtype), ke
 
-    def draw(self, state, noise):
-        """Draws by the corrected Proposition 1 of [LRVGA] from base noise (:meth:`noise`), shape (num, d).
+    def draw(self, state, draws):
+        """Draws by the corrected Proposition 1 of [LRVGA] from base draws (:meth:`base_draws`), shape (num, d).
 
-        Column j of ``e`` comes from ``fold_in(key_e, j)``, so the same noise gives the same ``e``
+        Column j of ``e`` comes from ``fold_in(key_e, j)``, so the same base draws give the same ``e``
         for the shared columns of beliefs of different ranks (the unprojected beliefs of an
         iterated scheme): common random numbers across its passes. The draws depend on the basis
         of ``W`` (``W Q``, ``Q`` orthogonal, is the same belief but maps ``e`` to other draws), so a
         rounding that rotates ``W`` at a projection changes them; for that reason the cached Gram
         is not reused here (BENCHMARKS.md, the profile of the sampled scheme).
         """
-        z, ke = noise
+        z, ke = draws
         column = jax.vmap(lambda j: antithetic_normals(jax.random.fold_in(ke, j), z.shape[0], 1, z.dtype)[:, 0])
-        e = column(jnp.arange(woodbury.width(state.W))).T
-        return woodbury.sample_from_noise(state.mean, state.W, state.psi, z, e)
+        e = column(jnp.arange(lowrank.width(state.W))).T
+        return lowrank.sample_from_draws(state.mean, state.W, state.psi, z, e)
 
     def sample(self, state, key, num: int):
         """``num`` independent draws by the corrected Proposition 1 of [LRVGA], shape (num, d)
-        (:func:`jaxrvga.kernels.woodbury.sample`)."""
-        return woodbury.sample(key, state.mean, state.W, state.psi, num)
+        (:func:`jaxrvga.kernels.lowrank.sample`)."""
+        return lowrank.sample(key, state.mean, state.W, state.psi, num)
 
     def variances(self, state):
         """``diag(P)`` by Woodbury, ``1/psi - rowdot(W L^{-T}) / psi^2`` ([LRVGA] eq. 27), O(d p^2)."""
-        return woodbury.factorize(state.W, state.psi, state.gram).inverse_diag()
+        return lowrank.factorize(state.W, state.psi, state.gram).inverse_diag()
 
     def shift_precision(self, state, delta):
         """The precision ``W W^T + diag(psi + delta)``, the mean and ``W`` unchanged (the cached whitened
         Gram recomputed, O(d p^2)). Returns ``(state, ok)``, ``ok`` False where ``psi + delta`` falls
         below the floor :func:`~jaxrvga.beliefs.psi_min` or is not finite."""
         psi = state.psi + delta
-        gram = None if state.gram is None else woodbury.whitened_gram(state.W, psi, self.block_rows)
+        gram = None if state.gram is None else lowrank.whitened_gram(state.W, psi, self.block_rows)
         return state._replace(psi=psi, gram=gram), jnp.all(jnp.isfinite(psi) & (psi >= psi_min(psi.dtype)))
 
     def _pending_root(self, state, X, c):
@@ -243,7 +243,7 @@ class LowRank(NamedTuple):
         Returns ``(state, ok)``.
         """
         root = self._pending_root(state, X, c)
-        gram = None if state.gram is None else woodbury.bordered_gram(state.gram, state.W, state.psi, root,
+        gram = None if state.gram is None else lowrank.bordered_gram(state.gram, state.W, state.psi, root,
                                                                            block_rows=self.block_rows)
         return state._replace(W=(state.W, root), gram=gram), jnp.asarray(True)
 
@@ -252,7 +252,7 @@ class LowRank(NamedTuple):
 
         With the cached Gram, ``W^T Psi^{-1} [X sqrt(c), g]`` is one pass over ``W`` that gives
         both the border of the Gram and the projection of ``g``
-        (:func:`jaxrvga.kernels.woodbury.bordered_gram`); the mean step is a second pass (``W`` times a
+        (:func:`jaxrvga.kernels.lowrank.bordered_gram`); the mean step is a second pass (``W`` times a
         vector). Where the factor has at least d columns (``rank = d``, or ``d`` below ``p + m``), the
         step is solved with the d x d whitened precision instead (:func:`_wide_factor`): the Woodbury
         form cancels there. Returns ``(state, ok)``.
@@ -261,14 +261,14 @@ class LowRank(NamedTuple):
             return add_then_solve(self, prior, X, c, g, prior_gain)
         root = self._pending_root(prior, X, c)
         if _is_wide(prior.W if prior_gain else (prior.W, root), prior.psi):
-            gram = woodbury.bordered_gram(prior.gram, prior.W, prior.psi, root, block_rows=self.block_rows)
+            gram = lowrank.bordered_gram(prior.gram, prior.W, prior.psi, root, block_rows=self.block_rows)
             pre = prior._replace(W=(prior.W, root), gram=gram)
             step, resolved = _wide_solve(prior.psi, prior.W if prior_gain else pre.W, g)
             return pre._replace(mean=prior.mean + step), resolved
-        gram, Lg = woodbury.bordered_gram(prior.gram, prior.W, prior.psi, root, g, self.block_rows)
+        gram, Lg = lowrank.bordered_gram(prior.gram, prior.W, prior.psi, root, g, self.block_rows)
         pre = prior._replace(W=(prior.W, root), gram=gram)
         source, projection = (prior, Lg[:prior.gram.shape[0]]) if prior_gain else (pre, Lg)
-        fac = woodbury.factorize(source.W, source.psi, source.gram)
+        fac = lowrank.factorize(source.W, source.psi, source.gram)
         step = fac.solve_accurate(g, projection, source.gram)
         return pre._replace(mean=prior.mean + step), pivots_resolved(fac.chol, source.gram)
 
@@ -442,7 +442,7 @@ def _buffer_fill(gram, rank: int, width: int):
 def _is_wide(W, psi) -> bool:
     """Whether the factor ``W`` (or the tuple of its column blocks) has at least as many columns as
     ``psi`` has rows (a trace-time decision on shapes: full rank, or a pending factor wider than d)."""
-    return woodbury.width(W) >= psi.shape[0]
+    return lowrank.width(W) >= psi.shape[0]
 
 
 def _wide_factor(psi, W):

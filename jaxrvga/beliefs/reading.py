@@ -21,7 +21,7 @@ def of_state(state):
     other object must have fields ``(mean, cov)`` and neither ``W`` nor ``psi`` (a batch result such
     as :class:`jaxrvga.baselines.laplace.LaplaceResult`) and is read by :class:`Dense`. Checked where
     concrete: a finite mean and ``W``, ``psi > 0``, ``cov`` symmetric positive semidefinite, shapes
-    (``ValueError`` naming the field). Predictions (:mod:`jaxrvga.predictive`) ask this belief.
+    (``ValueError`` naming the field). Predictions (:mod:`jaxrvga.posterior_predictive`) ask this belief.
 
     Args:
       state: a filter's state, or an object with fields ``(mean, cov)``.

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve
 
 from . import row_blocks
-from . import woodbury
+from . import lowrank
 from ..validation import all_finite, check_nonnegative, check_positive, positive_int
 
 #: Relative floor of ``psi`` in every EM map (module docstring).
@@ -77,7 +77,7 @@ def e_step(W, psi):
     Returns:
       ``(Bt, M^{-1})``, (d, p) and (p, p).
     """
-    fac = woodbury.factorize(W, psi)
+    fac = lowrank.factorize(W, psi)
     return fac.gain(), chol_inverse(fac.chol)
 
 
@@ -90,7 +90,7 @@ def chol_inverse(chol):
     Returns:
       The (p, p) inverse.
     """
-    return woodbury.symmetrize(cho_solve((chol, True), jnp.eye(chol.shape[0], dtype=chol.dtype)))
+    return lowrank.symmetrize(cho_solve((chol, True), jnp.eye(chol.shape[0], dtype=chol.dtype)))
 
 
 def m_step(Q, C, diagS, psi_floor):
@@ -169,7 +169,7 @@ def _em_gains(grams, alpha, beta, first: bool):
         C = alpha * eye + (1 - alpha) * Minv + beta * (A.T @ A)
     else:
         B = grams["WpWs"] @ Minv
-        C = Minv + woodbury.symmetrize(beta * (A.T @ A) + alpha * (B.T @ B + Minv @ woodbury.symmetrize(grams["WqWq"]) @ Minv))
+        C = Minv + lowrank.symmetrize(beta * (A.T @ A) + alpha * (B.T @ B + Minv @ lowrank.symmetrize(grams["WqWq"]) @ Minv))
     Cinv = chol_inverse(jnp.linalg.cholesky(C))
     if first:
         return C, beta * A @ Cinv, alpha * Cinv, None
@@ -241,11 +241,11 @@ def _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb: int, gram=None):
     """
     p = W_prev.shape[1]
     if gram is None:
-        G = woodbury.whitened_gram((W_prev, jnp.sqrt(beta / alpha) * X), psi_prev, nb=nb)
+        G = lowrank.whitened_gram((W_prev, jnp.sqrt(beta / alpha) * X), psi_prev, nb=nb)
     else:
         scale = jnp.concatenate([jnp.ones(p, gram.dtype), jnp.full(X.shape[1], jnp.sqrt(beta / alpha), gram.dtype)])
         G = scale[:, None] * gram * scale
-    lam, V = woodbury.symmetric_eigh(G)  # ascending
+    lam, V = lowrank.symmetric_eigh(G)  # ascending
     q = G.shape[0]
     Vp, Vr = V[:, q - p:], V[:, :q - p]
     top, bottom = jnp.sqrt(alpha), jnp.sqrt(beta)
@@ -258,7 +258,7 @@ def _spectral_gains(W_prev, psi_prev, X, alpha, beta, nb: int, gram=None):
 
 def _last_sums(W_b, psi_b, out_gram: bool):
     """What the last pass sums: the whitened Gram ``W^T Psi^{-1} W`` of the result if asked for."""
-    return {"out": woodbury.whitened_gram(W_b, psi_b, nb=1)} if out_gram else {}
+    return {"out": lowrank.whitened_gram(W_b, psi_b, nb=1)} if out_gram else {}
 
 
 def _spectral_pass(W_prev, psi_prev, X, alpha, beta, floor, nb: int, gram, last: bool, store: bool, out_gram: bool):
@@ -327,7 +327,7 @@ def _last_pass(usable, run, W, psi, nb: int, out_gram: bool):
     overwrite it with NaN, and reports it (:class:`Projection` ``ok``). One conditional, so that
     the last pass still writes in place."""
     def keep(W, psi):
-        return (W, psi), ({"out": woodbury.whitened_gram(W, psi, nb=nb)} if out_gram else {})
+        return (W, psi), ({"out": lowrank.whitened_gram(W, psi, nb=nb)} if out_gram else {})
 
     return jax.lax.cond(usable, lambda W, psi: tuple(run(W, psi)), keep, W, psi)
 

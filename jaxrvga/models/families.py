@@ -63,7 +63,7 @@ class Family(_FamilyFields):
       (``v`` (..., K, K) for a vector output). ``None``: by Gauss-Hermite quadrature.
     * ``log_predictive(family, y, m, V) -> log E[p(y | eta)]`` for the components ``eta ~ N(m, V)``
       of one observation (``m`` (k,), ``V`` (k, k)) jointly, in closed form; ``None``: each
-      component by quadrature. :mod:`jaxrvga.predictive` uses both.
+      component by quadrature. :mod:`jaxrvga.posterior_predictive` uses both.
     * ``vector_output``: ``eta`` holds the K logits of one observation (:func:`categorical`): its
       predictive covariance is kept whole and its ``y`` is a label or a one-hot row.
     * ``null_directions``: of a vector output, how many directions of ``eta`` carry no curvature in

@@ -256,7 +256,7 @@ def minibatch(model: Model) -> Model:
     the inputs), so that an update absorbs the m observations at once. With the EKF scheme that
     is one linearisation at the mean for the m ([RVGA] eq. 81 with the m rows of ``J``), cheaper
     per observation for networks than m steps (BENCHMARKS.md, "Minibatches"). Every observation
-    is counted once. :func:`jaxrvga.predictive.predictive` takes the returned model too (it
+    is counted once. :func:`jaxrvga.posterior_predictive.predictive` takes the returned model too (it
     predicts as the model of one input). GLMs take minibatches ``x`` (m, d) as they are, so only
     nonlinear models (:func:`nonlinear`, :func:`softmax_regression`) are accepted.
 

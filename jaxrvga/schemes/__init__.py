@@ -6,9 +6,9 @@ is one more value. One family a module, on the shared parts of :mod:`~jaxrvga.sc
 (:class:`~jaxrvga.schemes.base.Increment`, the options, :func:`~jaxrvga.schemes.base.absorb`,
 :func:`~jaxrvga.schemes.base.limit_move`, :func:`~jaxrvga.schemes.base.iterate`):
 
-* :mod:`~jaxrvga.schemes.exact` - ``exact``: the Kalman filter of a linear-Gaussian model ([RVGA]
+* :mod:`~jaxrvga.schemes.conjugate` - ``exact``: the Kalman filter of a linear-Gaussian model ([RVGA]
   Thm 2, eqs. 40-42).
-* :mod:`~jaxrvga.schemes.implicit` - ``implicit``: expectations under the new belief, exact for GLMs:
+* :mod:`~jaxrvga.schemes.implicit_glm` - ``implicit``: expectations under the new belief, exact for GLMs:
   the 2-D root of the logistic model ([RVGA] eqs. 69-77) or the convex 1-D solve of any log-concave
   GLM; the mean step then uses ``P_{t-1}`` ([RVGA] eq. 76).
 * :mod:`~jaxrvga.schemes.moments` - ``explicit``: expectations under the previous belief ([RVGA]
@@ -20,24 +20,23 @@ is one more value. One family a module, on the shared parts of :mod:`~jaxrvga.sc
   the output's mean and variance plus a jitter.
 * :mod:`~jaxrvga.schemes.quadratic_bound` - ``qkf``: the Jaakkola-Jordan quadratic bound ([RVGA]
   eqs. 82-90), logistic model.
-* :mod:`~jaxrvga.schemes.sampled` - ``sampled``: Monte-Carlo expectations for any model
+* :mod:`~jaxrvga.schemes.monte_carlo` - ``sampled``: Monte-Carlo expectations for any model
   ``eta = h(theta, x)``: GGN curvature ``E[J^T F J]`` ([LRVGA] eq. 41) or the Hessian, ``num_iters``
   passes of the implicit iteration, each restarting from the previous belief so the observation is
   counted once; ``published_sampled``, the published L-RVGA's form.
 
 :data:`FACTORIES` names the factories that ``jr.rvga(model, scheme="name")`` takes.
 """
-# the modules exact, implicit and sampled are shadowed below by their factories (jr.schemes.exact() is the
-# published name); they stay importable as jaxrvga.schemes.exact, ...
-from . import base, linearised, moments, quadratic_bound
+# a module is named for its family, a factory for its scheme: no module is shadowed by a factory
+from . import base, conjugate, implicit_glm, linearised, moments, monte_carlo, quadratic_bound
 from .base import (CURVATURES, MAX_MOVE, Implicit, Increment, Iterated, Limited, Linearised, Scheme, absorb,
                    info_from, iterate, limit_move)
-from .exact import exact, exact_site
-from .implicit import implicit, implicit_site
+from .conjugate import exact, exact_site
+from .implicit_glm import implicit, implicit_site
 from .linearised import MOMENT_JITTER, ekf, ekf_glm_site, ekf_site, linearise, moment_ekf, moment_weights
 from .moments import explicit, extragrad, moment_site
+from .monte_carlo import mean_rows, published_draws, published_sampled, sampled, sampled_site
 from .quadratic_bound import qkf, qkf_site
-from .sampled import mean_rows, published_draws, published_sampled, sampled, sampled_site
 
 #: The factory of each scheme name of :func:`jaxrvga.rvga`, :func:`jaxrvga.lrvga` and
 #: :func:`jaxrvga.diag_rvga` (the module table of :mod:`jaxrvga.filters`).
@@ -48,4 +47,5 @@ __all__ = ["Scheme", "CURVATURES", "FACTORIES", "exact", "implicit", "explicit",
            "qkf", "sampled", "published_sampled", "MOMENT_JITTER", "MAX_MOVE", "Increment", "Limited", "Implicit",
            "Linearised", "Iterated", "absorb", "limit_move", "iterate", "moment_weights", "exact_site",
            "moment_site", "ekf_glm_site", "qkf_site", "implicit_site", "linearise", "ekf_site", "sampled_site",
-           "info_from", "mean_rows", "published_draws", "base", "linearised", "moments", "quadratic_bound"]
+           "info_from", "mean_rows", "published_draws", "base", "conjugate", "implicit_glm", "linearised",
+           "moments", "monte_carlo", "quadratic_bound"]

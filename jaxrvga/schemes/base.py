@@ -82,7 +82,7 @@ class Iterated(NamedTuple):
     num_samples: int = 100
     curvature: str = "ggn"
     tol: float = 1e-2
-    frozen_noise: object = False
+    frozen_draws: object = False
 
 
 def absorb(belief, prior, inc: Increment):
@@ -228,9 +228,9 @@ class Scheme(NamedTuple):
             curvature = getattr(self.cfg, "curvature", "ggn")
             what = f" with curvature={curvature!r}" if curvature != "ggn" else ""
             raise ValueError(f"scheme {self.name!r}{what} needs a {names} belief, got {type(belief).__name__}")
-        noise = getattr(self.cfg, "frozen_noise", False)
+        noise = getattr(self.cfg, "frozen_draws", False)
         if not isinstance(noise, bool) and noise[1].shape[1] != belief.rank:
-            raise ValueError(f"frozen_noise must be a pair (z, e) of shapes (K, d) and (K, {belief.rank}), "
+            raise ValueError(f"frozen_draws must be a pair (z, e) of shapes (K, d) and (K, {belief.rank}), "
                              f"got {noise[0].shape} and {noise[1].shape}")
 
 

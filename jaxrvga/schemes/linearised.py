@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core import solver_info
-from ..kernels import woodbury
+from ..kernels import lowrank
 from ..validation import positive_int
 from .base import MAX_MOVE, Increment, Linearised, Scheme, absorb_limited, check_curvature, check_max_move
 
@@ -131,7 +131,7 @@ def _coupled_moments(family, eta, dlogp, jitter, rank=None):
     family's canonical link), by the eigen-decomposition of ``V`` per observation; ``jitter = 0``:
     a root of the Fisher and the score unchanged. ``rank``: the root's rows of the ``rank`` largest
     eigenvalues alone (:func:`linearise`)."""
-    lam, Q = woodbury.symmetric_eigh(family.variance(eta) if jitter else family.fisher(eta))  # ascending
+    lam, Q = lowrank.symmetric_eigh(family.variance(eta) if jitter else family.fisher(eta))  # ascending
     lam = jnp.maximum(lam, 0.0)
     shrink = lam / (lam + jnp.asarray(jitter, lam.dtype)) if jitter else jnp.ones_like(lam)
     root = (jnp.sqrt(lam * shrink)[..., :, None] * jnp.swapaxes(Q, -1, -2))

@@ -17,7 +17,7 @@ import pytest
 import jaxrvga as jr
 from jaxrvga import beliefs
 from jaxrvga.kernels import factor_analysis
-from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels import lowrank
 from jaxrvga.dynamics import Dynamics
 
 from conftest import package_beliefs
@@ -85,7 +85,7 @@ def test_sampler_moments_are_the_covariance(belief_and_state):
     assert np.all(np.abs(draws.mean(0) - MEAN) <= 5 * np.sqrt(np.diagonal(P) / n))  # independent draws
     np.testing.assert_allclose(np.cov(draws.T), P, atol=0.02 * np.abs(P).max())
     # the base noise and draw of the schemes (antithetic pairs: the mean exactly) follow P too
-    noise = belief.noise(jax.random.PRNGKey(1), n, D, jnp.float64)
+    noise = belief.base_draws(jax.random.PRNGKey(1), n, D, jnp.float64)
     pairs = np.asarray(belief.draw(state, noise))
     np.testing.assert_allclose(pairs.mean(0), MEAN, atol=1e-12)
     np.testing.assert_allclose(np.cov(pairs.T), P, atol=0.02 * np.abs(P).max())

@@ -12,7 +12,7 @@ import pytest
 import jaxrvga as jr
 from jaxrvga import io
 from jaxrvga.kernels import factor_analysis
-from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels import lowrank
 
 jax.config.update("jax_enable_x64", True)
 
@@ -262,7 +262,7 @@ def test_buffer_counts_columns_and_refuses_one_too_small_for_a_step():
     out = held.update(held.init(**state0), jnp.ones(d), 1)
     assert out.W.shape == (d * K, 4) and np.all(np.asarray(jnp.diagonal(out.gram)[2:]) > 0)  # stored, not projected
     dense = jr.ekf(model)
-    want = dense.update(dense.init(state0["mean"], np.linalg.inv(jr.kernels.woodbury.to_dense_precision(state0["W"], state0["psi"]))),
+    want = dense.update(dense.init(state0["mean"], np.linalg.inv(jr.kernels.lowrank.to_dense_precision(state0["W"], state0["psi"]))),
                         jnp.ones(d), 1)
-    np.testing.assert_allclose(jr.kernels.woodbury.to_dense_covariance(out.W, out.psi), want.cov, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jr.kernels.lowrank.to_dense_covariance(out.W, out.psi), want.cov, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out.mean, want.mean, rtol=1e-5, atol=1e-6)

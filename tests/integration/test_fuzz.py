@@ -21,7 +21,7 @@ from jaxrvga import io
 from jaxrvga.baselines import dual
 from jaxrvga.kernels import root_solvers as implicit
 from jaxrvga.baselines import klprox
-from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels import lowrank
 from jaxrvga.baselines import online_em as oe
 from jaxrvga.beliefs import GaussianState, LowRankState
 from jaxrvga.core import solver_info

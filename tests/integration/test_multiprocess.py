@@ -39,7 +39,7 @@ def make_filter():
 
 
 def initial_state(flt):
-    W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), D, RANK, 1.0, eps=1e-2)
+    W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(1), D, RANK, 1.0, eps=1e-2)
     return flt.init(jnp.zeros(D), W0, psi0)
 
 

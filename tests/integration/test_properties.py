@@ -23,7 +23,7 @@ from scipy.special import expit
 
 import jaxrvga as jr
 from jaxrvga.kernels import factor_analysis as fa
-from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels import lowrank
 from jaxrvga.kernels.root_solvers import solve_logistic
 
 from conftest import rel, with_fa_step
@@ -158,7 +158,7 @@ def test_sampler_covariance_identity(d, p, w_scale, psi_lo, seed):
     K = 3
     z, e = rng.normal(size=(K, d)), rng.normal(size=(K, p))
     mean = rng.normal(size=d)
-    samples = lowrank.sample_from_noise(jnp.asarray(mean), jnp.asarray(W), jnp.asarray(psi),
+    samples = lowrank.sample_from_draws(jnp.asarray(mean), jnp.asarray(W), jnp.asarray(psi),
                                         jnp.asarray(z), jnp.asarray(e))
     expected = mean + (z / np.sqrt(psi)) @ B.T + e @ L.T
     assert rel(np.asarray(samples) - mean, expected - mean) <= 1e-12

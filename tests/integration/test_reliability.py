@@ -23,7 +23,7 @@ from scipy.special import expit
 import jaxrvga as jr
 from jaxrvga.baselines import fa_filters
 from jaxrvga.kernels import factor_analysis as fa
-from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels import lowrank
 from jaxrvga.baselines import online_em as oem
 from jaxrvga.kernels.root_solvers import coarse_box, solve_logistic
 from jaxrvga.models import Family
@@ -757,8 +757,8 @@ def test_raw_exceptions_are_value_errors_naming_the_argument():
     for bad in (np.ones(2), 1j):
         with pytest.raises(ValueError, match=r"^process_noise"):
             jr.kalman(1.0, process_noise=bad)
-    with pytest.raises(ValueError, match=r"^frozen_noise .*K >= 1"):  # refused when the filter is built
-        jr.lrvga(LOGISTIC, rank=1, scheme="sampled", published=True, frozen_noise=(np.zeros((0, d)), np.zeros((0, 1))))
+    with pytest.raises(ValueError, match=r"^frozen_draws .*K >= 1"):  # refused when the filter is built
+        jr.lrvga(LOGISTIC, rank=1, scheme="sampled", published=True, frozen_draws=(np.zeros((0, d)), np.zeros((0, 1))))
     flt = jr.lrvga(LOGISTIC, rank=1)
     state = flt.init(jnp.zeros(4), jnp.ones((4, 1)), jnp.ones(4))
     for call in (lambda: sharding.run(flt, state, np.zeros((3, 4)), np.zeros(3), mesh="cpu"),

@@ -296,11 +296,11 @@ def test_the_mean_step_stays_on_the_exact_step_for_large_inputs(belief, dtype, s
 def test_the_corrected_woodbury_solve_is_the_solve():
     """``Woodbury.solve_corrected`` and ``solve_accurate`` (either branch) equal the dense solve (float64
     oracle), and the correction is taken exactly where its bound exceeds the tolerance."""
-    from jaxrvga.kernels import woodbury
+    from jaxrvga.kernels import lowrank
 
     rng = np.random.default_rng(3)
     W, psi, v = rng.normal(size=(12, 3)), rng.uniform(0.5, 2.0, 12), rng.normal(size=12)
-    fac = woodbury.factorize(jnp.asarray(W), jnp.asarray(psi))
+    fac = lowrank.factorize(jnp.asarray(W), jnp.asarray(psi))
     projection = W.T @ (v / psi)
     exact = np.linalg.solve(W @ W.T + np.diag(psi), v)
     gram = (W / np.sqrt(psi)[:, None]).T @ (W / np.sqrt(psi)[:, None])
@@ -309,7 +309,7 @@ def test_the_corrected_woodbury_solve_is_the_solve():
         np.testing.assert_allclose(fac.solve_accurate(v, projection, gram, tol=tol), exact, rtol=1e-12)
 
 
-    class Marked(woodbury.Woodbury):  # its corrected branch marks its output
+    class Marked(lowrank.Woodbury):  # its corrected branch marks its output
         def solve_corrected(self, v, projection):
             return jnp.full_like(v, 7.0)
 
@@ -330,10 +330,10 @@ def test_bench_corrected_step_prints_its_table(capsys):
 
 def test_cancellation_bound():
     """``2 eps |h| sqrt(1 + trace(gram))`` in the gram's dtype (an equation, by hand)."""
-    from jaxrvga.kernels import woodbury
+    from jaxrvga.kernels import lowrank
 
     gram = jnp.diag(jnp.array([3.0, 5.0], jnp.float32))
-    np.testing.assert_allclose(woodbury.cancellation_bound(jnp.float32(4.0), gram),
+    np.testing.assert_allclose(lowrank.cancellation_bound(jnp.float32(4.0), gram),
                                2 * np.finfo(np.float32).eps * 2.0 * 3.0, rtol=1e-6)
 
 

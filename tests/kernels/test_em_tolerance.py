@@ -14,7 +14,7 @@ import pytest
 import jaxrvga as jr
 from jaxrvga.kernels import factor_analysis as fa
 from jaxrvga import io
-from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels import lowrank
 
 jax.config.update("jax_enable_x64", True)
 

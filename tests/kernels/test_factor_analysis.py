@@ -14,7 +14,7 @@ from jaxrvga.kernels import row_blocks as blocks
 from jaxrvga.baselines import fa_filters
 from jaxrvga.kernels import factor_analysis as fa
 from jaxrvga.baselines import batch_fa
-from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels import lowrank
 
 from conftest import rel
 

@@ -18,7 +18,7 @@ import jaxrvga as jr
 from conftest import with_fa_step
 from jaxrvga import schemes
 from jaxrvga.kernels import factor_analysis as fa
-from jaxrvga.kernels import woodbury
+from jaxrvga.kernels import lowrank
 
 
 def _problem(d=60, p=4, m=20, seed=0, in_span=0.5):
@@ -33,7 +33,7 @@ def _start_by_product(W, psi, X, alpha, beta):
     """The spectral start as before: ``W_0 = L V_p`` and ``psi_0 = alpha psi + rowsum((L V_r)^2)``."""
     p = W.shape[1]
     L = jnp.concatenate([jnp.sqrt(alpha) * W, jnp.sqrt(beta) * X], axis=1)
-    lam, V = woodbury.symmetric_eigh(woodbury.whitened_gram(L, alpha * psi))
+    lam, V = lowrank.symmetric_eigh(lowrank.whitened_gram(L, alpha * psi))
     q = L.shape[1]
     R = L @ V[:, :q - p]
     return L @ V[:, q - p:], alpha * psi + jnp.sum(R * R, axis=1)
@@ -46,7 +46,7 @@ def test_thin_residual_is_the_residual_of_the_full_product(alpha, beta, m):
     1e-12 relative), with and without the Gram, and so does the first EM loop that follows."""
     W, psi, X = _problem(m=m)
     W_ref, psi_ref = _start_by_product(W, psi, X, alpha, beta)
-    gram = woodbury.whitened_gram((W, X), psi)
+    gram = lowrank.whitened_gram((W, X), psi)
     for g in (None, gram):
         W0, psi0, _ = fa.spectral_em_step(W, psi, X, alpha, beta, 0, gram=g if alpha == 1.0 and beta == 1.0 else None)
         np.testing.assert_allclose(W0 @ W0.T, W_ref @ W_ref.T, rtol=0, atol=1e-12 * float(jnp.max(jnp.abs(W_ref))) ** 2)
@@ -133,7 +133,7 @@ def test_full_rank_lowrank_of_a_categorical_minibatch_is_the_dense_filter():
     low = jr.lrvga(model, rank=d, scheme="ekf")
     b = jr.scan(low, low.init(theta, jnp.asarray(W0), jnp.asarray(psi0)), xs, ys)[0]
     np.testing.assert_allclose(b.mean, a.mean, rtol=0, atol=1e-9)
-    np.testing.assert_allclose(woodbury.to_dense_covariance(b.W, b.psi), a.cov, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(lowrank.to_dense_covariance(b.W, b.psi), a.cov, rtol=0, atol=1e-9)
 
 
 def test_lowrank_categorical_minibatch_equals_the_projection_by_the_full_product():

@@ -19,7 +19,7 @@ from jaxrvga.baselines import fa_filters
 from jaxrvga.kernels import factor_analysis as fa
 from jaxrvga.baselines import batch_fa
 from jaxrvga import models
-from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels import lowrank
 from jaxrvga.core import run
 from jaxrvga.kernels.root_solvers import solve_logistic
 from jaxrvga import lrvga
@@ -220,7 +220,7 @@ def test_sampled_linear_gaussian_with_antithetic_noise_equals_hand_computed_extr
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(3), d, p, 1.0, eps=1e-3)
     z, e = antithetic(jax.random.PRNGKey(4), 3, d, p)
     model = models.nonlinear(lambda th, x: x @ th, models.gaussian(nv))
-    flt = lrvga(model, rank=p, inner_loops=n_in, scheme="sampled", frozen_noise=(z, e), published=True)
+    flt = lrvga(model, rank=p, inner_loops=n_in, scheme="sampled", frozen_draws=(z, e), published=True)
     state, _ = run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
     @jax.jit
     def step(mu, W, psi, x, yt):
@@ -239,16 +239,16 @@ def test_sampled_logistic_with_given_noise_equals_authors_code_d4():
     W0, psi0 = lowrank.init_factors_plain(jax.random.PRNGKey(5), d, p, 4.0, scale=1e-2)
     kz, ke = jax.random.split(jax.random.PRNGKey(6))
     z, e = jax.random.normal(kz, (K, d)), jax.random.normal(ke, (K, p))
-    flt = lrvga(models.logistic(), rank=p, scheme="sampled", frozen_noise=(z, e), published=True)
+    flt = lrvga(models.logistic(), rank=p, scheme="sampled", frozen_draws=(z, e), published=True)
     state, _ = run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
     @jax.jit
     def step(mu, W, psi, x, yt):
-        a = lowrank.sample_from_noise(mu, W, psi, z, e) @ x
+        a = lowrank.sample_from_draws(mu, W, psi, z, e) @ x
         m, c = jnp.mean(sigmoid(a)), jnp.mean(sig1(a))
         W, psi = fa.recursive_em_step(W, psi, x * jnp.sqrt(c), 1.0, 1.0, 1)
         Phx = lowrank.solve(W, psi, x)
         muhat = mu + (yt - m) * Phx
-        m2 = jnp.mean(sigmoid(lowrank.sample_from_noise(muhat, W, psi, z, e) @ x))
+        m2 = jnp.mean(sigmoid(lowrank.sample_from_draws(muhat, W, psi, z, e) @ x))
         return mu + (yt - m2) * Phx, W, psi
 
     _assert_replay_matches(state, step, W0, psi0, X, y)
@@ -262,7 +262,7 @@ def test_sampled_vector_output_and_pytree_input(n_eta, d):
     ys = rng.normal(size=(N, n_eta))
     z, e = antithetic(jax.random.PRNGKey(8), 2, d, p)
     model = models.nonlinear(lambda th, x: x["A"] @ th, models.gaussian(nv))
-    flt = lrvga(model, rank=p, scheme="sampled", frozen_noise=(z, e), published=True)
+    flt = lrvga(model, rank=p, scheme="sampled", frozen_draws=(z, e), published=True)
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(9), d, p, 1.0, eps=1e-2)
     state, _ = run(flt, flt.init(jnp.zeros(d), W0, psi0), xs, ys)
     @jax.jit
@@ -274,15 +274,15 @@ def test_sampled_vector_output_and_pytree_input(n_eta, d):
     _assert_replay_matches(state, step, W0, psi0, xs["A"], ys)
 
 
-def test_frozen_noise_reuses_the_same_draws_and_fresh_noise_splits_the_key():
+def test_frozen_draws_reuses_the_same_draws_and_fresh_noise_splits_the_key():
     d, p, K = 10, 2, 5
     X, y = logistic_data(d, 6, seed=8)
     W0, psi0 = lowrank.init_factors_plain(jax.random.PRNGKey(0), d, p, 1.0)
     key = jax.random.PRNGKey(11)
-    frozen = lrvga(models.logistic(), rank=p, scheme="sampled", num_samples=K, frozen_noise=True, published=True)
+    frozen = lrvga(models.logistic(), rank=p, scheme="sampled", num_samples=K, frozen_draws=True, published=True)
     kz, ke = jax.random.split(key)  # the draws lowrank.sample(key, ...) makes
     given = lrvga(models.logistic(), rank=p, scheme="sampled",
-                  frozen_noise=(jax.random.normal(kz, (K, d)), jax.random.normal(ke, (K, p))), published=True)
+                  frozen_draws=(jax.random.normal(kz, (K, d)), jax.random.normal(ke, (K, p))), published=True)
     s1, _ = run(frozen, frozen.init(jnp.zeros(d), W0, psi0, key), X, y)
     s2, _ = run(given, given.init(jnp.zeros(d), W0, psi0), X, y)
     assert rel(s1.mean, s2.mean) <= 1e-13 and rel(s1.W, s2.W) <= 1e-13

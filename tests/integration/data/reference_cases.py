@@ -92,7 +92,7 @@ CASES = {
     "lr_ekf_logistic": ("logistic", _low(lambda jr: _lr(jr, jr.models.logistic(), scheme="ekf"))),
     "lr_sampled_logistic": ("logistic", _low(lambda jr: _lr(jr, jr.models.logistic(), scheme="sampled"))),
     "lr_sampled_frozen": ("logistic", _low(lambda jr: _lr(jr, jr.models.logistic(), scheme="sampled",
-                                                         frozen_noise=True))),
+                                                         frozen_draws=True))),
     "lr_ekf_nonlinear": ("linear", _low(lambda jr: _lr(jr, jr.models.nonlinear(_h), scheme="ekf"))),
     "lr_sampled_nonlinear": ("linear", _low(lambda jr: _lr(jr, jr.models.nonlinear(_h), scheme="sampled",
                                                           num_samples=8, update_cov_twice=True))),

@@ -2,7 +2,7 @@
 
 A belief ``q(theta) = N(mean, P)`` is a dense state or :class:`jaxrvga.LaplaceResult` (fields
 ``mean``, ``cov``), a low-rank state (``mean``, ``W``, ``psi``; precision ``W W^T + diag(psi)``,
-handled through :func:`jaxrvga.kernels.woodbury.factorize` in O(d p^2): no d x d array is formed) or a
+handled through :func:`jaxrvga.kernels.lowrank.factorize` in O(d p^2): no d x d array is formed) or a
 diagonal state (``mean``, ``psi``; precision ``diag(psi)``).
 
 For an input ``x`` the predictor ``eta = h(theta, x)`` is Gaussian under ``q``: exactly for a GLM
@@ -12,7 +12,7 @@ over that Gaussian are then taken in closed form where one exists (logistic [RVG
 Poisson, Gaussian, categorical by the pairwise inverse probit of :func:`jaxrvga.kernels.special.softmax_probit`)
 and by Gauss-Hermite quadrature for other families. Given a PRNG ``key`` every expectation is
 instead a Monte Carlo average over exact samples of ``q`` (low-rank beliefs sample by
-Proposition 1, corrected, :func:`jaxrvga.kernels.woodbury.sample`), exact as ``num_samples`` grows.
+Proposition 1, corrected, :func:`jaxrvga.kernels.lowrank.sample`), exact as ``num_samples`` grows.
 
 A state whose model learns its noise variance (``noise`` statistics, :mod:`jaxrvga.noise`) is the
 belief ``theta | s2 ~ N(mean, s2 P)``, ``s2 ~ InvGamma(a, b)``: its variances are those of ``P``

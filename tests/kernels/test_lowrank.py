@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrvga.kernels import woodbury as lowrank
+from jaxrvga.kernels import lowrank
 
 
 def rel(a, b):
@@ -52,7 +52,7 @@ def test_check14_ensemble_sampler_covariance_identity():
 
 
 def test_sampler_is_corrected_proposition1_map():
-    """sample_from_noise computes (I - L W^T) z/sqrt(psi) + L e + mean (the corrected Prop. 1)."""
+    """sample_from_draws computes (I - L W^T) z/sqrt(psi) + L e + mean (the corrected Prop. 1)."""
     d, p, K = 40, 4, 6
     W, psi = random_factors(d, p, seed=4)
     rng = np.random.default_rng(5)
@@ -60,9 +60,9 @@ def test_sampler_is_corrected_proposition1_map():
     L = np.asarray(lowrank.ensemble_gain(W, psi))
     x = z / np.sqrt(np.asarray(psi))
     expected = mean + x @ (np.eye(d) - L @ np.asarray(W).T).T + e @ L.T
-    assert rel(lowrank.sample_from_noise(mean, W, psi, z, e), expected) <= 1e-12
+    assert rel(lowrank.sample_from_draws(mean, W, psi, z, e), expected) <= 1e-12
     # antithetic noise gives the mean exactly
-    both = lowrank.sample_from_noise(mean, W, psi, np.vstack([z, -z]), np.vstack([e, -e]))
+    both = lowrank.sample_from_draws(mean, W, psi, np.vstack([z, -z]), np.vstack([e, -e]))
     assert rel(jnp.mean(both, axis=0), mean) <= 1e-14
 
 
@@ -127,7 +127,7 @@ def test_bad_shapes_and_complex_inputs_name_the_argument():
         (lambda: lowrank.init_factors_plain(jax.random.PRNGKey(0), 4, 2, -1.0), "prior_var must be positive"),
         (lambda: lowrank.sample(jax.random.PRNGKey(0), jnp.zeros(5), W, psi, 3), "mean must have length 6"),
         (lambda: lowrank.sample(jax.random.PRNGKey(0), jnp.zeros(6), W, psi, 0), "num must be a positive"),
-        (lambda: lowrank.sample_from_noise(jnp.zeros(6), W, psi, jnp.ones((3, 6)), jnp.ones((3, 1))), "z must be"),
+        (lambda: lowrank.sample_from_draws(jnp.zeros(6), W, psi, jnp.ones((3, 6)), jnp.ones((3, 1))), "z must be"),
     ]
     for fn, msg in cases:
         with pytest.raises(ValueError, match=msg):
@@ -135,15 +135,15 @@ def test_bad_shapes_and_complex_inputs_name_the_argument():
 
 
 def test_sampler_of_column_blocks_equals_the_joined_factor():
-    """``sample_from_noise`` of a factor held as column blocks ``(W, X)`` (what an L-RVGA step's
+    """``sample_from_draws`` of a factor held as column blocks ``(W, X)`` (what an L-RVGA step's
     unprojected belief is) equals that of the joined ``[W, X]``."""
     d, p, m, K = 30, 4, 3, 5
     W, psi = random_factors(d, p, seed=8)
     X = jnp.asarray(np.random.default_rng(9).normal(size=(d, m)))
     rng = np.random.default_rng(10)
     z, e, mean = rng.normal(size=(K, d)), rng.normal(size=(K, p + m)), rng.normal(size=d)
-    expected = lowrank.sample_from_noise(mean, jnp.concatenate([W, X], axis=1), psi, z, e)
-    assert rel(lowrank.sample_from_noise(mean, (W, X), psi, z, e), expected) <= 1e-12
+    expected = lowrank.sample_from_draws(mean, jnp.concatenate([W, X], axis=1), psi, z, e)
+    assert rel(lowrank.sample_from_draws(mean, (W, X), psi, z, e), expected) <= 1e-12
 
 
 def test_low_rank_belief_draws_share_their_noise_across_ranks():
@@ -157,12 +157,12 @@ def test_low_rank_belief_draws_share_their_noise_across_ranks():
     belief = LowRank(rank=p, inner_loops=0)
     prior = belief.init(jnp.linspace(-1.0, 1.0, d), W, psi)
     pending, _ = belief.add(prior, X, None)
-    noise = belief.noise(jax.random.PRNGKey(13), K, d, jnp.float64)
+    noise = belief.base_draws(jax.random.PRNGKey(13), K, d, jnp.float64)
     z, ke = noise
     e = jnp.stack([antithetic_normals(jax.random.fold_in(ke, j), K, 1, jnp.float64)[:, 0] for j in range(p + m)], 1)
-    assert rel(belief.draw(prior, noise), lowrank.sample_from_noise(prior.mean, W, psi, z, e[:, :p])) <= 1e-12
+    assert rel(belief.draw(prior, noise), lowrank.sample_from_draws(prior.mean, W, psi, z, e[:, :p])) <= 1e-12
     joined = jnp.concatenate([W, X], axis=1)
-    assert rel(belief.draw(pending, noise), lowrank.sample_from_noise(prior.mean, joined, psi, z, e)) <= 1e-12
+    assert rel(belief.draw(pending, noise), lowrank.sample_from_draws(prior.mean, joined, psi, z, e)) <= 1e-12
     # sample: independent draws (Monte-Carlo predictions), Proposition 1 of fresh noise
     key = jax.random.PRNGKey(13)
     assert rel(belief.sample(prior, key, K), lowrank.sample(key, prior.mean, W, psi, K)) <= 1e-15

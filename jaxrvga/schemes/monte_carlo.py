@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from ..beliefs import Dense, PublishedLowRank
 from ..core import solver_info
-from ..kernels import woodbury
+from ..kernels import lowrank
 from .base import (MAX_MOVE, Increment, Iterated, Scheme, check_curvature, check_max_move, count_at_least, info_from,
                    iterate)
 from .linearised import linearise
@@ -50,7 +50,7 @@ def sampled_site(model, thetas, x, y, curvature: str):
         log_lik = model.log_lik
         grads = jax.vmap(jax.grad(log_lik), in_axes=(0, None, None))(thetas, x, y)
         hess = jnp.mean(jax.vmap(jax.hessian(log_lik), in_axes=(0, None, None))(thetas, x, y), axis=0)
-        lam, Q = woodbury.symmetric_eigh(-hess)
+        lam, Q = lowrank.symmetric_eigh(-hess)
         return Increment(Q, lam, g=mean_rows(grads))
     # C comes out as (r, d, K), so X = [J_k^T R_k^T] (d, K r) is laid out as W is and its products
     # with W and with the draws are not transposed ones (a faster step, BENCHMARKS.md)
@@ -60,29 +60,29 @@ def sampled_site(model, thetas, x, y, curvature: str):
 
 
 def published_draws(prior, key, i, cfg: Iterated, q):
-    """Draws of the published low-rank sampled scheme: fresh (non-antithetic) or frozen noise ([LRVGA] §4.2.2).
+    """Draws of the published low-rank sampled scheme: fresh (non-antithetic) or frozen base draws ([LRVGA] §4.2.2).
 
     Args:
       prior: the state before the step (unused).
       key: the step's keys, one per pass.
       i: the pass.
-      cfg: the :class:`~jaxrvga.schemes.Iterated` options (``num_samples``, ``frozen_noise``).
+      cfg: the :class:`~jaxrvga.schemes.Iterated` options (``num_samples``, ``frozen_draws``).
       q: the low-rank state drawn from.
 
     Returns:
       The draws, (K, d).
     """
-    if not isinstance(cfg.frozen_noise, bool):
-        return woodbury.sample_from_noise(q.mean, q.W, q.psi, *cfg.frozen_noise)
-    return woodbury.sample(key[i], q.mean, q.W, q.psi, cfg.num_samples)
+    if not isinstance(cfg.frozen_draws, bool):
+        return lowrank.sample_from_draws(q.mean, q.W, q.psi, *cfg.frozen_draws)
+    return lowrank.sample(key[i], q.mean, q.W, q.psi, cfg.num_samples)
 
 
 def _step_sampled(cfg, model, belief, prior, x, y):
     key, sub = jax.random.split(prior.key)
-    noise = belief.noise(sub, cfg.num_samples, prior.mean.shape[0], prior.mean.dtype)  # once: common to the passes
+    draws = belief.base_draws(sub, cfg.num_samples, prior.mean.shape[0], prior.mean.dtype)  # once: common to the passes
 
     def evaluate(q, i):
-        return sampled_site(model, belief.draw(q, noise), x, y, cfg.curvature)
+        return sampled_site(model, belief.draw(q, draws), x, y, cfg.curvature)
 
     new, ok, change, calm = iterate(belief, prior, evaluate, cfg)
     info = info_from(change, cfg, cfg.num_iters)
@@ -91,13 +91,13 @@ def _step_sampled(cfg, model, belief, prior, x, y):
 
 def _step_published_sampled(cfg, model, belief, prior, x, y):
     """[LRVGA] eqs. 41-47 and 143-145 as published: samples of the projected ``q_hat``, no correction."""
-    if cfg.frozen_noise is False:
+    if cfg.frozen_draws is False:
         key, *keys = jax.random.split(prior.key, 3)
     else:
         key, keys = prior.key, (prior.key, prior.key)
-    if not isinstance(cfg.frozen_noise, bool) and cfg.frozen_noise[0].shape[1] != prior.mean.shape[0]:
-        z, e = cfg.frozen_noise  # the width of e was checked against the rank by Scheme.check
-        raise ValueError(f"frozen_noise must have shapes (K, {prior.mean.shape[0]}) and (K, {e.shape[1]}) for "
+    if not isinstance(cfg.frozen_draws, bool) and cfg.frozen_draws[0].shape[1] != prior.mean.shape[0]:
+        z, e = cfg.frozen_draws  # the width of e was checked against the rank by Scheme.check
+        raise ValueError(f"frozen_draws must have shapes (K, {prior.mean.shape[0]}) and (K, {e.shape[1]}) for "
                          f"this state, got {z.shape} and {e.shape}")
 
     def evaluate(q, i):
@@ -139,16 +139,16 @@ def sampled(*, num_samples: int = 100, num_iters: int = 3, tol: float = 1e-2, cu
                   needs_key=True, certified=True)
 
 
-def published_sampled(*, num_samples: int = 10, update_cov_twice: bool = False, frozen_noise=False) -> Scheme:
+def published_sampled(*, num_samples: int = 10, update_cov_twice: bool = False, frozen_draws=False) -> Scheme:
     """The sampled scheme of the published L-RVGA ([LRVGA] §4.2.2, eqs. 143-145): two passes without
-    correction, the first pass's curvature kept (``update_cov_twice=False``, the authors' code), fresh draws of the projected belief (or ``frozen_noise``: ``True`` reuses the
+    correction, the first pass's curvature kept (``update_cov_twice=False``, the authors' code), fresh draws of the projected belief (or ``frozen_draws``: ``True`` reuses the
     state's key at every step, as the authors' code; a pair ``(z, e)`` (K, d), (K, p) gives the base
-    noise itself). Low-rank beliefs; no ``max_move`` (every step as published).
+    draws themselves). Low-rank beliefs; no ``max_move`` (every step as published).
 
     Args:
       num_samples: the draws per pass.
       update_cov_twice: take the second pass's curvature too.
-      frozen_noise: False (fresh draws), True (the state's key at every step) or a pair ``(z, e)``.
+      frozen_draws: False (fresh draws), True (the state's key at every step) or a pair ``(z, e)``.
 
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
@@ -158,19 +158,19 @@ def published_sampled(*, num_samples: int = 10, update_cov_twice: bool = False, 
         jr.lrvga(model, rank=10, published=True, scheme=jr.schemes.published_sampled())
     """
     cfg = Iterated(2, False, bool(update_cov_twice), None, count_at_least("num_samples", num_samples),
-                   tol=0.0, frozen_noise=_frozen(frozen_noise))
+                   tol=0.0, frozen_draws=_frozen(frozen_draws))
     return Scheme("sampled", _step_published_sampled, cfg, beliefs=(PublishedLowRank,),
-                  needs_key=isinstance(cfg.frozen_noise, bool), certified=True)
+                  needs_key=isinstance(cfg.frozen_draws, bool), certified=True)
 
 
-def _frozen(frozen_noise):
-    if isinstance(frozen_noise, bool):
-        return frozen_noise
-    z, e = map(jnp.asarray, frozen_noise)
+def _frozen(frozen_draws):
+    if isinstance(frozen_draws, bool):
+        return frozen_draws
+    z, e = map(jnp.asarray, frozen_draws)
     if z.ndim != 2 or e.ndim != 2 or e.shape[0] != z.shape[0]:
-        raise ValueError(f"frozen_noise must be a pair (z, e) of shapes (K, d) and (K, p), got {z.shape} and {e.shape}")
+        raise ValueError(f"frozen_draws must be a pair (z, e) of shapes (K, d) and (K, p), got {z.shape} and {e.shape}")
     if z.shape[0] < 1:
-        raise ValueError(f"frozen_noise must hold K >= 1 samples, got shapes {z.shape} and {e.shape}")
+        raise ValueError(f"frozen_draws must hold K >= 1 samples, got shapes {z.shape} and {e.shape}")
     return (z, e)
 
 

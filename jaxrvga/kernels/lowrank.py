@@ -16,7 +16,7 @@ In the code:
 * Woodbury:            ``P v = v / psi - (W/psi) M^{-1} (W/psi)^T v``                (27)
 * determinant lemma:   ``logdet Lam = sum(log psi) + logdet M``
 * diagonal of P:       ``Diag(P) = 1/psi - rowdot((W/psi) L^{-T}, (W/psi) L^{-T})``, ``M = L L^T``
-* Proposition 1 (corrected, see :func:`sample_from_noise`): exact samples of ``N(mean, P)``.
+* Proposition 1 (corrected, see :func:`sample_from_draws`): exact samples of ``N(mean, P)``.
 
 :func:`to_dense_precision` and :func:`to_dense_covariance` build d x d matrices; they
 are for tests and evaluation only.
@@ -417,8 +417,8 @@ def ensemble_gain(W, psi):
     return factorize(W, psi).gain()
 
 
-def sample_from_noise(mean, W, psi, z, e):
-    """Samples of ``N(mean, (W W^T + diag(psi))^{-1})`` from given base noise (Proposition 1, corrected).
+def sample_from_draws(mean, W, psi, z, e):
+    """Samples of ``N(mean, (W W^T + diag(psi))^{-1})`` from given base draws (Proposition 1, corrected).
 
     With ``x = z / sqrt(psi) ~ N(0, Psi^{-1})`` and ``e ~ N(0, I_p)`` independent,
     ``x+ = x + L (e - W^T x) = (I_d - L W^T) x + L e`` with ``L = Psi^{-1} W M^{-1}`` has
@@ -428,8 +428,8 @@ def sample_from_noise(mean, W, psi, z, e):
     Args:
       mean: (d,).
       W, psi: (d, p) and (d,); ``W`` may be a tuple of column blocks (:func:`_tmatmul`).
-      z: (num, d) standard normal; e: (num, p) standard normal. Passing fixed noise
-        reproduces common-random-number ("frozen noise") schemes.
+      z: (num, d) standard normal; e: (num, p) standard normal. Passing fixed draws
+        reproduces common-random-number ("frozen draws") schemes.
 
     Returns:
       (num, d) samples, in O(num d p + d p^2) time and O(num d) extra memory.
@@ -449,7 +449,7 @@ def sample_from_noise(mean, W, psi, z, e):
 def sample(key, mean, W, psi, num: int):
     """``num`` exact samples of ``N(mean, (W W^T + diag(psi))^{-1})``, shape (num, d).
 
-    Fresh noise from ``key`` fed to :func:`sample_from_noise` (Proposition 1, corrected:
+    Fresh base draws from ``key`` fed to :func:`sample_from_draws` (Proposition 1, corrected:
     ``x + L(eps - W^T x)``). Cost O(num d p + d p^2); no d x d matrix.
 
     Args:
@@ -469,7 +469,7 @@ def sample(key, mean, W, psi, num: int):
     kz, ke = jax.random.split(key)
     z = jax.random.normal(kz, (num, d), dtype=mean.dtype)
     e = jax.random.normal(ke, (num, p), dtype=mean.dtype)
-    return sample_from_noise(mean, W, psi, z, e)
+    return sample_from_draws(mean, W, psi, z, e)
 
 
 def _check_init_args(dim, rank, prior_var):
@@ -574,5 +574,5 @@ def to_dense_covariance(W, psi):
 __all__ = ["symmetrize", "Woodbury", "CANCELLATION_TOL", "cancellation_bound", "check_factors", "factorize", "gram_m",
            "whitened_gram", "bordered_gram", "symmetric_eigh", "solve",
            "quad_form", "logdet", "inverse_diag", "matvec",
-           "ensemble_gain", "sample", "sample_from_noise", "init_factors", "init_factors_plain",
+           "ensemble_gain", "sample", "sample_from_draws", "init_factors", "init_factors_plain",
            "to_dense_precision", "to_dense_covariance"]
