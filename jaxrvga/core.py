@@ -61,7 +61,11 @@ class Filter(NamedTuple):
 
     def program(self) -> "Filter":
         """The parts of the filter a run compiles (``update`` and ``predict``): two filters built from
-        the same model and options have equal programs, and :func:`run` compiles them once."""
+        the same model and options have equal programs, and :func:`run` compiles them once.
+
+        Returns:
+          A :class:`Filter` of ``update`` and ``predict`` alone (``init``, ``check`` and ``model`` None).
+        """
         return Filter(None, self.update, None, self.predict)
 
 

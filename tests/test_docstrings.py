@@ -125,3 +125,12 @@ def test_every_factory_example_runs_as_shown(factory):
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test)
     assert runner.summarize(verbose=False).failed == 0, f"{factory.__name__}: its example does not run as shown"
+
+
+def test_the_belief_protocol_documents_its_methods():
+    """A new belief implements these methods (docs/architecture.md, "How to add a belief")."""
+    methods = [(f"Belief.{name}", fn) for name, fn in vars(jr.beliefs.Belief).items()
+               if inspect.isfunction(fn) and not name.startswith("_")]
+    assert len(methods) >= 15
+    missing = _undocumented(methods)
+    assert not missing, "\n".join(missing)

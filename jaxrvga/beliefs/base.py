@@ -28,57 +28,190 @@ class Belief(Protocol):
     state_type: type
 
     def init(self, mean, *factors, key=None):
-        """The initial state from the mean and the belief's own factors (checked where concrete)."""
+        """The initial state from the mean and the belief's own factors (checked where concrete).
+
+        Args:
+          mean: the prior mean, (d,).
+          factors: the belief's own factors (``cov``; ``W, psi``; ``var``).
+          key: a PRNG key, stored in the state for the schemes that sample (None: none).
+
+        Returns:
+          A state of ``state_type``, its step counter at 0.
+        """
 
     def predict(self, state, dynamics):
-        """The prediction step under :class:`~jaxrvga.dynamics.Dynamics`, exact."""
+        """The prediction step under :class:`~jaxrvga.dynamics.Dynamics`, exact.
+
+        Args:
+          state: a state of the belief (its ``state_type``).
+          dynamics: a :class:`~jaxrvga.dynamics.Dynamics`.
+
+        Returns:
+          The predicted state (the step counter unchanged).
+        """
 
     def marginal(self, state, X):
-        """``(X mean, diag(X P X^T))`` for inputs ``X`` ((m, d), or one input (d,))."""
+        """``(X mean, diag(X P X^T))`` for inputs ``X`` ((m, d), or one input (d,)).
+
+        Args:
+          state: a state of the belief (its ``state_type``).
+          X: the inputs, (m, d) or (d,).
+
+        Returns:
+          ``(m, v)``, each (m,) (scalars for one input).
+        """
 
     def sandwich(self, state, J):
-        """``J P J^T`` (k, k) for ``J`` (k, d), symmetrised."""
+        """``J P J^T`` (k, k) for ``J`` (k, d), symmetrised.
+
+        Args:
+          state: a state of the belief (its ``state_type``).
+          J: a (k, d) matrix.
+
+        Returns:
+          The (k, k) matrix.
+        """
 
     def solve(self, state, g):
-        """``P g``."""
+        """``P g``.
+
+        Args:
+          state: a state of the belief (its ``state_type``).
+          g: a vector, (d,).
+
+        Returns:
+          ``P g``, (d,).
+        """
 
     def base_draws(self, key, num: int, dim: int, dtype):
-        """Standard-normal base draws that :meth:`draw` maps to draws of ``theta``."""
+        """Standard-normal base draws that :meth:`draw` maps to draws of ``theta``.
+
+        Args:
+          key: a PRNG key.
+          num: the number of draws.
+          dim: ``d``.
+          dtype: the floating dtype.
+
+        Returns:
+          The base draws, in the form the belief's :meth:`draw` takes (an array (num, d), or a tuple).
+        """
 
     def draw(self, state, draws):
-        """Draws of ``theta`` (num, d) from base draws: common random numbers across passes."""
+        """Draws of ``theta`` (num, d) from base draws: common random numbers across passes.
+
+        Args:
+          state: a state of the belief (its ``state_type``).
+          draws: base draws from :meth:`base_draws`.
+
+        Returns:
+          The (num, d) draws of ``theta``.
+        """
 
     def sample(self, state, key, num: int):
-        """``num`` independent exact draws of ``theta``, (num, d) (for Monte-Carlo estimates)."""
+        """``num`` independent exact draws of ``theta``, (num, d) (for Monte-Carlo estimates).
+
+        Args:
+          state: a state of the belief (its ``state_type``).
+          key: a PRNG key.
+          num: the number of draws.
+
+        Returns:
+          The (num, d) draws.
+        """
 
     def variances(self, state):
-        """``diag(P)`` (d,), the marginal variances."""
+        """``diag(P)`` (d,), the marginal variances.
+
+        Args:
+          state: a state of the belief (its ``state_type``).
+
+        Returns:
+          The (d,) variances.
+        """
 
     def shift_precision(self, state, delta):
         """The precision ``P^{-1} + diag(delta)``, the mean unchanged: ``(state, ok)`` (a prior's
-        precision moved, :func:`jaxrvga.evidence.fit_prior_precision`)."""
+        precision moved, :func:`jaxrvga.evidence.fit_prior_precision`).
+
+        Args:
+          state: a state of the belief (its ``state_type``).
+          delta: the (d,) shift, of either sign.
+
+        Returns:
+          ``(state, ok)``: the state and a 0-d bool, False where the result is not positive definite.
+        """
 
     def add(self, state, X, c):
-        """The precision step ``P^{-1} + X diag(c) X^T`` (as the belief keeps it): ``(state, ok)``."""
+        """The precision step ``P^{-1} + X diag(c) X^T`` (as the belief keeps it): ``(state, ok)``.
+
+        Args:
+          state: a state of the belief (its ``state_type``).
+          X: the curvature factor, (d, q).
+          c: the weights of its columns, (q,) (None: ones).
+
+        Returns:
+          ``(state, ok)``: the state and a 0-d bool, False where the result is not positive definite.
+        """
 
     def absorb(self, prior, X, c, g, prior_gain: bool = False):
-        """:meth:`add` and the mean step ``mu + P g``: ``(state, ok)``."""
+        """:meth:`add` and the mean step ``mu + P g``: ``(state, ok)``.
+
+        Args:
+          prior: the state before the step.
+          X: the curvature factor, (d, q).
+          c: the weights of its columns, (q,) (None: ones).
+          g: the gradient of the mean step, (d,).
+          prior_gain: solve with the prior's covariance instead of the new one.
+
+        Returns:
+          ``(state, ok)``, unprojected.
+        """
 
     def finish(self, state):
         """The belief's projection of a step's result: ``(state, (dropped, em_loops, projected))``,
         the mean left as it is (the same array: the guard chooses it outside, :func:`finish_or_keep`);
         ``projected`` is False where the projection could not be computed (a gain not finite) and
-        the unprojected factors were kept, so that the guard keeps the prior (:func:`no_projection`)."""
+        the unprojected factors were kept, so that the guard keeps the prior (:func:`no_projection`).
+
+        Args:
+          state: a state of the belief (its ``state_type``).
+
+        Returns:
+          ``(state, (dropped, em_loops, projected))``: 0-d arrays of the mean's dtype, int32 and bool.
+        """
 
     def settle(self, prior, new, ok):
-        """:meth:`finish` of ``new`` where ``ok``, else ``prior``: ``(state, (dropped, em_loops, projected))``."""
+        """:meth:`finish` of ``new`` where ``ok``, else ``prior``: ``(state, (dropped, em_loops, projected))``.
+
+        Args:
+          prior: the state before the step.
+          new: the state after it, before :meth:`finish`.
+          ok: a 0-d bool, whether the step is taken.
+
+        Returns:
+          ``(state, (dropped, em_loops, projected))``, as :meth:`finish`.
+        """
 
     def checked_fields(self, state):
-        """The arrays whose finiteness the guard checks, the mean first."""
+        """The arrays whose finiteness the guard checks, the mean first.
+
+        Args:
+          state: a state of the belief (its ``state_type``).
+
+        Returns:
+          A tuple of arrays.
+        """
 
     def positive(self, state):
         """Whether the belief's variances are positive (a traced bool, O(d)): checked by the guard on
-        every state it keeps and every prediction."""
+        every state it keeps and every prediction.
+
+        Args:
+          state: a state of the belief (its ``state_type``).
+
+        Returns:
+          A 0-d bool array.
+        """
 
 
 def antithetic_normals(key, num: int, dim: int, dtype):

@@ -220,7 +220,15 @@ class Scheme(NamedTuple):
     certified: bool = False
 
     def check(self, model, belief):
-        """Raise ``ValueError`` where this scheme does not apply to ``model`` or ``belief``."""
+        """Raise ``ValueError`` where this scheme does not apply to ``model`` or ``belief``.
+
+        Args:
+          model: the filter's observation model.
+          belief: the filter's belief.
+
+        Returns:
+          None.
+        """
         if self.requires is not None and not getattr(model, self.requires):
             raise ValueError(f"scheme {self.name!r} does not apply to the {model.kind} model")
         if self.beliefs is not None and not isinstance(belief, self.beliefs):
