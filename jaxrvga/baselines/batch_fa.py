@@ -21,7 +21,15 @@ from ..validation import check_cov, check_positive
 
 def check_factors(W, psi):
     """``(W, psi)`` of a factor analysis checked (:func:`jaxrvga.kernels.lowrank.check_factors`, a rank
-    ``1 <= p <= d``, ``psi > 0``), ``psi`` in the dtype of ``W``. Raises ``ValueError``."""
+    ``1 <= p <= d``, ``psi > 0``), ``psi`` in the dtype of ``W``. Raises ``ValueError``.
+
+    Args:
+      W: the factor, (d, p).
+      psi: the diagonal, (d,).
+
+    Returns:
+      ``(W, psi)`` as arrays of one dtype.
+    """
     W, psi = lowrank.check_factors(W, psi)
     psi = psi.astype(W.dtype)
     if not 1 <= W.shape[1] <= W.shape[0]:
@@ -38,6 +46,15 @@ def batch_em_step(S, W, psi, *, psi_floor: float = PSI_FLOOR):
 
     O(d^2 p) time and O(d^2) memory (``S`` itself): a baseline, not a limited-memory method.
     Any exact representation ``S = W W^T + diag(psi)`` is a fixed point.
+
+    Args:
+      S: the dense target, (d, d).
+      W: the factor, (d, p).
+      psi: the diagonal, (d,), > 0.
+      psi_floor: the relative floor of ``psi``.
+
+    Returns:
+      ``(W_new, psi_new)``, (d, p) and (d,).
     """
     W, psi = check_factors(W, psi)
     S = check_cov("S", S, W.shape[0], semidefinite=True)
@@ -51,6 +68,16 @@ def batch_em(S, W0, psi0, max_iter: int = 1000, tol: float = 0.0, *,
     """Iterate :func:`batch_em_step` until the relative change of ``(W, psi)`` is <= ``tol``.
 
     Returns ``(W, psi, num_iterations)``. ``tol = 0`` runs exactly ``max_iter`` iterations.
+
+    Args:
+      S: the dense target, (d, d).
+      W0, psi0: the starting factors, (d, p) and (d,).
+      max_iter: the most iterations.
+      tol: the stopping tolerance of the relative change (0: run ``max_iter``).
+      psi_floor: the relative floor of ``psi``.
+
+    Returns:
+      ``(W, psi, num_iterations)``.
     """
     def change(W, psi, W_new, psi_new):
         num = jnp.sqrt(jnp.sum((W_new - W) ** 2) + jnp.sum((psi_new - psi) ** 2))
@@ -76,6 +103,14 @@ def ml_residuals(S, W, psi):
     ``W = S (W W^T + Psi)^{-1} W`` and ``psi = Diag(S - W W^T)``; returns the pair
     ``(||W - S Lam^{-1} W|| / ||W||, ||psi - Diag(S - W W^T)|| / ||psi||)``. At a fixed point
     of EM both vanish (App. B, Proposition 1).
+
+    Args:
+      S: the target, (d, d).
+      W: the factor, (d, p).
+      psi: the diagonal, (d,).
+
+    Returns:
+      The two relative residuals, scalars.
     """
     rW = W - S @ lowrank.solve(W, psi, W)
     rpsi = psi - (jnp.diagonal(S) - rowdot(W, W))
@@ -87,6 +122,14 @@ def fa_neg_log_lik(V, W, psi):
 
     ``= 1/2 [mean_i v_i^T Lam^{-1} v_i + logdet Lam + d log(2 pi)]``; equals
     ``fa_kl(S) + const`` with ``S = V^T V / n``. O(n d p + d p^2).
+
+    Args:
+      V: the samples, (n, d).
+      W: the factor, (d, p).
+      psi: the diagonal, (d,).
+
+    Returns:
+      The scalar average negative log-likelihood.
     """
     V = jnp.atleast_2d(V)
     fac = lowrank.factorize(W, psi)
@@ -103,6 +146,15 @@ def fa_kl(S, W, psi, logdet_S=None):
     cost is O(d^2 p) (one product ``S B``) and no d x d inverse is formed. ``logdet_S`` may be
     passed when S is fixed across many calls; otherwise it is computed by Cholesky (S must be
     positive definite). Equals the authors' ``KLDivergence_largeScale``.
+
+    Args:
+      S: the target covariance, (d, d), positive definite.
+      W: the factor, (d, p).
+      psi: the diagonal, (d,).
+      logdet_S: ``logdet S``, if known.
+
+    Returns:
+      The scalar KL divergence.
     """
     S = jnp.asarray(S)
     fac = lowrank.factorize(W, psi)

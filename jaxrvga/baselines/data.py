@@ -100,6 +100,15 @@ def random_rotation(d: int, seed: Optional[int] = None, *, key=None,
     ``rotation="stewart"`` (default) replays the Householder algorithm of SciPy <= 1.15, which the
     authors used; ``rotation="scipy"`` calls the installed SciPy (different numbers from SciPy 1.16
     on). JAX mode (``key``): QR of a Gaussian matrix with the sign correction.
+
+    Args:
+      d: the dimension.
+      seed: the legacy mode's seed (NumPy's global stream, the authors' protocol).
+      key: a JAX PRNG key instead (JAX mode); give exactly one of ``seed`` and ``key``.
+      rotation: ``"stewart"`` or ``"scipy"``, as :func:`random_rotation`'s.
+
+    Returns:
+      ``Q``, a (d, d) NumPy array.
     """
     if _mode(seed, key) == "jax":
         return _jax_special_ortho(key, d)
@@ -140,6 +149,19 @@ def covariance(d: int, c: float, scale: float = 1.0, rotate: bool = True, normal
     *squared Euclidean norm* ``sum_i v_i^2`` (not by the trace: ``tr C = 1`` only for c = 0; [RVGA]
     §6 describes a per-class normalisation instead). ``Q`` is a random rotation (:func:`random_rotation`)
     when ``rotate`` and ``d > 1``; otherwise ``C = diag(v)`` and no random number is drawn.
+
+    Args:
+      d: the dimension.
+      c: the decay exponent of the eigenvalues.
+      scale: the scale of the eigenvalues (``v_1 = scale^2``).
+      rotate: rotate by a random ``Q``.
+      normalize: divide ``v`` by ``sum_i v_i^2``.
+      seed: the legacy mode's seed (NumPy's global stream, the authors' protocol).
+      key: a JAX PRNG key instead (JAX mode); give exactly one of ``seed`` and ``key``.
+      rotation: ``"stewart"`` or ``"scipy"``, as :func:`random_rotation`'s.
+
+    Returns:
+      ``C``, (d, d).
     """
     vec = (1 / np.arange(1, d + 1) ** c) * scale**2
     if normalize:
@@ -154,7 +176,15 @@ def covariance(d: int, c: float, scale: float = 1.0, rotate: bool = True, normal
 
 
 def prior_mean(mu0: float, d: int) -> np.ndarray:
-    """The experiments' prior mean ``mu_0 = mu0 * 1_d / sqrt(d)``, so that ``||mu_0|| = mu0``."""
+    """The experiments' prior mean ``mu_0 = mu0 * 1_d / sqrt(d)``, so that ``||mu_0|| = mu0``.
+
+    Args:
+      mu0: the norm of the mean.
+      d: the dimension.
+
+    Returns:
+      The (d,) NumPy array.
+    """
     return mu0 * np.ones(d) / np.sqrt(d)
 
 
@@ -193,6 +223,19 @@ def logistic_data(s: float, N: int, d: int, c: float, seed: Optional[int] = None
 
     Labels are deterministic by class, not Bernoulli(sig(theta^T x)). An odd ``N`` drops one
     sample, as in the authors' code. The experiments pass ``normalize=True``.
+
+    Args:
+      s: the separation of the class means.
+      N: the number of samples (even).
+      d: the dimension.
+      c: the decay exponent of the covariance's eigenvalues (:func:`covariance`).
+      seed: the legacy mode's seed (NumPy's global stream, the authors' protocol).
+      key: a JAX PRNG key instead (JAX mode); give exactly one of ``seed`` and ``key``.
+      scale, rotate, normalize: as :func:`covariance`'s.
+      rotation: ``"stewart"`` or ``"scipy"``, as :func:`random_rotation`'s.
+
+    Returns:
+      A :class:`LogisticData`: ``X`` (N, d), ``y`` (N,), ``theta_opt``, ``cov``, the class means and ``rng``.
     """
     mode = _mode(seed, key)
     n_half = int(N / 2)
@@ -249,6 +292,19 @@ def linear_data(sigma: float, N: int, d: int, c: float, seed: Optional[int] = No
         np.random.seed(seed); X = multivariate_normal(0, C, N)
         np.random.seed(seed); theta* = uniform(-1, 1, d); theta* /= ||theta*||
         y = X theta*;  if sigma > 0: np.random.seed(seed); y += normal(0, sigma, N)
+
+    Args:
+      sigma: the noise standard deviation (0: none).
+      N: the number of samples.
+      d: the dimension.
+      c: the decay exponent of the covariance's eigenvalues (:func:`covariance`).
+      seed: the legacy mode's seed (NumPy's global stream, the authors' protocol).
+      key: a JAX PRNG key instead (JAX mode); give exactly one of ``seed`` and ``key``.
+      normalize, scale, rotate: as :func:`covariance`'s.
+      rotation: ``"stewart"`` or ``"scipy"``, as :func:`random_rotation`'s.
+
+    Returns:
+      A :class:`LinearData`: ``X`` (N, d), ``y`` (N,), ``theta_star``, ``cov`` and ``rng``.
     """
     mode = _mode(seed, key)
     if mode == "legacy":
@@ -281,6 +337,13 @@ def normalize_rows(X: np.ndarray, mode: str = "unit") -> np.ndarray:
     ``mode="unit"``: every row to unit Euclidean norm (the [LRVGA] HEAD script, row by row as
     there). ``mode="mean"``: all rows divided by the mean row norm (the Dec-2021 script and the
     authors' ``read_LibSVM(rescaleX=True)``).
+
+    Args:
+      X: the rows, (n, d).
+      mode: ``"unit"`` or ``"mean"``.
+
+    Returns:
+      The normalised (n, d) array.
     """
     X = np.array(X, dtype=np.float64)
     if mode == "unit":
@@ -323,6 +386,17 @@ def fa_covariance_data(d: int, p: int, N: int, seed: Optional[int] = 1, *, key=N
     ``variant="head"`` (HEAD, 2022-11): each row to unit norm, ``S = X^T X / N``.
     ``variant="dec2021"``: rows divided by the mean row norm, ``S = X^T X / N + 1e-12 I``.
     Pass ``seed=None, key=...`` for JAX mode (``X = z W^T + sqrt(psi) e``, no d x d factorisation).
+
+    Args:
+      d: the dimension.
+      p: the rank of the factor.
+      N: the number of samples.
+      seed: the legacy mode's seed (NumPy's global stream, the authors' protocol).
+      key: a JAX PRNG key instead (JAX mode); give exactly one of ``seed`` and ``key``.
+      variant: ``"head"`` or ``"dec2021"``.
+
+    Returns:
+      A :class:`FACovData`: ``X`` (N, d), ``S`` (d, d), the true ``W``, ``psi`` and ``cov``, and ``rng``.
     """
     if variant not in ("head", "dec2021"):
         raise ValueError(f"variant must be 'head' or 'dec2021', got {variant!r}")
@@ -374,6 +448,13 @@ def read_libsvm(path, n_features: Optional[int] = None) -> Dataset:
     records** (the authors' reader took the number of entries of the first record, which truncates
     sparse files). Labels are returned as read (no remapping); blank lines and
     ``#`` comments are skipped. Raises ``ValueError`` on a malformed line or an index out of range.
+
+    Args:
+      path: the file's path.
+      n_features: the dimension (None: the largest index).
+
+    Returns:
+      A :class:`Dataset` of float64 ``X`` (n, d) and ``y`` (n,).
     """
     labels, rows = [], []
     max_index = 0
@@ -422,7 +503,14 @@ def find_data_file(name: str) -> Path:
     """Locate a data file: ``$JAXRVGA_DATA/name`` first, then ``shared/data/name`` in the package
     directory's parents and in the working directory's parents, then the copy bundled with the
     package (``jaxrvga/datasets/``: the LIBSVM ``breast-cancer_scale`` file, 60 KB). Raises
-    ``FileNotFoundError`` listing what was tried."""
+    ``FileNotFoundError`` listing what was tried.
+
+    Args:
+      name: the file's name.
+
+    Returns:
+      The :class:`~pathlib.Path` found.
+    """
     tried = []
     env = os.environ.get(DATA_ENV)
     if env:
@@ -450,6 +538,12 @@ def load_breast_cancer(path=None) -> Dataset:
     Labels 2 (benign, 444 samples) map to 0 and 4 (malignant, 239 samples) to 1. Features are the
     LIBSVM-scaled values in [-1, 1], unnormalised (use :func:`normalize_rows` with ``"mean"`` for
     the authors' ``rescaleX``). ``path`` defaults to :func:`find_data_file`'s search.
+
+    Args:
+      path: the file's path (None: searched).
+
+    Returns:
+      A :class:`Dataset`: ``X`` (683, 10), ``y`` (683,) in {0, 1}.
     """
     path = find_data_file(BREAST_CANCER_FILE) if path is None else path
     X, raw = read_libsvm(path, n_features=10)
@@ -464,6 +558,13 @@ def load_digits_pair(a: int = 3, b: int = 5) -> Dataset:
     A small bundled stand-in for the USPS 3-vs-5 task of [KLPROX] Table 3 (USPS itself is 16x16,
     1540 samples, and is not bundled). Pixels are scaled from 0..16 to [0, 1]; 64 features.
     Requires scikit-learn (``pip install scikit-learn`` or the ``experiments`` extra).
+
+    Args:
+      a: the digit of label 0.
+      b: the digit of label 1.
+
+    Returns:
+      A :class:`Dataset`: ``X`` (n, 64), ``y`` (n,) in {0, 1}.
     """
     try:
         from sklearn.datasets import load_digits

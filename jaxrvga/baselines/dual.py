@@ -75,7 +75,14 @@ class Conjugate(NamedTuple):
 
 
 def gaussian_conjugate(noise_var) -> Conjugate:
-    """Exact Gaussian likelihood ``N(y | eta, noise_var)``: ``f* = alpha y + s^2 alpha^2/2 - log(2 pi s^2)/2``, ``lam <= 1/s^2``."""
+    """Exact Gaussian likelihood ``N(y | eta, noise_var)``: ``f* = alpha y + s^2 alpha^2/2 - log(2 pi s^2)/2``, ``lam <= 1/s^2``.
+
+    Args:
+      noise_var: ``s^2 > 0``.
+
+    Returns:
+      A :class:`Conjugate`.
+    """
     s2 = noise_var
     c = 0.5 * jnp.log(2.0 * jnp.pi * s2)
     return Conjugate(
@@ -114,6 +121,12 @@ def jj_conjugate(xi) -> Conjugate:
     So for fixed ``xi`` the dual is that of a Gaussian pseudo-likelihood with precision ``2c`` and
     pseudo-observation ``(y - 1/2) / (2c)``; :func:`fit` alternates the dual solve with the
     tight-bound update ``xi_n^2 = h_n^2 + rho_n`` (``h = W m*``, ``rho = Diag(W V* W^T)``).
+
+    Args:
+      xi: the variational parameters, (N,) or a scalar.
+
+    Returns:
+      A :class:`Conjugate`.
     """
     xi = jnp.asarray(xi)
     c = jj_lambda(xi)
@@ -128,7 +141,11 @@ def jj_conjugate(xi) -> Conjugate:
 
 
 def poisson_conjugate() -> Conjugate:
-    """Exact Poisson likelihood (log link): ``f* = (a + y) log(a + y) - (a + y) - log y!`` on ``a >= -y``, ``lam <= a + y``."""
+    """Exact Poisson likelihood (log link): ``f* = (a + y) log(a + y) - (a + y) - log y!`` on ``a >= -y``, ``lam <= a + y``.
+
+    Returns:
+      A :class:`Conjugate`.
+    """
     return Conjugate(
         name="poisson",
         f=lambda h, rho, y: jnp.exp(h + 0.5 * rho) - y * h + gammaln(y + 1.0),
@@ -143,6 +160,15 @@ def dual_objective(conj: Conjugate, alpha, lam, y, mu_t, Sigma_t):
 
     ``1/2 a^T Sigma~ a - mu~^T a - 1/2 log|I + S Sigma~ S| + sum_n f_n*(a_n, lam_n)``,
     ``S = diag(sqrt(lam))`` (needs lam >= 0); ``+inf`` outside the domain of ``f*``.
+
+    Args:
+      conj: the :class:`Conjugate` of the likelihood.
+      alpha, lam: the dual variables, (N,) each.
+      y: the observations, (N,).
+      mu_t, Sigma_t: the prior of ``eta = W z``: ``W mu`` (N,) and ``W Sigma W^T`` (N, N).
+
+    Returns:
+      The scalar dual objective (``+inf`` outside its domain).
     """
     ok = jnp.all(conj.feasible(alpha, y) & (lam <= conj.lam_max(alpha, y)) & (lam >= 0.0))
     a = jnp.where(conj.feasible(alpha, y), alpha, 1.0)
@@ -351,6 +377,9 @@ def fit(model: Union[Model, Conjugate], W, y, prior_mean, prior_cov, *, max_iter
 
     Returns a :class:`DualResult` with ``mean = mu - Sigma W^T alpha`` and
     ``cov = (Sigma^{-1} + W^T diag(lam) W)^{-1}`` (17)-(18).
+
+    Returns:
+      A :class:`DualResult`.
     """
     conj = _conjugate_for(model)
     W, y, mu, Sigma = check_batch_problem(model.family if isinstance(model, Model) else None,
@@ -430,12 +459,33 @@ _solve_jit = jax.jit(_solve, static_argnums=0)
 
 def fenchel_young_gap(conj: Conjugate, alpha, lam, h, rho, y):
     """``f(h, rho) + f*(alpha, lam) - alpha h - lam rho / 2 >= 0`` elementwise; zero iff ``(h, rho)``
-    attains the sup in (19), i.e. the dual optimality condition of (19)."""
+    attains the sup in (19), i.e. the dual optimality condition of (19).
+
+    Args:
+      conj: the :class:`Conjugate` of the likelihood.
+      alpha, lam: the dual variables, (N,).
+      h, rho: the marginal means and variances of ``eta``, (N,).
+      y: the observations, (N,).
+
+    Returns:
+      The (N,) gaps.
+    """
     return conj.f(h, rho, y) + conj.phi(alpha, y) - alpha * h - 0.5 * lam * rho
 
 
 def lvb_elbo(conj: Conjugate, W, y, prior_mean, prior_cov, mean, cov):
-    """Primal objective (11): ``-KL(N(m, V) || N(mu, Sigma)) - sum_n f_n(W m, Diag(W V W^T))``."""
+    """Primal objective (11): ``-KL(N(m, V) || N(mu, Sigma)) - sum_n f_n(W m, Diag(W V W^T))``.
+
+    Args:
+      conj: the :class:`Conjugate` of the likelihood.
+      W: the (N, L) design.
+      y: the observations, (N,).
+      prior_mean, prior_cov: ``mu`` (L,), ``Sigma`` (L, L).
+      mean, cov: the Gaussian ``q = N(m, V)``, (L,) and (L, L).
+
+    Returns:
+      The scalar ELBO.
+    """
     h = W @ mean
     rho = jnp.einsum("nl,lk,nk->n", W, cov, W)
     return -metrics.gaussian_kl(mean, cov, prior_mean, prior_cov) - jnp.sum(conj.f(h, rho, y))

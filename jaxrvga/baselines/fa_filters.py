@@ -44,6 +44,15 @@ def recursive_em(inner_loops: int = 1, mode: str = "covariance", process_noise=N
 
     ``init(W0, psi0) -> FAState``; ``update(state, x, y=None)`` with ``x`` (d,) or (d, m)
     (``y`` is ignored; :func:`jaxrvga.run` needs some ``ys`` of matching length).
+
+    Args:
+      inner_loops: EM iterations per observation, >= 1.
+      mode: ``"covariance"`` or ``"precision"``.
+      process_noise: ``eta >= 0`` of the ``"precision"`` mode (None: none).
+      psi_floor: the relative floor of ``psi``.
+
+    Returns:
+      A :class:`~jaxrvga.Filter` of :class:`FAState`.
     """
     check_choice("mode", mode, ("covariance", "precision"))
     inner_loops = positive_int("inner_loops", inner_loops)
@@ -111,6 +120,16 @@ def online_fa_em(num_steps: Optional[int] = None, averaging: Optional[str] = "pa
 
     One E/M iteration per sample, O(d p^2 + p^3) time, memory ~ 2 d p (``S2`` and ``W``).
     ``init(W0, psi0)``; ``update(state, v, y=None)`` with ``v`` of shape (d,).
+
+    Args:
+      num_steps: the length of the stream (sets the default ``average_start`` of ``"paper"``).
+      averaging: ``"paper"``, ``"code"`` or None.
+      average_start: the step after which the iterates are averaged.
+      step_exponent: the exponent of the step size ``t^{-step_exponent}``.
+      psi_floor: the relative floor of ``psi``.
+
+    Returns:
+      A :class:`~jaxrvga.Filter` of :class:`OnlineFAState`.
     """
     check_choice("averaging", averaging, ("paper", "code", None))
     if not 0.5 < step_exponent <= 1.0:

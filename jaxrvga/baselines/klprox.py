@@ -84,6 +84,12 @@ def laplace_likelihood_family(scale=1.0) -> Family:
     """Laplace output ``p(y | eta) = exp(-|y - eta| / scale) / (2 scale)`` (GP regression in [KLPROX] §6).
 
     ``variance = 2 scale^2``; ``fisher = 1 / scale^2`` (Fisher information of the location).
+
+    Args:
+      scale: ``b > 0``.
+
+    Returns:
+      A :class:`~jaxrvga.models.Family`.
     """
     check_positive("scale", scale)
     b = scale
@@ -104,6 +110,12 @@ def laplace_likelihood(scale=1.0) -> Model:
     ``E[log p(y | eta)] = -E|y - eta| / b - log(2b)`` with ``E|y - eta| = 2 s phi(u) + (y - m)(2 Phi(u) - 1)``.
     The moments follow by Bonnet's and Price's theorems: ``E[d log p / d eta] = (2 Phi(u) - 1) / b`` and,
     in the distributional sense, ``E[d^2 log p / d eta^2] = -2 phi(u) / (s b)``.
+
+    Args:
+      scale: ``b > 0``.
+
+    Returns:
+      A GLM :class:`~jaxrvga.models.Model`.
     """
     fam = laplace_likelihood_family(scale)
 
@@ -129,6 +141,13 @@ def expectation(likelihood: Union[Model, Family], num_points: Optional[int] = No
     is given or the model has none; otherwise Gauss-Hermite quadrature with ``num_points`` nodes
     (default 64) on ``family.log_prob``. (Model expectations are written for scalars, so they are
     vectorised here.)
+
+    Args:
+      likelihood: a :class:`~jaxrvga.models.Model` or :class:`~jaxrvga.models.Family`.
+      num_points: Gauss-Hermite nodes (None: the model's own expectation, else 64).
+
+    Returns:
+      The function ``f(m, v, y)``, elementwise.
     """
     family = _as_family(likelihood)
     if isinstance(likelihood, Model) and likelihood.expected_log_lik is not None and num_points is None:
@@ -142,6 +161,14 @@ def site_gradients(expected, y, mt, vt):
     """``(alpha, gamma) = (-df_n/dmt, -2 df_n/dvt)`` at ``(mt, vt)``, by autodiff ([KLPROX] eq. 12).
 
     ``expected`` is a function from :func:`expectation`.
+
+    Args:
+      expected: ``f(m, v, y)`` from :func:`expectation`.
+      y: the observations, (N,).
+      mt, vt: the marginal means and variances of ``eta``, (N,).
+
+    Returns:
+      ``(alpha, gamma)``, (N,) each.
     """
     _, a, g = _sites(expected, y, mt, vt)
     return a, g
@@ -446,6 +473,9 @@ def fit(model: Union[Model, Family], X, y, prior_mean, prior_cov, r=0.8, max_ite
 
     Returns a :class:`KLProxResult`. Cost O(N D^2 + D^3) per iteration. Jittable (the loop is a
     ``lax.while_loop``; ``r`` and ``tol`` may be traced).
+
+    Returns:
+      A :class:`KLProxResult`.
     """
     family = _as_family(model)
     X, y, mu, Sigma = check_batch_problem(family, X, y, prior_mean, prior_cov)
@@ -472,6 +502,19 @@ def proximal_point_step(model: Union[Model, Family], X, y, prior_mean, prior_cov
     of :func:`fit` unless ``adaptive=False``) to convergence.
     For a conjugate (Gaussian) likelihood this equals the natural-gradient step
     ``eta_{k+1} = r eta_k + (1 - r) eta_post`` ([KLPROX] Thm 1).
+
+    Args:
+      model: a GLM or a :class:`~jaxrvga.models.Family`, as :func:`fit`'s.
+      X: the inputs, (N, D).
+      y: the observations, (N,).
+      prior_mean, prior_cov: ``mu`` (D,), ``Sigma`` (D, D).
+      mean, cov: ``q_k``, (D,) and (D, D).
+      r: ``1 / (1 + beta)`` of the proximal step.
+      inner_r, max_iter, tol, num_points, adaptive: the inner iteration's, as :func:`fit`'s ``r``,
+        ``max_iter``, ``tol``, ``num_points`` and ``adaptive``.
+
+    Returns:
+      A :class:`KLProxResult`, ``q_{k+1}``.
     """
     family = _as_family(model)
     X, y, mu, Sigma = check_batch_problem(family, X, y, prior_mean, prior_cov)
@@ -489,7 +532,19 @@ def proximal_point_step(model: Union[Model, Family], X, y, prior_mean, prior_cov
 
 def elbo(model: Union[Model, Family], X, y, prior_mean, prior_cov, mean, cov,
          num_points: Optional[int] = None):
-    """Evidence lower bound (10): ``sum_n f_n(x_n^T m, x_n^T V x_n) - KL(N(m, V) || N(mu, Sigma))``."""
+    """Evidence lower bound (10): ``sum_n f_n(x_n^T m, x_n^T V x_n) - KL(N(m, V) || N(mu, Sigma))``.
+
+    Args:
+      model: a GLM or a :class:`~jaxrvga.models.Family`, as :func:`fit`'s.
+      X: the inputs, (N, D).
+      y: the observations, (N,).
+      prior_mean, prior_cov: ``mu`` (D,), ``Sigma`` (D, D).
+      mean, cov: the Gaussian ``q = N(m, V)``, (D,) and (D, D).
+      num_points: as :func:`expectation`'s.
+
+    Returns:
+      The scalar ELBO.
+    """
     family = _as_family(model)
     X, y, mu, Sigma = check_batch_problem(family, X, y, prior_mean, prior_cov)
     D = mu.shape[0]
@@ -574,6 +629,9 @@ def fit_kernel(likelihood: Union[Model, Family], K, y, prior_mean=None, r=0.8,
         vet the site update); ``exact=False`` with ``adaptive=True`` raises ValueError.
 
     Cost O(N^3) per iteration, O(N^2) memory.
+
+    Returns:
+      A :class:`KernelResult`.
     """
     family = _as_family(likelihood)
     K = check_float_array("K", K)
@@ -645,6 +703,9 @@ def predict(result: KernelResult, K_star, k_starstar, mean_star=0.0):
       K_star: (M, N) cross-covariances ``kappa(x*_i, x_n)`` between test and training points.
       k_starstar: (M,) prior variances ``kappa(x*_i, x*_i)``.
       mean_star: prior mean ``mu~(x*)`` at the test points (scalar or (M,)).
+
+    Returns:
+      ``(mean, var)``, (M,) each.
     """
     N = result.alpha.shape[0]
     K_star = check_float_array("K_star", K_star)
@@ -660,6 +721,15 @@ def se_kernel(X1, X2=None, lengthscale=1.0, variance=1.0):
     """Squared-exponential kernel ``variance * exp(-||x - x'||^2 / (2 lengthscale^2))`` (GPML covSEiso).
 
     ``X1`` (n1, d), ``X2`` (n2, d) (default ``X1``) -> (n1, n2).
+
+    Args:
+      X1: (n1, d) inputs.
+      X2: (n2, d) inputs (None: ``X1``).
+      lengthscale: > 0.
+      variance: the kernel's variance, > 0.
+
+    Returns:
+      The (n1, n2) kernel matrix.
     """
     X1 = jnp.atleast_2d(check_float_array("X1", X1))
     X2 = X1 if X2 is None else jnp.atleast_2d(check_float_array("X2", X2))

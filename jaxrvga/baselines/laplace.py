@@ -38,6 +38,18 @@ def laplace(model: Model, X, y, prior_mean, prior_cov, *, max_iter: int = 100,
     ([RVGA] §6.2). Stops when the squared Newton decrement is below ``tol (1 + |f|)``
     (default ``tol = 1e3 eps``) or after ``max_iter`` iterations. Compiled once per model
     (as built by its factory) and shapes.
+
+    Args:
+      model: the observation model (:mod:`jaxrvga.models`).
+      X: the inputs, (N, D).
+      y: the outputs, (N,).
+      prior_mean: (D,).
+      prior_cov: (D, D), positive definite.
+      max_iter: the most Newton iterations.
+      tol: the stopping tolerance (None: ``1e3 eps``).
+
+    Returns:
+      A :class:`LaplaceResult`: the MAP ``mean``, the ``cov`` and the convergence report.
     """
     if not isinstance(model, Model):
         raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")

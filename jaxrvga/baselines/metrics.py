@@ -49,7 +49,15 @@ def _chol_logdet(L):
 
 
 def gaussian_entropy(logdet_cov, d):
-    """Entropy of a d-dimensional Gaussian, ``1/2 logdet P + d/2 (1 + log 2 pi)`` ([RVGA] eq. 94)."""
+    """Entropy of a d-dimensional Gaussian, ``1/2 logdet P + d/2 (1 + log 2 pi)`` ([RVGA] eq. 94).
+
+    Args:
+      logdet_cov: ``logdet P``.
+      d: the dimension.
+
+    Returns:
+      The scalar entropy.
+    """
     return 0.5 * logdet_cov + 0.5 * d * (1.0 + _LOG_2PI)
 
 
@@ -58,6 +66,14 @@ def gaussian_log_density(theta, mean, cov):
 
     ``cov`` may be a scalar (isotropic variance), a (d,) vector (diagonal) or a (d, d) matrix
     (Cholesky-factored).
+
+    Args:
+      theta: the point, (d,).
+      mean: the mean, (d,).
+      cov: a scalar, (d,) or (d, d).
+
+    Returns:
+      The scalar log density.
     """
     theta = jnp.asarray(theta)
     e = theta - mean
@@ -78,6 +94,14 @@ def logistic_log_likelihood(theta, X, y):
     """Logistic log-likelihood, ``y`` in {0, 1} ([RVGA] eq. 92)::
 
         sum_i log sig((2 y_i - 1) x_i^T theta) = -sum_i logaddexp(0, -(2 y_i - 1) x_i^T theta)
+
+    Args:
+      theta: the parameters, (d,).
+      X: the inputs, (n, d).
+      y: the labels in {0, 1}, (n,).
+
+    Returns:
+      The scalar log-likelihood.
     """
     sign = 2.0 * jnp.asarray(y, dtype=jnp.result_type(theta)) - 1.0
     return -jnp.sum(jnp.logaddexp(0.0, -sign * (X @ theta)))
@@ -92,6 +116,16 @@ def logistic_log_posterior(theta, X, y, prior_mean, prior_cov):
     The prior is a normalised Gaussian density (``- d/2 log 2 pi - 1/2 logdet P_0`` included), as in
     the authors' ``bayesianlogisticPdf``. ``prior_cov``: scalar, (d,) or (d, d). One ``theta`` (d,);
     ``jax.vmap`` over samples.
+
+    Args:
+      theta: the parameters, (d,).
+      X: the inputs, (n, d).
+      y: the labels in {0, 1}, (n,).
+      prior_mean: the prior mean, (d,).
+      prior_cov: the prior covariance: a scalar, (d,) or (d, d).
+
+    Returns:
+      The scalar log density.
     """
     return logistic_log_likelihood(theta, X, y) + gaussian_log_density(theta, prior_mean, prior_cov)
 
@@ -106,6 +140,16 @@ def base_normals(d: int, num: int, seed: Optional[int] = None, *, key=None, dtyp
     ``seed``: the authors' protocol, ``np.random.seed(seed);
     np.random.multivariate_normal(0, I_d, size=num)`` (replayed on a private RandomState; returns a
     float64 NumPy array). ``key``: ``jax.random.normal(key, (num, d), dtype)``.
+
+    Args:
+      d: the dimension.
+      num: the number of rows.
+      seed: the legacy seed (NumPy).
+      key: a JAX PRNG key instead.
+      dtype: the dtype of the JAX draws (default JAX's default float).
+
+    Returns:
+      The (num, d) normals.
     """
     if (seed is None) == (key is None):
         raise ValueError("give exactly one of seed (NumPy-legacy) or key (JAX)")
@@ -130,6 +174,16 @@ def mc_kl(log_target: Callable, mean, cov, z, *, return_stderr: bool = False):
     ``mean + chol(cov) z_m`` for the rows of ``z`` (M, d). The estimate converges to
     ``KL(q || p) - log Z_p``. With ``return_stderr`` also returns the MC standard error
     ``std_m(-log ptilde(theta_m)) / sqrt(M)`` (the entropy term is exact).
+
+    Args:
+      log_target: ``log_target(theta) -> scalar``.
+      mean: the mean of ``q``, (d,).
+      cov: its covariance, (d, d).
+      z: the base normals, (M, d).
+      return_stderr: also return the Monte-Carlo standard error.
+
+    Returns:
+      The scalar estimate, or ``(estimate, stderr)`` with ``return_stderr``.
     """
     mean = jnp.asarray(mean)
     L = jnp.linalg.cholesky(cov)
@@ -142,6 +196,19 @@ def mc_kl_logistic(mean, cov, z, X, y, prior_mean, prior_cov, *, return_stderr: 
     """MC-KL of a full-covariance belief to the logistic posterior (:func:`logistic_log_posterior`).
 
     The authors' ``PosteriorLogReg.divergence`` (with ``slogdet`` in place of ``log det``).
+
+    Args:
+      mean: the mean of ``q``, (d,).
+      cov: its covariance, (d, d).
+      z: the base normals, (M, d).
+      X: the inputs, (n, d).
+      y: the labels in {0, 1}, (n,).
+      prior_mean: the prior mean, (d,).
+      prior_cov: the prior covariance: a scalar, (d,) or (d, d).
+      return_stderr: also return the Monte-Carlo standard error.
+
+    Returns:
+      The scalar estimate, or ``(estimate, stderr)`` with ``return_stderr``.
     """
     return mc_kl(lambda th: logistic_log_posterior(th, X, y, prior_mean, prior_cov),
                  mean, cov, z, return_stderr=return_stderr)
@@ -155,6 +222,19 @@ def mc_kl_logistic_terms(mean, cov, z, X, y, prior_mean, prior_cov, *, batch_siz
     difference (``std(terms_a - terms_b) / sqrt(M)``). ``batch_size``: evaluate the log posterior
     on that many samples at a time (``jax.lax.map``, bounding memory for large M and n); ``None``:
     all at once (``jax.vmap``). Returns (M,).
+
+    Args:
+      mean: the mean of ``q``, (d,).
+      cov: its covariance, (d, d).
+      z: the base normals, (M, d).
+      X: the inputs, (n, d).
+      y: the labels in {0, 1}, (n,).
+      prior_mean: the prior mean, (d,).
+      prior_cov: the prior covariance: a scalar, (d,) or (d, d).
+      batch_size: samples per evaluation (None: all at once).
+
+    Returns:
+      The (M,) terms.
     """
     L = jnp.linalg.cholesky(cov)
     thetas = mean + z @ L.T
@@ -180,6 +260,19 @@ def mc_kl_logistic_fa(mean, W, psi, z, X, y, prior_mean, prior_cov, *,
     ``(mu, P)`` get equal estimates (common random numbers across both kinds of algorithm).
     O(d^3) time and O(d^2) memory: for d up to a few thousand; beyond that use
     :func:`mc_kl_logistic_fa_sampled`.
+
+    Args:
+      mean: the mean of ``q``, (d,).
+      W, psi: its precision's factors, (d, p) and (d,).
+      z: the base normals, (M, d).
+      X: the inputs, (n, d).
+      y: the labels in {0, 1}, (n,).
+      prior_mean: the prior mean, (d,).
+      prior_cov: the prior covariance: a scalar, (d,) or (d, d).
+      return_stderr: also return the Monte-Carlo standard error.
+
+    Returns:
+      The scalar estimate, or ``(estimate, stderr)`` with ``return_stderr``.
     """
     return mc_kl_logistic(mean, lowrank.to_dense_covariance(W, psi), z, X, y, prior_mean,
                           prior_cov, return_stderr=return_stderr)
@@ -195,6 +288,20 @@ def mc_kl_logistic_fa_sampled(key, mean, W, psi, num: int, X, y, prior_mean, pri
     same ``key`` across algorithms and time steps for common random numbers. Not number-for-number
     equal to the dense :func:`mc_kl_logistic_fa` (another transformation of the base normals), but
     equal in law.
+
+    Args:
+      key: a PRNG key of the samples.
+      mean: the mean of ``q``, (d,).
+      W, psi: its precision's factors, (d, p) and (d,).
+      num: the number of samples.
+      X: the inputs, (n, d).
+      y: the labels in {0, 1}, (n,).
+      prior_mean: the prior mean, (d,).
+      prior_cov: the prior covariance: a scalar, (d,) or (d, d).
+      return_stderr: also return the Monte-Carlo standard error.
+
+    Returns:
+      The scalar estimate, or ``(estimate, stderr)`` with ``return_stderr``.
     """
     thetas = lowrank.sample(key, mean, W, psi, num)
     entropy = gaussian_entropy(-lowrank.logdet(W, psi), thetas.shape[-1])
@@ -213,6 +320,13 @@ def gaussian_kl(m1, P1, m2, P2):
 
     (the authors' ``PosteriorLinReg.divergence`` with ``(m2, P2)`` the full-data posterior, B3).
     Computed from Cholesky factors: ``tr(P2^{-1} P1) = ||L2^{-1} L1||_F^2``.
+
+    Args:
+      m1, P1: the first Gaussian's mean (d,) and covariance (d, d).
+      m2, P2: the second's.
+
+    Returns:
+      The scalar KL divergence.
     """
     L1 = jnp.linalg.cholesky(P1)
     L2 = jnp.linalg.cholesky(P2)
@@ -244,6 +358,16 @@ def logistic_log_loss(mean, cov, X, y, reduction: str = "mean"):
     ``p(y = 1 | x) = sig(k a)``, ``a = x^T mu``, ``k = k(x^T P x)``; the loss
     ``-[y log sig(k a) + (1 - y) log sig(-k a)]`` is evaluated in log space, so it stays finite
     for confident predictions where ``1 - p`` rounds to 0. ``X`` (n, d), ``y`` (n,) in {0, 1}.
+
+    Args:
+      mean: the belief's mean, (d,).
+      cov: its covariance, (d, d).
+      X: the inputs, (n, d).
+      y: the labels in {0, 1}, (n,).
+      reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+
+    Returns:
+      The loss: a scalar, or (n,) with ``"none"``.
     """
     X = jnp.atleast_2d(X)
     a = X @ mean
@@ -254,13 +378,34 @@ def logistic_log_loss(mean, cov, X, y, reduction: str = "mean"):
 
 
 def gaussian_nlpd(pred_mean, pred_var, y, reduction: str = "mean"):
-    """Negative log predictive density of ``y`` under ``N(pred_mean, pred_var)``, elementwise then reduced."""
+    """Negative log predictive density of ``y`` under ``N(pred_mean, pred_var)``, elementwise then reduced.
+
+    Args:
+      pred_mean, pred_var: the predictive means and variances, (n,).
+      y: the observations, (n,).
+      reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+
+    Returns:
+      The NLPD: a scalar, or (n,) with ``"none"``.
+    """
     nlpd = 0.5 * (_LOG_2PI + jnp.log(pred_var) + (y - pred_mean) ** 2 / pred_var)
     return _reduce(nlpd, reduction)
 
 
 def linear_gaussian_nlpd(mean, cov, X, y, noise_var, reduction: str = "mean"):
-    """NLPD of the linear-Gaussian model: ``y | x ~ N(x^T mu, x^T P x + noise_var)`` under ``N(mu, P)``."""
+    """NLPD of the linear-Gaussian model: ``y | x ~ N(x^T mu, x^T P x + noise_var)`` under ``N(mu, P)``.
+
+    Args:
+      mean: the belief's mean, (d,).
+      cov: its covariance, (d, d).
+      X: the inputs, (n, d).
+      y: the observations, (n,).
+      noise_var: the observation noise variance.
+      reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+
+    Returns:
+      The NLPD: a scalar, or (n,) with ``"none"``.
+    """
     X = jnp.atleast_2d(X)
     return gaussian_nlpd(X @ mean, jnp.einsum("ni,ij,nj->n", X, cov, X) + noise_var, y, reduction)
 
@@ -278,6 +423,14 @@ def ece(probs, labels, bins: int = 10) -> float:
     when its argmax is its label (binary: ``p > 1/2`` predicts 1). Then::
 
         ECE = sum_b (n_b / n) |accuracy_b - mean confidence_b|
+
+    Args:
+      probs: (n, K) or (n,) probabilities.
+      labels: (n,) integer classes.
+      bins: the number of bins.
+
+    Returns:
+      The ECE, a float.
     """
     probs, labels = np.asarray(probs), np.asarray(labels)
     if probs.ndim == 1:

@@ -91,17 +91,41 @@ def _component_logpdf(params: GMMParams, x):
 
 
 def log_likelihood(params: GMMParams, x):
-    """Total log-likelihood ``sum_i log p(x_i | theta)`` (``x`` scalar or (n,))."""
+    """Total log-likelihood ``sum_i log p(x_i | theta)`` (``x`` scalar or (n,)).
+
+    Args:
+      params: the :class:`GMMParams` of K components.
+      x: a scalar or (n,) observations.
+
+    Returns:
+      The scalar log-likelihood.
+    """
     return jnp.sum(logsumexp(_component_logpdf(params, x), axis=-1))
 
 
 def responsibilities(params: GMMParams, x):
-    """``r_k = p(z = k | x, theta)``, shape ``x.shape + (K,)``."""
+    """``r_k = p(z = k | x, theta)``, shape ``x.shape + (K,)``.
+
+    Args:
+      params: the :class:`GMMParams` of K components.
+      x: a scalar or (n,) observations.
+
+    Returns:
+      The responsibilities, ``x.shape + (K,)``.
+    """
     return jax.nn.softmax(_component_logpdf(params, x), axis=-1)
 
 
 def expected_stats(params: GMMParams, x) -> GMMStats:
-    """E-step: ``sbar(x; theta)``, averaged over ``x`` when ``x`` is a vector."""
+    """E-step: ``sbar(x; theta)``, averaged over ``x`` when ``x`` is a vector.
+
+    Args:
+      params: the :class:`GMMParams` of K components.
+      x: a scalar or (n,) observations.
+
+    Returns:
+      A :class:`GMMStats` of (K,) arrays.
+    """
     x = jnp.asarray(x)
     r = responsibilities(params, x).reshape(-1, params.means.shape[0])
     xf = x.reshape(-1, 1)
@@ -109,19 +133,41 @@ def expected_stats(params: GMMParams, x) -> GMMStats:
 
 
 def m_step(stats: GMMStats) -> GMMParams:
-    """M-step ``thetabar(s)``: the maximiser of ``<s, phi(theta)> - psi(theta)`` (scale invariant in ``s``)."""
+    """M-step ``thetabar(s)``: the maximiser of ``<s, phi(theta)> - psi(theta)`` (scale invariant in ``s``).
+
+    Args:
+      stats: a :class:`GMMStats`.
+
+    Returns:
+      The :class:`GMMParams`.
+    """
     means = stats.s1 / stats.s0
     return GMMParams(stats.s0 / jnp.sum(stats.s0), means, stats.s2 / stats.s0 - means**2)
 
 
 def stats_of(params: GMMParams) -> GMMStats:
-    """Statistics whose M-step returns ``params``: ``E_theta[t(X, Z)]``."""
+    """Statistics whose M-step returns ``params``: ``E_theta[t(X, Z)]``.
+
+    Args:
+      params: the :class:`GMMParams` of K components.
+
+    Returns:
+      A :class:`GMMStats`.
+    """
     w, m, v = params
     return GMMStats(w, w * m, w * (v + m**2))
 
 
 def em_step(params: GMMParams, x) -> GMMParams:
-    """One batch EM iteration ``theta <- thetabar(mean_i sbar(x_i; theta))``."""
+    """One batch EM iteration ``theta <- thetabar(mean_i sbar(x_i; theta))``.
+
+    Args:
+      params: the :class:`GMMParams` of K components.
+      x: the (n,) observations.
+
+    Returns:
+      The next :class:`GMMParams`.
+    """
     return m_step(expected_stats(params, x))
 
 
@@ -130,6 +176,14 @@ def batch_mixture_em(x, params: GMMParams, num_iters: int = 200):
 
     Returns ``(params, loglik)`` with ``loglik[t]`` the log-likelihood of the t-th iterate,
     ``t = 0..num_iters`` (non-decreasing: EM's monotonicity).
+
+    Args:
+      x: the (n,) observations.
+      params: the initial :class:`GMMParams`.
+      num_iters: the number of EM iterations.
+
+    Returns:
+      ``(params, loglik)``: the last iterate and the (num_iters + 1,) log-likelihoods.
     """
     x = check_finite("x", check_vector("x", x))
     params = check_params(params)
@@ -144,7 +198,14 @@ def batch_mixture_em(x, params: GMMParams, num_iters: int = 200):
 
 
 def check_params(params) -> GMMParams:
-    """Validate a :class:`GMMParams` (equal lengths; weights on the simplex and variances > 0 where concrete)."""
+    """Validate a :class:`GMMParams` (equal lengths; weights on the simplex and variances > 0 where concrete).
+
+    Args:
+      params: a :class:`GMMParams` (or a triple of arrays).
+
+    Returns:
+      The :class:`GMMParams` in one floating dtype; raises ``ValueError`` otherwise.
+    """
     w, m, v = (check_float_array(n, a) for n, a in zip(GMMParams._fields, params))
     if w.ndim != 1 or w.shape != m.shape or w.shape != v.shape:
         raise ValueError(f"weights, means and variances must be vectors of one length K, got "
@@ -240,6 +301,14 @@ def cappe_moulines(kappa=0.6, burn_in: int = 20, average_from: Optional[int] = N
     is the running mean of ``theta_k`` over ``average_from < k <= n`` (Polyak-Ruppert averaging,
     not fed back into the recursion); with ``kappa < 1`` this makes the estimate asymptotically
     efficient. ``init(params)`` sets ``s_0 = E_theta0[t]`` (which ``gamma_1 = 1`` overwrites).
+
+    Args:
+      kappa: the step exponent, in (1/2, 1].
+      burn_in: the observations before the first M-step.
+      average_from: the step after which the iterates are averaged (None: no averaging).
+
+    Returns:
+      A :class:`~jaxrvga.Filter`.
     """
     if is_concrete(kappa) and not 0.5 < float(kappa) <= 1.0:
         raise ValueError(f"kappa must lie in (0.5, 1], got {kappa}")
@@ -261,6 +330,13 @@ def sato(discount: Union[float, Callable] = 1.0, burn_in: int = 20) -> Filter:
     ``discount`` is a constant ``lambda`` in (0, 1] or a callable ``tau -> lambda(tau)``;
     ``lambda = 1`` is the cumulative average (step ``1/tau``); a constant ``lambda < 1`` forgets the
     past with step -> ``1 - lambda``.
+
+    Args:
+      discount: ``lambda`` in (0, 1], or ``tau -> lambda(tau)``.
+      burn_in: the observations before the first M-step.
+
+    Returns:
+      A :class:`~jaxrvga.Filter`.
     """
     lam_fn = discount if callable(discount) else (lambda tau: discount)
     if not callable(discount) and is_concrete(discount) and not 0.0 < float(discount) <= 1.0:
@@ -303,6 +379,12 @@ def complete_data_fisher(params: GMMParams):
 
     Block diagonal: multinomial ``diag(1/w_{1:K-1}) + 1 1^T / w_K``; ``w_k / sigma_k^2`` for
     ``mu_k``; ``w_k / (2 sigma_k^4)`` for ``sigma_k^2``.
+
+    Args:
+      params: the :class:`GMMParams` of K components.
+
+    Returns:
+      The (3K - 1, 3K - 1) matrix.
     """
     w, _, v = params
     K = w.shape[0]
@@ -321,6 +403,12 @@ def titterington(n0: float = 20.0) -> Filter:
     sigma^2)``. ``n0 >= 1`` counts the initial guess as ``n0 - 1`` observations; a larger ``n0``
     keeps the first steps from leaving the parameter space. Asymptotically normal with covariance
     ``I_c^{-2} I / (2 I I_c^{-1} - 1)`` when ``2 I I_c^{-1} > 1`` (Thm 1).
+
+    Args:
+      n0: the weight of the initial guess, >= 1.
+
+    Returns:
+      A :class:`~jaxrvga.Filter`.
     """
     if is_concrete(n0) and not float(n0) >= 1.0:
         raise ValueError(f"n0 must be >= 1 (n0 = 0 divides by zero at the first step), got {n0!r}")
@@ -366,6 +454,9 @@ def incremental_em() -> Filter:
     ``s_i^new = sbar(x_i; theta)`` and ``theta = thetabar(s)``. Every sweep increases the free
     energy, and the fixed points are those of batch EM. Memory O(n K). ``i`` must lie in
     ``[0, n)`` (checked where concrete, and over the whole stream by :func:`jaxrvga.run`).
+
+    Returns:
+      A :class:`~jaxrvga.Filter`.
     """
 
     def init(params, data):
@@ -419,6 +510,13 @@ def incremental_em_decay(decay, burn_in: int = 20) -> Filter:
 
     Starts from ``s = 0``; the M-step is applied after ``burn_in`` items. As ``thetabar`` is scale
     invariant this is Sato's online EM with the constant discount ``lambda = g``.
+
+    Args:
+      decay: ``g`` in (0, 1).
+      burn_in: the items before the first M-step.
+
+    Returns:
+      A :class:`~jaxrvga.Filter`.
     """
     if is_concrete(decay) and not 0.0 < float(decay) < 1.0:
         raise ValueError(f"decay must lie in (0, 1), got {decay}")
