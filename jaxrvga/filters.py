@@ -236,7 +236,7 @@ def lrvga(model: Model, rank: int, inner_loops: Optional[int] = None, scheme=Non
 
     Returns:
       A :class:`~jaxrvga.Filter`; ``init(mean, W, psi, key=None)`` (``key`` is required by ``sampled``,
-      unless the noise is given).
+      unless ``frozen_draws`` gives the draws).
 
     Example:
       >>> X = jax.random.normal(jax.random.key(0), (200, 10))
