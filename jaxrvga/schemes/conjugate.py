@@ -38,9 +38,10 @@ def exact(*, max_move=np.inf) -> Scheme:
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
 
-    Example::
-
-        jr.build(jr.beliefs.Dense(), jr.schemes.exact(), jr.models.linear_gaussian(0.5))
+    Example:
+      >>> flt = jr.build(jr.beliefs.Dense(), jr.schemes.exact(), jr.models.linear_gaussian(0.5))
+      >>> flt.spec.scheme.name
+      'exact'
     """
     return Scheme("exact", _step_exact, Limited(check_max_move(max_move)), "has_exact_update", certified=True)
 

@@ -71,9 +71,10 @@ def implicit(*, max_iter: Optional[int] = None, max_move=np.inf) -> Scheme:
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
 
-    Example::
-
-        jr.rvga(jr.models.logistic(), scheme=jr.schemes.implicit(max_iter=20))
+    Example:
+      >>> flt = jr.rvga(jr.models.logistic(), scheme=jr.schemes.implicit(max_iter=20))
+      >>> flt.spec.scheme.name
+      'implicit'
     """
     max_iter = None if max_iter is None else positive_int("max_iter", max_iter)
     return Scheme("implicit", _step_implicit, Implicit(max_iter, check_max_move(max_move)), "is_glm", certified=True)

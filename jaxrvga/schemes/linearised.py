@@ -274,9 +274,11 @@ def ekf(*, curvature: str = "ggn", max_move=MAX_MOVE, fisher_rank: Optional[int]
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
 
-    Example::
-
-        jr.diag_rvga(model, scheme=jr.schemes.ekf(curvature="empirical"))
+    Example:
+      >>> model = jr.models.nonlinear(lambda theta, x: jnp.tanh(x @ theta), jr.models.bernoulli())
+      >>> flt = jr.diag_rvga(model, scheme=jr.schemes.ekf(curvature="empirical"))
+      >>> flt.spec.scheme.cfg.curvature
+      'empirical'
     """
     cfg = Linearised(check_curvature(curvature, ("ggn", "empirical")), 0.0, check_max_move(max_move),
                      _fisher_rank(fisher_rank, curvature))
@@ -298,9 +300,11 @@ def moment_ekf(*, jitter: float = MOMENT_JITTER, curvature: str = "ggn", max_mov
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
 
-    Example::
-
-        jr.rvga(jr.models.nonlinear(h), scheme=jr.schemes.moment_ekf(jitter=0.05))
+    Example:
+      >>> model = jr.models.nonlinear(lambda theta, x: jnp.sin(x @ theta))
+      >>> flt = jr.rvga(model, scheme=jr.schemes.moment_ekf(jitter=0.05))
+      >>> flt.spec.scheme.name
+      'moment_ekf'
     """
     if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 < jitter < np.inf:
         raise ValueError(f"jitter must be a number > 0, got {jitter!r}")

@@ -42,9 +42,10 @@ def explicit(*, max_move=MAX_MOVE) -> Scheme:
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
 
-    Example::
-
-        jr.rvga(jr.models.poisson(), scheme=jr.schemes.explicit())
+    Example:
+      >>> flt = jr.rvga(jr.models.poisson(), scheme=jr.schemes.explicit())
+      >>> flt.spec.scheme.name
+      'explicit'
     """
     return Scheme("explicit", _step_moments, Iterated(max_move=check_max_move(max_move)), "is_glm", certified=True)
 
@@ -64,9 +65,11 @@ def extragrad(*, correction: bool = True, update_cov_twice: bool = True, max_mov
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
 
-    Example::
-
-        jr.lrvga(jr.models.logistic(), rank=5, scheme=jr.schemes.extragrad(correction=False))
+    Example:
+      >>> scheme = jr.schemes.extragrad(correction=False)
+      >>> flt = jr.lrvga(jr.models.logistic(), rank=5, scheme=scheme)
+      >>> flt.spec.scheme.cfg.correction
+      False
     """
     cfg = Iterated(2, bool(correction), bool(update_cov_twice), check_max_move(max_move))
     return Scheme("extragrad", _step_moments, cfg, "is_glm", certified=True)

@@ -125,9 +125,11 @@ def sampled(*, num_samples: int = 100, num_iters: int = 3, tol: float = 1e-2, cu
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
 
-    Example::
-
-        jr.lrvga(model, rank=10, scheme=jr.schemes.sampled(num_samples=20))
+    Example:
+      >>> model = jr.models.nonlinear(lambda theta, x: jnp.tanh(x @ theta), jr.models.bernoulli())
+      >>> flt = jr.lrvga(model, rank=10, scheme=jr.schemes.sampled(num_samples=20))
+      >>> flt.spec.scheme.cfg.num_samples
+      20
     """
     num_samples = count_at_least("num_samples", num_samples, 2)
     tol = float(tol)
@@ -153,9 +155,11 @@ def published_sampled(*, num_samples: int = 10, update_cov_twice: bool = False, 
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
 
-    Example::
-
-        jr.lrvga(model, rank=10, published=True, scheme=jr.schemes.published_sampled())
+    Example:
+      >>> scheme = jr.schemes.published_sampled()
+      >>> flt = jr.lrvga(jr.models.logistic(), rank=10, published=True, scheme=scheme)
+      >>> type(flt.spec.belief).__name__
+      'PublishedLowRank'
     """
     cfg = Iterated(2, False, bool(update_cov_twice), None, count_at_least("num_samples", num_samples),
                    tol=0.0, frozen_draws=_frozen(frozen_draws))

@@ -38,9 +38,10 @@ def qkf(*, max_move=MAX_MOVE) -> Scheme:
     Returns:
       A :class:`~jaxrvga.schemes.Scheme`.
 
-    Example::
-
-        jr.rvga(jr.models.logistic(), scheme=jr.schemes.qkf())
+    Example:
+      >>> flt = jr.rvga(jr.models.logistic(), scheme=jr.schemes.qkf())
+      >>> flt.spec.scheme.name
+      'qkf'
     """
     return Scheme("qkf", _step_qkf, Limited(check_max_move(max_move)), "has_logistic_root", certified=True)
 
