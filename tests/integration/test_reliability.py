@@ -898,7 +898,12 @@ def test_a_projection_that_cannot_be_computed_keeps_the_prior_and_is_flagged(fai
             np.testing.assert_array_equal(a, b)
 
 
-def _hostile_stream(dtype, d, n=12, seed=0):
+#: Both tests below run their filters on streams of the same shape (12 rows, d = 6) with one trace
+#: function, so that a filter and dtype they share is one compiled run.
+HOSTILE_D, HOSTILE_T = 6, 12
+
+
+def _hostile_stream(dtype, d=HOSTILE_D, n=HOSTILE_T, seed=0):
     """Rows of ordinary size, then rows near overflow, NaN and inf rows, then ordinary ones again."""
     rng = np.random.default_rng(seed)
     big = np.sqrt(np.finfo(dtype).max)
@@ -915,8 +920,25 @@ HOSTILE_FILTERS = {
     **{f"lowrank-{s}": (lambda s=s: lowrank_filter(s, 2)) for s in LOWRANK_SCHEMES},
     "lowrank-buffer": lambda: lrvga(LOGISTIC, rank=2, scheme="ekf", buffer=2),
     "lowrank-published": lambda: lrvga(LOGISTIC, rank=2, scheme="explicit", published=True),
-    **{f"diag-{s}": (lambda s=s: jr.diag_rvga(LOGISTIC, scheme=s)) for s in ("implicit", "ekf", "moment_ekf")},
+    **{f"diag-{s}": (lambda s=s: jr.diag_rvga(LOGISTIC, scheme=s)) for s in ("implicit", "ekf", "moment_ekf",
+                                                                              "explicit")},
 }
+
+
+def _hostile_init(name, flt, dtype, scale):
+    """The prior of filter ``name`` ("dense-...", "diag-..." or "lowrank-..."): mean 0, variances ``scale``."""
+    mean = jnp.zeros(HOSTILE_D, dtype)
+    if name.startswith("dense"):
+        return flt.init(mean, scale * jnp.eye(HOSTILE_D, dtype=dtype))
+    if name.startswith("diag"):
+        return flt.init(mean, jnp.full(HOSTILE_D, scale, dtype))
+    W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), HOSTILE_D, 2, scale, dtype=dtype)
+    return flt.init(mean, W0, psi0, jax.random.PRNGKey(1))
+
+
+def _finite_and_info(state, x, y):
+    """Per step: whether each belief leaf is finite, and the step's solver info."""
+    return jnp.stack([jnp.all(jnp.isfinite(a)) for a in _belief_leaves(state)]), state.info
 
 
 @pytest.mark.parametrize("name,dtype", [(name, np.float32) for name in sorted(HOSTILE_FILTERS)]
@@ -924,24 +946,11 @@ HOSTILE_FILTERS = {
 def test_no_state_a_step_returns_holds_a_non_finite_belief(name, dtype):
     """Every scheme on every belief, driven into overflow, NaN and inf: every returned state is finite
     (a step that would not be is skipped and flagged), whatever the machine's rounding."""
-    d = 6
     flt = HOSTILE_FILTERS[name]()
-    X, y = _hostile_stream(dtype, d)
-    mean = jnp.zeros(d, dtype)
-    if name.startswith("dense"):
-        init = flt.init(mean, 100.0 * jnp.eye(d, dtype=dtype))
-    elif name.startswith("diag"):
-        init = flt.init(mean, jnp.full(d, 100.0, dtype))
-    else:
-        W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), d, 2, 100.0, dtype=dtype)
-        init = flt.init(mean, W0, psi0, jax.random.PRNGKey(1))
-
-    def finite(state, x, y):
-        return jnp.stack([jnp.all(jnp.isfinite(a)) for a in _belief_leaves(state)]), state.info.converged
-
-    _, (ok, converged) = jr.run(flt, init, X, y, finite)
+    X, y = _hostile_stream(dtype)
+    _, (ok, info) = jr.run(flt, _hostile_init(name, flt, dtype, 100.0), X, y, _finite_and_info)
     assert np.asarray(ok).all(), f"non-finite belief after steps {np.flatnonzero(~np.asarray(ok).all(1))}"
-    assert not np.asarray(converged)[6:8].any()  # the NaN and inf rows are flagged
+    assert not np.asarray(info.converged)[6:8].any()  # the NaN and inf rows are flagged
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -951,25 +960,15 @@ def test_a_run_of_only_skipped_steps_reports_finite_residuals(name, dtype):
     """Rows that overflow, NaN and inf: every step is flagged and leaves the belief as init's (a
     zero-information projection of ``sampled`` may refactor ``W``), and every step's
     ``info.residual`` is finite, for every belief."""
-    d = 4
-    belief, scheme = name.split("-")
-    flt = {"dense": lambda: jr.rvga(LOGISTIC, scheme), "lowrank": lambda: lowrank_filter(scheme, 2),
-           "diag": lambda: jr.diag_rvga(LOGISTIC, scheme)}[belief]()
-    mean = jnp.zeros(d, dtype)
-    if belief == "dense":
-        init = flt.init(mean, jnp.eye(d, dtype=dtype))
-    elif belief == "diag":
-        init = flt.init(mean, jnp.ones(d, dtype))
-    else:
-        init = flt.init(mean, *lowrank.init_factors(jax.random.PRNGKey(0), d, 2, 1.0, dtype=dtype),
-                        jax.random.PRNGKey(1))
-    X = np.full((6, d), np.finfo(dtype).max / 4, dtype)
+    flt = HOSTILE_FILTERS[name]()
+    init = _hostile_init(name, flt, dtype, 1.0)
+    X = np.full((HOSTILE_T, HOSTILE_D), np.finfo(dtype).max / 4, dtype)
     X[1::2] *= -1
-    X[4, 0], X[5, 1] = np.nan, np.inf
-    y = np.array([1, 0, 1, 0, 1, 0], dtype)
-    out, info = jr.run(flt, init, X, y, jr.trace_info)
+    X[4::6, 0], X[5::6, 1] = np.nan, np.inf
+    y = np.tile(np.array([1, 0], dtype), HOSTILE_T // 2)
+    out, (_, info) = jr.run(flt, init, X, y, _finite_and_info)
     assert not np.asarray(info.converged).any()
     assert np.isfinite(np.asarray(info.residual)).all(), np.asarray(info.residual)
-    kept = _belief_leaves(out) if scheme != "sampled" else [out.mean]
+    kept = _belief_leaves(out) if not name.endswith("sampled") else [out.mean]
     for a, b in zip(kept, _belief_leaves(init)):
         np.testing.assert_array_equal(a, b)
