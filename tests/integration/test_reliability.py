@@ -727,12 +727,19 @@ def test_prng_keys_one_rule_at_init_for_both_filters():
         for key in bad:
             with pytest.raises(ValueError, match=r"^key must be"):
                 init(key=key)
-    X = np.random.default_rng(0).normal(size=(3, d))
-    y = np.array([0.0, 1.0, 1.0])
-    for flt, init in ((dense, inits["dense"]), (low, inits["lowrank"])):
-        typed, _ = jr.run(flt, init(key=jax.random.key(7)), X, y)
-        raw, _ = jr.run(flt, init(key=jax.random.PRNGKey(7)), X, y)
-        np.testing.assert_array_equal(typed.mean, raw.mean)
+    # The zoo's sampled runs of a dense (typed key) and a low-rank (raw key) filter, against a run
+    # from the same init given the other kind of key of the same seed (the zoo's runs are shared
+    # with the tests above: one new program each).
+    inits = {"rvga_nonlinear_mc_key": lambda flt, st, key: flt.init(st.mean, st.cov, key=key),
+             "lrvga_nonlinear_sampled_key": lambda flt, st, key: flt.init(st.mean, st.W, st.psi, key)}
+    for name, other_key in (("rvga_nonlinear_mc_key", jax.random.PRNGKey),
+                            ("lrvga_nonlinear_sampled_key", jax.random.key)):
+        flt, st, xs, ys = shared_zoo()[name]
+        start = inits[name](flt, st, other_key(3))  # the zoo's seed
+        typed = [jnp.issubdtype(s.key.dtype, jax.dtypes.prng_key) for s in (st, start)]
+        assert typed[0] != typed[1]
+        other, _ = jr.run(flt, start, xs, ys, _trace_fn(st))
+        np.testing.assert_array_equal(other.mean, full_run(name)[0].mean)
     # a key given to a filter that needs none is still checked, then dropped
     with pytest.raises(ValueError, match=r"^key must be"):
         jr.kalman(1.0).init(jnp.zeros(d), jnp.eye(d), key=0)
