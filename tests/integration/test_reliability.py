@@ -293,12 +293,13 @@ def test_lrvga_psi_floor_is_relative_to_the_target_diagonal():
     psi0 = jnp.asarray([0.05, 0.1, 1.0, 2.0, 4.0, 8.0])
     x = jnp.asarray(rng.normal(size=d))
     flt = lrvga(jr.models.linear_gaussian(nv), rank=p, psi_floor=floor)
-    out = flt.update(flt.init(jnp.zeros(d), W0, psi0), x, 1.0)
+    # Compiled updates: one program each (eagerly, each operation of the update compiled on its own).
+    out = jax.jit(flt.update)(flt.init(jnp.zeros(d), W0, psi0), x, 1.0)
     diagS = jnp.sum(W0**2, axis=1) + psi0 + x**2 / nv
     bound = floor * float(jnp.mean(diagS))
     assert float(jnp.min(out.psi)) >= bound * (1 - 1e-12)
     assert int(jnp.sum(jnp.isclose(out.psi, bound, rtol=1e-12))) >= 1  # the floor binds here
-    unfloored = lrvga(jr.models.linear_gaussian(nv), rank=p).update(flt.init(jnp.zeros(d), W0, psi0), x, 1.0)
+    unfloored = jax.jit(lrvga(jr.models.linear_gaussian(nv), rank=p).update)(flt.init(jnp.zeros(d), W0, psi0), x, 1.0)
     assert float(jnp.min(unfloored.psi)) < bound
 
 
@@ -312,8 +313,9 @@ def test_lrvga_float32_psi_floor_binds_when_the_target_has_no_uniquenesses():
     W0 = jnp.asarray(rng.normal(size=(d, p)), jnp.float32)
     x = W0 @ jnp.asarray(rng.normal(size=p), jnp.float32)
     flt = lrvga(jr.models.linear_gaussian(1.0), rank=p, published=True)  # Algorithm 1's floor
-    out = flt.update(flt.init(jnp.zeros(d, jnp.float32), W0, jnp.full(d, 1e-30, jnp.float32)), x,
-                     jnp.float32(0.5))
+    # Compiled updates: one program each (eagerly, each operation of the update compiled on its own).
+    out = jax.jit(flt.update)(flt.init(jnp.zeros(d, jnp.float32), W0, jnp.full(d, 1e-30, jnp.float32)), x,
+                              jnp.float32(0.5))
     diagS = np.sum(np.asarray(W0, np.float64) ** 2, axis=1) + 1e-30 + np.asarray(x, np.float64) ** 2
     floor = EPS32 * diagS.mean()
     assert out.psi.dtype == jnp.float32
@@ -325,7 +327,7 @@ def test_lrvga_float32_psi_floor_binds_when_the_target_has_no_uniquenesses():
     # factorise: the step is skipped and flagged, the (finite) belief kept.
     default = lrvga(jr.models.linear_gaussian(1.0), rank=p)
     start = default.init(jnp.zeros(d, jnp.float32), W0, jnp.full(d, 1e-30, jnp.float32))
-    out = default.update(start, x, jnp.float32(0.5))
+    out = jax.jit(default.update)(start, x, jnp.float32(0.5))
     assert not bool(out.info.converged) and bool(jnp.all(jnp.isfinite(out.W)))
     np.testing.assert_array_equal(out.psi, start.psi)
 
