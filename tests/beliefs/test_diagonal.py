@@ -132,7 +132,7 @@ def test_fleets_float32_guard_and_validation():
     assert out32.psi.dtype == jnp.float32 and bool(np.all(info.converged))
     np.testing.assert_allclose(out32.mean, jr.run(flt, flt.init(np.zeros(D), 1.0), X, y)[0].mean, atol=1e-4)
     state = flt.init(np.zeros(D), 1.0)
-    skipped = jax.jit(flt.update)(state, np.full(D, np.nan), 1.0)  # one program, not one per operation
+    skipped = flt.update(state, np.full(D, np.nan), 1.0)
     assert not bool(skipped.info.converged) and int(skipped.step) == 1
     np.testing.assert_array_equal(skipped.psi, state.psi)
     with pytest.raises(ValueError, match="var must be positive"):
@@ -173,7 +173,7 @@ def test_one_exact_step_is_the_gaussian_posterior_mean():
     d, s2 = 9, 0.4
     mu0, var0, x, y = rng.normal(size=d), rng.uniform(0.3, 3.0, d), rng.normal(size=d), 1.7
     flt = jr.diag_rvga(jr.models.linear_gaussian(s2))
-    out = jax.jit(flt.update)(flt.init(mu0, var0), x, y)  # one program, not one per operation
+    out = flt.update(flt.init(mu0, var0), x, y)
     D = np.diag(1.0 / var0)
     want = np.linalg.solve(D + np.outer(x, x) / s2, D @ mu0 + x * y / s2)
     np.testing.assert_allclose(out.mean, want, rtol=1e-12, atol=1e-12)
@@ -216,7 +216,7 @@ def test_max_move_is_the_mahalanobis_length_under_the_prior():
     x = rng.normal(size=d) + 2.0
     flt = jr.diag_rvga(jr.models.linear_gaussian(0.1), max_move=0.25)
     state = flt.init(np.zeros(d), 2.0)
-    out = jax.jit(flt.update)(state, x, 30.0)  # one program, not one per operation
+    out = flt.update(state, x, 30.0)
     delta = np.asarray(out.mean - state.mean)
     np.testing.assert_allclose(np.sqrt(delta @ (state.psi * delta)), 0.25, rtol=1e-8)
     assert not bool(out.info.converged)
