@@ -213,11 +213,10 @@ def test_guard_sees_a_non_finite_curvature_column_through_the_bordered_gram(buff
     belief = LowRank(rank=2, inner_loops=0, buffer=buffer)
     W0, psi0 = jr.kernels.woodbury.init_factors(jax.random.PRNGKey(1), D, 2, prior_var=2.0)
     prior = belief.init(jnp.ones(D), W0, psi0)
-    guarded = jax.jit(lambda new, ok: _guarded(belief, prior, new, ok, solver_info(jnp.float64)))  # one program
     for X, taken in ((jnp.ones((D, 1)).at[3, 0].set(bad), False), (jnp.ones((D, 1)), True)):
         new, ok = belief.add(prior, X, None)
         new = new._replace(mean=prior.mean + 0.1)  # a finite mean step
-        out = guarded(new, ok)
+        out = jax.jit(lambda new, ok: _guarded(belief, prior, new, ok, solver_info(jnp.float64)))(new, ok)
         assert bool(out.info.converged) == taken and int(out.step) == 1
         np.testing.assert_array_equal(out.mean, new.mean if taken else prior.mean)
         if not taken:
