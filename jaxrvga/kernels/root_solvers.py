@@ -348,7 +348,14 @@ def _run_if(pred, fn, args, operands):
     masked, only when some element of the batch has ``pred``, and not at all otherwise. (A
     one-trip ``while_loop`` has the same semantics, but XLA hoists the loop-invariant part of
     ``fn`` out of it, so that part would run every time.)
+
+    Under ``jax.disable_jit()`` a concrete ``pred`` branches in Python, as ``lax.cond`` itself does
+    there: ``custom_vmap`` traces its function even then, so the ``lax.cond`` inside it would be
+    compiled on every eager call (10 s each for the logistic root's fallback).
     """
+    if jax.config.jax_disable_jit and not isinstance(pred, jax.core.Tracer):
+        return fn(*args, *operands) if bool(pred) else tuple(operands)
+
     @jax.custom_batching.custom_vmap
     def run(pred, args, operands):
         return lax.cond(pred, lambda: fn(*args, *operands), lambda: operands)

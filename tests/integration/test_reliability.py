@@ -293,12 +293,13 @@ def test_lrvga_psi_floor_is_relative_to_the_target_diagonal():
     psi0 = jnp.asarray([0.05, 0.1, 1.0, 2.0, 4.0, 8.0])
     x = jnp.asarray(rng.normal(size=d))
     flt = lrvga(jr.models.linear_gaussian(nv), rank=p, psi_floor=floor)
-    out = flt.update(flt.init(jnp.zeros(d), W0, psi0), x, 1.0)
+    # Compiled updates: one program each (eagerly, each operation of the update compiled on its own).
+    out = jax.jit(flt.update)(flt.init(jnp.zeros(d), W0, psi0), x, 1.0)
     diagS = jnp.sum(W0**2, axis=1) + psi0 + x**2 / nv
     bound = floor * float(jnp.mean(diagS))
     assert float(jnp.min(out.psi)) >= bound * (1 - 1e-12)
     assert int(jnp.sum(jnp.isclose(out.psi, bound, rtol=1e-12))) >= 1  # the floor binds here
-    unfloored = lrvga(jr.models.linear_gaussian(nv), rank=p).update(flt.init(jnp.zeros(d), W0, psi0), x, 1.0)
+    unfloored = jax.jit(lrvga(jr.models.linear_gaussian(nv), rank=p).update)(flt.init(jnp.zeros(d), W0, psi0), x, 1.0)
     assert float(jnp.min(unfloored.psi)) < bound
 
 
@@ -312,8 +313,9 @@ def test_lrvga_float32_psi_floor_binds_when_the_target_has_no_uniquenesses():
     W0 = jnp.asarray(rng.normal(size=(d, p)), jnp.float32)
     x = W0 @ jnp.asarray(rng.normal(size=p), jnp.float32)
     flt = lrvga(jr.models.linear_gaussian(1.0), rank=p, published=True)  # Algorithm 1's floor
-    out = flt.update(flt.init(jnp.zeros(d, jnp.float32), W0, jnp.full(d, 1e-30, jnp.float32)), x,
-                     jnp.float32(0.5))
+    # Compiled updates: one program each (eagerly, each operation of the update compiled on its own).
+    out = jax.jit(flt.update)(flt.init(jnp.zeros(d, jnp.float32), W0, jnp.full(d, 1e-30, jnp.float32)), x,
+                              jnp.float32(0.5))
     diagS = np.sum(np.asarray(W0, np.float64) ** 2, axis=1) + 1e-30 + np.asarray(x, np.float64) ** 2
     floor = EPS32 * diagS.mean()
     assert out.psi.dtype == jnp.float32
@@ -325,7 +327,7 @@ def test_lrvga_float32_psi_floor_binds_when_the_target_has_no_uniquenesses():
     # factorise: the step is skipped and flagged, the (finite) belief kept.
     default = lrvga(jr.models.linear_gaussian(1.0), rank=p)
     start = default.init(jnp.zeros(d, jnp.float32), W0, jnp.full(d, 1e-30, jnp.float32))
-    out = default.update(start, x, jnp.float32(0.5))
+    out = jax.jit(default.update)(start, x, jnp.float32(0.5))
     assert not bool(out.info.converged) and bool(jnp.all(jnp.isfinite(out.W)))
     np.testing.assert_array_equal(out.psi, start.psi)
 
@@ -727,12 +729,19 @@ def test_prng_keys_one_rule_at_init_for_both_filters():
         for key in bad:
             with pytest.raises(ValueError, match=r"^key must be"):
                 init(key=key)
-    X = np.random.default_rng(0).normal(size=(3, d))
-    y = np.array([0.0, 1.0, 1.0])
-    for flt, init in ((dense, inits["dense"]), (low, inits["lowrank"])):
-        typed, _ = jr.run(flt, init(key=jax.random.key(7)), X, y)
-        raw, _ = jr.run(flt, init(key=jax.random.PRNGKey(7)), X, y)
-        np.testing.assert_array_equal(typed.mean, raw.mean)
+    # The zoo's sampled runs of a dense (typed key) and a low-rank (raw key) filter, against a run
+    # from the same init given the other kind of key of the same seed (the zoo's runs are shared
+    # with the tests above: one new program each).
+    inits = {"rvga_nonlinear_mc_key": lambda flt, st, key: flt.init(st.mean, st.cov, key=key),
+             "lrvga_nonlinear_sampled_key": lambda flt, st, key: flt.init(st.mean, st.W, st.psi, key)}
+    for name, other_key in (("rvga_nonlinear_mc_key", jax.random.PRNGKey),
+                            ("lrvga_nonlinear_sampled_key", jax.random.key)):
+        flt, st, xs, ys = shared_zoo()[name]
+        start = inits[name](flt, st, other_key(3))  # the zoo's seed
+        typed = [jnp.issubdtype(s.key.dtype, jax.dtypes.prng_key) for s in (st, start)]
+        assert typed[0] != typed[1]
+        other, _ = jr.run(flt, start, xs, ys, _trace_fn(st))
+        np.testing.assert_array_equal(other.mean, full_run(name)[0].mean)
     # a key given to a filter that needs none is still checked, then dropped
     with pytest.raises(ValueError, match=r"^key must be"):
         jr.kalman(1.0).init(jnp.zeros(d), jnp.eye(d), key=0)
@@ -887,8 +896,9 @@ def test_a_projection_that_cannot_be_computed_keeps_the_prior_and_is_flagged(fai
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), d, 2, 1.0)
     prior = flt.init(jnp.asarray(rng.normal(size=d)), W0 + 0.1, psi0)
     state = prior
+    update = jax.jit(flt.update)  # one program for the three steps (traced with the patched eigh)
     for _ in range(3):  # the buffer stores its first column, projects at the second
-        state = flt.update(state, jnp.asarray(rng.normal(size=d)), 1.0)
+        state = update(state, jnp.asarray(rng.normal(size=d)), 1.0)
         for leaf in _belief_leaves(state):
             assert bool(jnp.all(jnp.isfinite(leaf)))
     assert not bool(state.info.converged)
@@ -898,7 +908,12 @@ def test_a_projection_that_cannot_be_computed_keeps_the_prior_and_is_flagged(fai
             np.testing.assert_array_equal(a, b)
 
 
-def _hostile_stream(dtype, d, n=12, seed=0):
+#: Both tests below run their filters on streams of the same shape (12 rows, d = 6) with one trace
+#: function, so that a filter and dtype they share is one compiled run.
+HOSTILE_D, HOSTILE_T = 6, 12
+
+
+def _hostile_stream(dtype, d=HOSTILE_D, n=HOSTILE_T, seed=0):
     """Rows of ordinary size, then rows near overflow, NaN and inf rows, then ordinary ones again."""
     rng = np.random.default_rng(seed)
     big = np.sqrt(np.finfo(dtype).max)
@@ -915,8 +930,25 @@ HOSTILE_FILTERS = {
     **{f"lowrank-{s}": (lambda s=s: lowrank_filter(s, 2)) for s in LOWRANK_SCHEMES},
     "lowrank-buffer": lambda: lrvga(LOGISTIC, rank=2, scheme="ekf", buffer=2),
     "lowrank-published": lambda: lrvga(LOGISTIC, rank=2, scheme="explicit", published=True),
-    **{f"diag-{s}": (lambda s=s: jr.diag_rvga(LOGISTIC, scheme=s)) for s in ("implicit", "ekf", "moment_ekf")},
+    **{f"diag-{s}": (lambda s=s: jr.diag_rvga(LOGISTIC, scheme=s)) for s in ("implicit", "ekf", "moment_ekf",
+                                                                              "explicit")},
 }
+
+
+def _hostile_init(name, flt, dtype, scale):
+    """The prior of filter ``name`` ("dense-...", "diag-..." or "lowrank-..."): mean 0, variances ``scale``."""
+    mean = jnp.zeros(HOSTILE_D, dtype)
+    if name.startswith("dense"):
+        return flt.init(mean, scale * jnp.eye(HOSTILE_D, dtype=dtype))
+    if name.startswith("diag"):
+        return flt.init(mean, jnp.full(HOSTILE_D, scale, dtype))
+    W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), HOSTILE_D, 2, scale, dtype=dtype)
+    return flt.init(mean, W0, psi0, jax.random.PRNGKey(1))
+
+
+def _finite_and_info(state, x, y):
+    """Per step: whether each belief leaf is finite, and the step's solver info."""
+    return jnp.stack([jnp.all(jnp.isfinite(a)) for a in _belief_leaves(state)]), state.info
 
 
 @pytest.mark.parametrize("name,dtype", [(name, np.float32) for name in sorted(HOSTILE_FILTERS)]
@@ -924,24 +956,11 @@ HOSTILE_FILTERS = {
 def test_no_state_a_step_returns_holds_a_non_finite_belief(name, dtype):
     """Every scheme on every belief, driven into overflow, NaN and inf: every returned state is finite
     (a step that would not be is skipped and flagged), whatever the machine's rounding."""
-    d = 6
     flt = HOSTILE_FILTERS[name]()
-    X, y = _hostile_stream(dtype, d)
-    mean = jnp.zeros(d, dtype)
-    if name.startswith("dense"):
-        init = flt.init(mean, 100.0 * jnp.eye(d, dtype=dtype))
-    elif name.startswith("diag"):
-        init = flt.init(mean, jnp.full(d, 100.0, dtype))
-    else:
-        W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), d, 2, 100.0, dtype=dtype)
-        init = flt.init(mean, W0, psi0, jax.random.PRNGKey(1))
-
-    def finite(state, x, y):
-        return jnp.stack([jnp.all(jnp.isfinite(a)) for a in _belief_leaves(state)]), state.info.converged
-
-    _, (ok, converged) = jr.run(flt, init, X, y, finite)
+    X, y = _hostile_stream(dtype)
+    _, (ok, info) = jr.run(flt, _hostile_init(name, flt, dtype, 100.0), X, y, _finite_and_info)
     assert np.asarray(ok).all(), f"non-finite belief after steps {np.flatnonzero(~np.asarray(ok).all(1))}"
-    assert not np.asarray(converged)[6:8].any()  # the NaN and inf rows are flagged
+    assert not np.asarray(info.converged)[6:8].any()  # the NaN and inf rows are flagged
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -951,25 +970,15 @@ def test_a_run_of_only_skipped_steps_reports_finite_residuals(name, dtype):
     """Rows that overflow, NaN and inf: every step is flagged and leaves the belief as init's (a
     zero-information projection of ``sampled`` may refactor ``W``), and every step's
     ``info.residual`` is finite, for every belief."""
-    d = 4
-    belief, scheme = name.split("-")
-    flt = {"dense": lambda: jr.rvga(LOGISTIC, scheme), "lowrank": lambda: lowrank_filter(scheme, 2),
-           "diag": lambda: jr.diag_rvga(LOGISTIC, scheme)}[belief]()
-    mean = jnp.zeros(d, dtype)
-    if belief == "dense":
-        init = flt.init(mean, jnp.eye(d, dtype=dtype))
-    elif belief == "diag":
-        init = flt.init(mean, jnp.ones(d, dtype))
-    else:
-        init = flt.init(mean, *lowrank.init_factors(jax.random.PRNGKey(0), d, 2, 1.0, dtype=dtype),
-                        jax.random.PRNGKey(1))
-    X = np.full((6, d), np.finfo(dtype).max / 4, dtype)
+    flt = HOSTILE_FILTERS[name]()
+    init = _hostile_init(name, flt, dtype, 1.0)
+    X = np.full((HOSTILE_T, HOSTILE_D), np.finfo(dtype).max / 4, dtype)
     X[1::2] *= -1
-    X[4, 0], X[5, 1] = np.nan, np.inf
-    y = np.array([1, 0, 1, 0, 1, 0], dtype)
-    out, info = jr.run(flt, init, X, y, jr.trace_info)
+    X[4::6, 0], X[5::6, 1] = np.nan, np.inf
+    y = np.tile(np.array([1, 0], dtype), HOSTILE_T // 2)
+    out, (_, info) = jr.run(flt, init, X, y, _finite_and_info)
     assert not np.asarray(info.converged).any()
     assert np.isfinite(np.asarray(info.residual)).all(), np.asarray(info.residual)
-    kept = _belief_leaves(out) if scheme != "sampled" else [out.mean]
+    kept = _belief_leaves(out) if not name.endswith("sampled") else [out.mean]
     for a, b in zip(kept, _belief_leaves(init)):
         np.testing.assert_array_equal(a, b)
