@@ -39,7 +39,7 @@ from jax import lax
 
 from ..core import SolverInfo
 from .special import PROBIT_BETA, probit_k, sig1, sigmoid
-from ..validation import check_float_array
+from ..validation import check_float_array, is_concrete
 
 _REFINE_SWEEPS = 8
 _NEWTON_ITERS = 30
@@ -353,7 +353,7 @@ def _run_if(pred, fn, args, operands):
     there: ``custom_vmap`` traces its function even then, so the ``lax.cond`` inside it would be
     compiled on every eager call (10 s each for the logistic root's fallback).
     """
-    if jax.config.jax_disable_jit and not isinstance(pred, jax.core.Tracer):
+    if jax.config.jax_disable_jit and is_concrete(pred):
         return fn(*args, *operands) if bool(pred) else tuple(operands)
 
     @jax.custom_batching.custom_vmap
