@@ -98,17 +98,19 @@ def test_monte_carlo_key_and_linearisation_agree_with_the_exact_forms():
     mean, L = 0.3 * rng.normal(size=D), 0.2 * rng.normal(size=(D, D))
     state = jr.kalman(1.0).init(mean, L @ L.T + 0.05 * np.eye(D))
     x, y = rng.normal(size=D), 0.7
-    exact = jr.log_predictive(state, x, y, jr.models.linear_gaussian(1.0))
     linear = jr.models.nonlinear(lambda th, x: x @ th)
-    np.testing.assert_allclose(jr.log_predictive(state, x, y, linear), exact, rtol=1e-12)
-    mc = jr.log_predictive(state, x, y, linear, key=jax.random.PRNGKey(0), num_samples=20_000)
+    exact, linearised, mc = jax.jit(lambda state, x: (  # one compiled program, not one per operation
+        jr.log_predictive(state, x, y, jr.models.linear_gaussian(1.0)), jr.log_predictive(state, x, y, linear),
+        jr.log_predictive(state, x, y, linear, key=jax.random.PRNGKey(0), num_samples=20_000)))(state, x)
+    np.testing.assert_allclose(linearised, exact, rtol=1e-12)
     np.testing.assert_allclose(mc, exact, atol=0.02)
     K = 3
     softmax = jr.models.softmax_regression(2, K)
     state = jr.rvga(softmax).init(0.5 * rng.normal(size=2 * K), 0.01 * np.eye(2 * K))
     x = rng.normal(size=2)
-    probit = jr.log_predictive(state, x, 1, softmax)
-    mc = jr.log_predictive(state, x, 1, softmax, key=jax.random.PRNGKey(1), num_samples=20_000)
+    probit, mc = jax.jit(lambda state, x: (  # one compiled program
+        jr.log_predictive(state, x, 1, softmax),
+        jr.log_predictive(state, x, 1, softmax, key=jax.random.PRNGKey(1), num_samples=20_000)))(state, x)
     np.testing.assert_allclose(probit, mc, atol=0.01)  # special.softmax_probit: about 0.01 at logit sd 0.3
 
 
@@ -128,12 +130,10 @@ def test_log_evidence_gradients_match_finite_differences():
 
     p = jnp.array([1.5, 0.4, 0.95, 0.02, 0.05])
     eps = 1e-6
-    # One compiled program per rank gives the gradient and the values the finite differences take.
-    value_and_grad = jax.jit(jax.value_and_grad(evidence), static_argnums=1)
-    evidence = lambda p, rank: value_and_grad(p, rank)[0]  # noqa: E731
+    both = jax.jit(jax.value_and_grad(evidence), static_argnums=1)  # one program per rank: value and gradient
     for rank in (None, D, 2):
-        g = value_and_grad(p, rank)[1]
-        fd = [(evidence(p + eps * e, rank) - evidence(p - eps * e, rank)) / (2 * eps) for e in np.eye(5)]
+        g = both(p, rank)[1]
+        fd = [(both(p + eps * e, rank)[0] - both(p - eps * e, rank)[0]) / (2 * eps) for e in np.eye(5)]
         np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
 
 
@@ -161,13 +161,12 @@ def test_logistic_evidence_gradient_with_an_all_zero_input(belief, dtype):
         return jr.log_evidence(flt, flt.init(jnp.zeros(D, dtype), s * jnp.ones(D, dtype)), xs, ys)
 
     s = jnp.asarray(1.5, dtype)
-    # One compiled program gives the gradient and the values the finite differences take.
-    value_and_grad = jax.jit(jax.value_and_grad(evidence))
-    (value, g), evidence = value_and_grad(s), lambda s: value_and_grad(s)[0]
+    both = jax.jit(jax.value_and_grad(evidence))  # one program: the value (for the differences) and the gradient
+    value, g = both(s)
     assert np.isfinite(float(value)) and np.isfinite(float(g))
     if dtype == jnp.float64:
         h = 1e-5
-        fd = (evidence(s + h) - evidence(s - h)) / (2 * h)
+        fd = (both(s + h)[0] - both(s - h)[0]) / (2 * h)
         np.testing.assert_allclose(g, fd, rtol=1e-6)
 
 

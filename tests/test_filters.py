@@ -32,17 +32,36 @@ def logistic_data(T=100, d=D, seed=0):
     return jnp.asarray(X), jnp.asarray(y)
 
 
+def updates_together(*steps):
+    """``flt.update(state, x, y)`` of each ``(flt, state, x, y)`` of ``steps``, all in one compiled
+    program (one compilation instead of one per filter)."""
+    filters = [flt for flt, *_ in steps]
+    together = jax.jit(lambda data: [flt.update(*args) for flt, args in zip(filters, data)])
+    return together([tuple(args) for _, *args in steps])
+
+
 def dense_cov(state):
     return np.asarray(jr.kernels.lowrank.to_dense_covariance(state.W, state.psi))
 
 
+def run_together(*runs, trace_fn=None):
+    """``jr.run`` of each ``(flt, state, xs, ys)`` of ``runs``, all scans (``jr.scan``, what ``jr.run``
+    compiles) in one compiled program: one compilation instead of one per run. A list of
+    ``(final_state, trace)``."""
+    filters = [flt for flt, *_ in runs]
+    together = jax.jit(lambda data: [jr.scan(flt, *args, trace_fn) for flt, args in zip(filters, data)])
+    return together([tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args) for _, *args in runs])
+
+
 def run_both(model, scheme, X, y, P0, key=None, **kw):
+    """The dense filter and the low-rank one at full rank from the same prior: their final states and
+    mean trajectories ``(a, ta, b, tb)``."""
     dense = jr.rvga(model, scheme, **kw)
     low = jr.lrvga(model, rank=X.shape[-1], scheme=scheme, **kw)
     W0, psi0 = full_rank_factors(P0)
     mu0 = jnp.zeros(X.shape[-1])
-    a, ta = jr.run(dense, dense.init(mu0, P0, key=key), X, y, trace_fn=jr.trace_mean)
-    b, tb = jr.run(low, low.init(mu0, W0, psi0, key=key), X, y, trace_fn=jr.trace_mean)
+    (a, ta), (b, tb) = run_together((dense, dense.init(mu0, P0, key=key), X, y),
+                                    (low, low.init(mu0, W0, psi0, key=key), X, y), trace_fn=jr.trace_mean)
     return a, ta, b, tb
 
 
@@ -98,8 +117,8 @@ def test_full_rank_default_is_the_exact_posterior_one_by_one_and_in_minibatches(
     W0, psi0 = full_rank_factors(P0)
     low = jr.lrvga(jr.models.linear_gaussian(), rank=8)
     dense = jr.rvga(jr.models.linear_gaussian())
-    b, _ = jr.run(low, low.init(jnp.zeros(8), W0, psi0), xs, ys)
-    a, _ = jr.run(dense, dense.init(jnp.zeros(8), P0), xs, ys)
+    (b, _), (a, _) = run_together((low, low.init(jnp.zeros(8), W0, psi0), xs, ys),
+                                  (dense, dense.init(jnp.zeros(8), P0), xs, ys))
     for mean, cov in ((a.mean, a.cov), (b.mean, dense_cov(b))):
         np.testing.assert_allclose(mean, m, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(cov, P, rtol=1e-9, atol=1e-12)
@@ -120,11 +139,11 @@ def test_default_projection_is_far_closer_to_the_posterior_than_the_published_on
     d = X.shape[1]
     m, P = exact_posterior(X, y, 9.0 * np.eye(d))
     W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(0), d, rank, prior_var=9.0)
-    kls = {}
-    for published in (False, True):
-        flt = jr.lrvga(jr.models.linear_gaussian(), rank=rank, published=published)
-        s, _ = jr.run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
-        kls[published] = gaussian_kl(np.asarray(s.mean), dense_cov(s), m, P)
+    filters = {published: jr.lrvga(jr.models.linear_gaussian(), rank=rank, published=published)
+               for published in (False, True)}
+    finals = run_together(*((flt, flt.init(jnp.zeros(d), W0, psi0), X, y) for flt in filters.values()))
+    kls = {published: gaussian_kl(np.asarray(s.mean), dense_cov(s), m, P)
+           for published, (s, _) in zip(filters, finals)}
     assert kls[False] * 4 <= kls[True], kls
 
 
@@ -164,8 +183,7 @@ def test_a_minibatch_of_one_is_the_single_observation_update(scheme):
         if scheme == "implicit":
             with pytest.raises(ValueError, match="one observation"):
                 flt.update(state, X[:2], y[:2])
-        one, _ = jr.run(flt, state, X, y)
-        batch, _ = jr.run(flt, state, X[:, None, :], y[:, None])
+        (one, _), (batch, _) = run_together((flt, state, X, y), (flt, state, X[:, None, :], y[:, None]))
         np.testing.assert_allclose(batch.mean, one.mean, rtol=1e-12, atol=1e-12)
 
 
@@ -256,11 +274,10 @@ def test_categorical_minibatch_ekf_is_the_information_form_update():
         g += J.T @ (np.eye(K)[int(y[i])] - p)
     cov = np.linalg.inv(prec)
     dense = jr.rvga(model, "ekf")
-    a = jax.jit(dense.update)(dense.init(mu, P0), X, y)
+    low = jr.lrvga(model, rank=d * K, scheme="ekf")
+    a, b = updates_together((dense, dense.init(mu, P0), X, y), (low, low.init(mu, *full_rank_factors(P0)), X, y))
     np.testing.assert_allclose(a.cov, cov, rtol=0, atol=1e-12)
     np.testing.assert_allclose(a.mean, mu + cov @ g, rtol=0, atol=1e-12)
-    low = jr.lrvga(model, rank=d * K, scheme="ekf")
-    b = jax.jit(low.update)(low.init(mu, *full_rank_factors(P0)), X, y)
     np.testing.assert_allclose(b.mean, mu + cov @ g, rtol=0, atol=1e-10)
     np.testing.assert_allclose(dense_cov(b), cov, rtol=0, atol=1e-10)
 
@@ -272,8 +289,8 @@ def test_explicit_row_blocks_give_the_same_filter():
     W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(0), d, p, prior_var=1.0)
     flt = jr.lrvga(jr.models.linear_gaussian(), rank=p, inner_loops=2, block_rows=16)
     one = jr.filters.with_block_rows(flt, 0)
-    a, _ = jr.run(flt, flt.init(jnp.zeros(d), W0, psi0), X, y)
-    b, _ = jr.run(one, one.init(jnp.zeros(d), W0, psi0), X, y)
+    (a, _), (b, _) = run_together((flt, flt.init(jnp.zeros(d), W0, psi0), X, y),
+                                  (one, one.init(jnp.zeros(d), W0, psi0), X, y))
     np.testing.assert_allclose(outer(a.W), outer(b.W), rtol=0, atol=1e-12)  # W only up to a rotation
     np.testing.assert_allclose(a.psi, b.psi, rtol=0, atol=1e-12)
     np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-12)
@@ -401,23 +418,24 @@ def test_network_minibatch_ekf_is_the_information_form_update():
     X, y = jnp.asarray(rng.normal(size=(m, 3))), jnp.asarray(rng.integers(0, 2, size=m), jnp.float64)
     model = jr.models.minibatch(jr.models.nonlinear(h, jr.models.bernoulli()))
     P0 = 0.5 * np.eye(d)
-    J = np.asarray(jax.vmap(jax.grad(h), in_axes=(None, 0))(theta, X))  # (m, d)
-    p = 1 / (1 + np.exp(-np.asarray(jax.vmap(h, in_axes=(None, 0))(theta, X))))
+    J, eta = jax.jit(lambda theta, X: (jax.vmap(jax.grad(h), in_axes=(None, 0))(theta, X),  # (m, d)
+                                       jax.vmap(h, in_axes=(None, 0))(theta, X)))(theta, X)
+    J, p = np.asarray(J), 1 / (1 + np.exp(-np.asarray(eta)))
     prec = np.linalg.inv(P0) + J.T @ np.diag(p * (1 - p)) @ J
     cov = np.linalg.inv(prec)
     mean = np.asarray(theta) + cov @ (J.T @ (np.asarray(y) - p))
     dense = jr.rvga(model, "ekf")
-    a = jax.jit(dense.update)(dense.init(theta, P0), X, y)
-    np.testing.assert_allclose(a.cov, cov, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(a.mean, mean, rtol=0, atol=1e-12)
     low = jr.lrvga(model, rank=d, scheme="ekf")
-    b = jax.jit(low.update)(low.init(theta, *full_rank_factors(P0)), X, y)
-    np.testing.assert_allclose(b.mean, mean, rtol=0, atol=1e-10)
-    np.testing.assert_allclose(dense_cov(b), cov, rtol=0, atol=1e-10)
     buffered = jr.lrvga(model, rank=2, scheme="ekf", buffer=m)
     W0 = jnp.zeros((d, 2)).at[0, 0].set(1.0).at[1, 1].set(0.5)
     psi0 = jnp.full(d, 2.0)
-    c = jax.jit(buffered.update)(buffered.init(theta, W0, psi0), X, y)
+    a, b, c = updates_together((dense, dense.init(theta, P0), X, y),
+                               (low, low.init(theta, *full_rank_factors(P0)), X, y),
+                               (buffered, buffered.init(theta, W0, psi0), X, y))
+    np.testing.assert_allclose(a.cov, cov, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a.mean, mean, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(b.mean, mean, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(dense_cov(b), cov, rtol=0, atol=1e-10)
     prec = np.asarray(W0 @ W0.T) + np.diag(np.asarray(psi0)) + J.T @ np.diag(p * (1 - p)) @ J
     np.testing.assert_allclose(jr.kernels.lowrank.to_dense_precision(c.W, c.psi), prec, rtol=0, atol=1e-12)
     np.testing.assert_allclose(c.mean, np.asarray(theta) + np.linalg.solve(prec, J.T @ (np.asarray(y) - p)),
@@ -437,7 +455,7 @@ def test_minibatch_model_of_softmax_regression_is_its_native_minibatch():
                        (lambda mod: jr.lrvga(mod, rank=3, scheme="ekf"),  # m K = 15 columns: no buffer fits d = 12
                         (mu, 0.5 * jnp.eye(d * K)[:, :3], jnp.ones(d * K)))):
         a, b = make(native), make(mapped)
-        sa, sb = jax.jit(a.update)(a.init(*init), X, y), jax.jit(b.update)(b.init(*init), X, y)
+        sa, sb = updates_together((a, a.init(*init), X, y), (b, b.init(*init), X, y))
         np.testing.assert_allclose(sb.mean, sa.mean, rtol=1e-12, atol=1e-14)
     for bad in (jr.models.logistic(), jr.models.linear_gaussian(1.0), "model"):
         with pytest.raises(ValueError, match="nonlinear model"):

@@ -26,6 +26,14 @@ def _axis_inputs(seed=0, t=T, d=D):
     return X, rng
 
 
+def run_together(*runs, trace_fn=None):
+    """``jr.run`` of each ``(flt, state, xs, ys)`` of ``runs``, all scans (``jr.scan``, what ``jr.run``
+    compiles) in one compiled program: one compilation, not one per run. A list of ``(state, trace)``."""
+    filters = [flt for flt, *_ in runs]
+    together = jax.jit(lambda data: [jr.scan(flt, *args, trace_fn) for flt, args in zip(filters, data)])
+    return together([tuple(args) for _, *args in runs])
+
+
 TANH = jr.models.nonlinear(lambda th, x: jnp.tanh(x @ th))
 CASES = [(jr.models.linear_gaussian(0.5), "exact", {}), (jr.models.linear_gaussian(0.5), "implicit", {}),
          (jr.models.logistic(), "implicit", {}), (jr.models.logistic(), "explicit", {}),
@@ -49,8 +57,9 @@ def test_diagonal_increments_give_the_dense_belief(model, scheme, options):
     mean, var = 0.1 * rng.normal(size=D), rng.uniform(0.5, 2.0, D)
     key = jax.random.PRNGKey(3) if scheme == "sampled" else None
     dense, diag = jr.rvga(model, scheme, **options), jr.diag_rvga(model, scheme, **options)
-    want, want_info = jr.run(dense, dense.init(mean, np.diag(var), key=key), X, y, jr.trace_info)
-    got, got_info = jr.run(diag, diag.init(mean, var, key=key), X, y, jr.trace_info)
+    (want, want_info), (got, got_info) = run_together(
+        (dense, dense.init(mean, np.diag(var), key=key), X, y), (diag, diag.init(mean, var, key=key), X, y),
+        trace_fn=jr.trace_info)
     np.testing.assert_allclose(got.mean, want.mean, rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(1.0 / got.psi, np.diagonal(want.cov), rtol=1e-9)
     np.testing.assert_array_equal(got_info.converged, want_info.converged)
@@ -90,11 +99,17 @@ def test_predictive_equals_the_dense_predictive_of_the_same_covariance():
     diag = jr.diag_rvga(jr.models.logistic()).init(mean, var)
     dense = jr.rvga(jr.models.logistic()).init(mean, np.diag(var))
     X = rng.normal(size=(7, D))
-    for model in (jr.models.logistic(), jr.models.poisson(), TANH):
-        for got, want in zip(jr.predictive(diag, X, model), jr.predictive(dense, X, model)):
+    models = (jr.models.logistic(), jr.models.poisson(), TANH)
+
+    def scores(state, X):
+        """Per model: the predictive of the rows ``X`` and the log predictive of ``y = 1`` at the first row."""
+        return [(jr.predictive(state, X, model), jr.log_predictive(state, X[0], 1.0, model)) for model in models]
+
+    both = jax.jit(lambda diag, dense, X: (scores(diag, X), scores(dense, X)))  # one compiled program
+    for (pred, log_pred), (pred_dense, log_pred_dense) in zip(*both(diag, dense, X)):
+        for got, want in zip(pred, pred_dense):
             np.testing.assert_allclose(got, want, rtol=1e-12)
-        np.testing.assert_allclose(jr.log_predictive(diag, X[0], 1.0, model),
-                                   jr.log_predictive(dense, X[0], 1.0, model), rtol=1e-12)
+        np.testing.assert_allclose(log_pred, log_pred_dense, rtol=1e-12)
     draws = jr.diag_rvga(jr.models.logistic()).init(mean, var)
     theta = jr.beliefs.Diagonal().sample(draws, jax.random.PRNGKey(0), 200_000)
     np.testing.assert_allclose(np.var(np.asarray(theta), axis=0), var, rtol=0.02)
@@ -156,9 +171,10 @@ def test_correlated_inputs_converge_like_the_dense_belief(scheme, dtype):
     X, y = np.ones((t, d), dtype), np.ones(t, dtype)
     trace = lambda st, x, yy: (x @ st.mean, st.info.converged)  # noqa: E731
     flt = jr.diag_rvga(jr.models.linear_gaussian(0.5), scheme=scheme)
-    _, (pred, ok) = jr.run(flt, flt.init(jnp.zeros(d, dtype), 0.3), X, y, trace)
     dense = jr.rvga(jr.models.linear_gaussian(0.5), scheme=scheme)
-    _, (want, _) = jr.run(dense, dense.init(jnp.zeros(d, dtype), 0.3 * np.eye(d, dtype=dtype)), X, y, trace)
+    (_, (pred, ok)), (_, (want, _)) = run_together(
+        (flt, flt.init(jnp.zeros(d, dtype), 0.3), X, y),
+        (dense, dense.init(jnp.zeros(d, dtype), 0.3 * np.eye(d, dtype=dtype)), X, y), trace_fn=trace)
     pred, tol = np.asarray(pred, np.float64), 1e-4 if dtype == np.float32 else 1e-12
     assert bool(np.all(ok)) and np.all(np.isfinite(pred))
     np.testing.assert_allclose(pred[0], want[0], rtol=tol)

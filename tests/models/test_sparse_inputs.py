@@ -53,6 +53,14 @@ def make(belief, model, scheme):
     return jr.diag_rvga(model, scheme, num_samples=4 if scheme == "sampled" else None)
 
 
+def sparse_and_dense(flt, init, S, X, y):
+    """The final states of ``flt`` over the sparse rows ``S`` and over the same rows ``X`` fed dense,
+    both scans (``jr.scan``, what ``jr.run`` compiles) in one compiled program: one compilation
+    instead of two per filter."""
+    both = jax.jit(lambda init, S, X, y: (jr.scan(flt, init, S, y)[0], jr.scan(flt, init, X, y)[0]))
+    return both(init, S, X, jnp.asarray(y))
+
+
 def assert_states_close(a, b, **tol):
     for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_allclose(np.asarray(u, float), np.asarray(v, float), **(tol or TIGHT))
@@ -122,7 +130,7 @@ def test_softmax_regression_takes_sparse_rows():
     y = np.random.default_rng(8).integers(0, K, size=T).astype(float)
     flt = jr.rvga(model, "ekf")
     init = flt.init(jnp.zeros(D * K), jnp.eye(D * K))
-    assert_states_close(jr.run(flt, init, S, y)[0], jr.run(flt, init, X, y)[0])
+    assert_states_close(*sparse_and_dense(flt, init, S, X, y))
 
 
 # --- every filter, as the dense rows --------------------------------------------------------------
@@ -138,8 +146,7 @@ def test_logistic_filters_match_the_dense_rows(belief, scheme):
     X, S = rows((T, D))
     y = labels(X, model)
     flt = make(belief, model, scheme)
-    dense, _ = jr.run(flt, initial(flt, belief), X, y)
-    sparse, _ = jr.run(flt, initial(flt, belief), S, y)
+    sparse, dense = sparse_and_dense(flt, initial(flt, belief), S, X, y)
     assert bool(sparse.info.converged) or scheme == "implicit"
     assert_states_close(sparse, dense)
 
@@ -150,7 +157,7 @@ def test_other_glms_match_the_dense_rows(belief, model):
     X, S = rows((T, D), seed=4)
     y = labels(X, model)
     flt = make(belief, model, None)
-    assert_states_close(jr.run(flt, initial(flt, belief), S, y)[0], jr.run(flt, initial(flt, belief), X, y)[0])
+    assert_states_close(*sparse_and_dense(flt, initial(flt, belief), S, X, y))
 
 
 @pytest.mark.parametrize("belief,scheme", [("dense", "explicit"), ("lowrank", "ekf"), ("diagonal", "extragrad")])
@@ -160,7 +167,7 @@ def test_minibatches_match_the_dense_rows(belief, scheme):
     y = labels(X, model)
     flt = make(belief, model, scheme)
     assert S.shape[:2] == (T, M)
-    assert_states_close(jr.run(flt, initial(flt, belief), S, y)[0], jr.run(flt, initial(flt, belief), X, y)[0])
+    assert_states_close(*sparse_and_dense(flt, initial(flt, belief), S, X, y))
 
 
 def test_kalman_one_update_and_bucketed_run_match_the_dense_rows():
@@ -169,7 +176,8 @@ def test_kalman_one_update_and_bucketed_run_match_the_dense_rows():
     X, S = rows((T, D), seed=10)
     y = labels(X, jr.models.linear_gaussian(0.5))
     one = jax.tree_util.tree_map(lambda a: a[0], S)
-    assert_states_close(kf.update(state, one, y[0]), kf.update(state, X[0], y[0]))
+    updates = jax.jit(lambda s, one, x, y: (kf.update(s, one, y), kf.update(s, x, y)))  # one compiled program
+    assert_states_close(*updates(state, one, jnp.asarray(X[0]), y[0]))
     assert_states_close(jr.run(kf, state, S, y, bucket=16)[0], jr.run(kf, state, X, y, bucket=16)[0])
 
 
@@ -180,8 +188,7 @@ def test_float32_runs_match_the_dense_rows(belief):
     X32, y = X.astype(np.float32), labels(X, model).astype(np.float32)
     S32 = SparseRow(S.indices.astype(np.int32), S.values.astype(np.float32))
     flt = make(belief, model, "ekf")
-    sparse, _ = jr.run(flt, initial(flt, belief, np.float32), S32, y)
-    dense, _ = jr.run(flt, initial(flt, belief, np.float32), X32, y)
+    sparse, dense = sparse_and_dense(flt, initial(flt, belief, np.float32), S32, X32, y)
     assert sparse.mean.dtype == jnp.float32 and bool(sparse.info.converged)
     assert_states_close(sparse, dense, rtol=1e-5, atol=1e-6)
 
@@ -197,8 +204,9 @@ def test_a_vmapped_fleet_scans_a_sparse_stream():
         return jr.scan(flt, flt.init(jnp.zeros(D), W, jnp.ones(D)), xs, jnp.asarray(y))[0].mean
 
     scales = jnp.array([0.5, 1.0, 2.0])
-    np.testing.assert_allclose(np.asarray(jax.vmap(fit, (None, 0))(S, scales)),
-                               np.asarray(jax.vmap(fit, (None, 0))(jnp.asarray(X), scales)), **TIGHT)
+    fleets = jax.jit(lambda S, X: (jax.vmap(fit, (None, 0))(S, scales), jax.vmap(fit, (None, 0))(X, scales)))
+    sparse, dense = fleets(S, jnp.asarray(X))  # both fleets in one compiled program
+    np.testing.assert_allclose(np.asarray(sparse), np.asarray(dense), **TIGHT)
 
 
 def test_the_low_rank_scan_holds_no_dense_stream():
@@ -221,17 +229,22 @@ def test_predictive_log_predictive_and_evidence_match_the_dense_rows(belief):
     X, S = rows((T, D), seed=13)
     y = labels(X, model)
     flt = make(belief, model, "ekf")
-    state = jr.run(flt, initial(flt, belief), _head(S, 10), y[:10])[0]
-    p_s, p_d = jr.predictive(state, _head(S, 5), model), jr.predictive(state, X[:5], model)
+    init = initial(flt, belief)
+    state = jr.run(flt, init, _head(S, 10), y[:10])[0]
+
+    def scores(rows, one):
+        """The predictive of the first 5 rows and of row 0 alone, the log predictive of row 0, the evidence."""
+        return (jr.predictive(state, _head(rows, 5), model), jr.predictive(state, one, model).mean,
+                jr.log_predictive(state, one, y[0], model), jr.log_evidence(flt, init, rows, jnp.asarray(y)))
+
+    one = jax.tree_util.tree_map(lambda a: a[0], S)
+    both = jax.jit(lambda sparse, dense: (scores(*sparse), scores(*dense)))  # one compiled program
+    (p_s, one_s, lp_s, ev_s), (p_d, _, lp_d, ev_d) = both((S, one), (jnp.asarray(X), jnp.asarray(X[0])))
     np.testing.assert_allclose(np.asarray(p_s.mean), np.asarray(p_d.mean), **TIGHT)
     np.testing.assert_allclose(np.asarray(p_s.var), np.asarray(p_d.var), **TIGHT)
-    one = jax.tree_util.tree_map(lambda a: a[0], S)
-    np.testing.assert_allclose(float(jr.predictive(state, one, model).mean), float(p_d.mean[0]), **TIGHT)
-    np.testing.assert_allclose(float(jr.log_predictive(state, one, y[0], model)),
-                               float(jr.log_predictive(state, X[0], y[0], model)), **TIGHT)
-    init = initial(flt, belief)
-    np.testing.assert_allclose(float(jr.log_evidence(flt, init, S, y)), float(jr.log_evidence(flt, init, X, y)),
-                               **TIGHT)
+    np.testing.assert_allclose(float(one_s), float(p_d.mean[0]), **TIGHT)
+    np.testing.assert_allclose(float(lp_s), float(lp_d), **TIGHT)
+    np.testing.assert_allclose(float(ev_s), float(ev_d), **TIGHT)
 
 
 def test_kalman_evidence_and_monte_carlo_predictive_match_the_dense_rows():
@@ -239,11 +252,15 @@ def test_kalman_evidence_and_monte_carlo_predictive_match_the_dense_rows():
     state = kf.init(jnp.zeros(D), jnp.eye(D))
     X, S = rows((T, D), seed=14)
     y = labels(X, jr.models.linear_gaussian(0.5))
-    np.testing.assert_allclose(float(jr.log_evidence(kf, state, S, y)), float(jr.log_evidence(kf, state, X, y)),
-                               **TIGHT)
     key, model = jax.random.PRNGKey(0), jr.models.linear_gaussian(0.5)
-    a = jr.predictive(state, _head(S, 4), model, key=key, num_samples=64)
-    b = jr.predictive(state, X[:4], model, key=key, num_samples=64)
+
+    def scores(rows):
+        """The log evidence of the rows, and the Monte Carlo predictive of the first 4."""
+        return (jr.log_evidence(kf, state, rows, jnp.asarray(y)),
+                jr.predictive(state, _head(rows, 4), model, key=key, num_samples=64))
+
+    (ev_s, a), (ev_d, b) = jax.jit(lambda S, X: (scores(S), scores(X)))(S, jnp.asarray(X))  # one program
+    np.testing.assert_allclose(float(ev_s), float(ev_d), **TIGHT)
     np.testing.assert_allclose(np.asarray(a.var), np.asarray(b.var), **TIGHT)
 
 

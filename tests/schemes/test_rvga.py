@@ -35,6 +35,14 @@ def logistic_data(rng, d, n, scale=1.0):
     return X, y
 
 
+def final_states(*runs):
+    """The final states of ``jr.run`` of each ``(flt, state, xs, ys)`` of ``runs``, all scans
+    (``jr.scan``, what ``jr.run`` compiles) in one compiled program: one compilation, not one per run."""
+    filters = [flt for flt, *_ in runs]
+    together = jax.jit(lambda data: [jr.scan(flt, *args)[0] for flt, args in zip(filters, data)])
+    return together([tuple(args) for _, *args in runs])
+
+
 # ----------------------------------------------------------------------------- check 1, 2
 
 
@@ -242,10 +250,12 @@ def test_batched_solve_equals_scalar_solves_with_and_without_the_robust_path():
     pass fails on (alpha0, nu0, y) = (-8.334, 328.07, 1), a surprising label met by a vmapped fleet."""
     easy = (np.array([0.3, -1.2, 2.0]), np.array([0.5, 0.01, 2.0]), np.array([1.0, 0.0, 1.0]))
     a0, n0, y0 = -8.334215478130556, 328.07459713407525, 1.0
-    first = implicit._newton(a0, n0, y0, implicit.coarse_box(a0, n0, y0), implicit._tolerance(jnp.float64),
-                             implicit._NEWTON_ITERS, implicit._explicit_start(a0, n0, y0))
+    first = jax.jit(lambda a0, n0, y0: implicit._newton(  # one compiled program, not one per operation
+        a0, n0, y0, implicit.coarse_box(a0, n0, y0), implicit._tolerance(jnp.float64), implicit._NEWTON_ITERS,
+        implicit._explicit_start(a0, n0, y0)))(a0, n0, y0)
     assert not bool(first[3])
-    hard = tuple(np.append(a, v) for a, v in zip(easy, (a0, n0, y0)))
+    # The hard batch: the last easy element replaced, so both batches share their (vmapped) programs.
+    hard = tuple(np.append(a[:-1], v) for a, v in zip(easy, (a0, n0, y0)))
     one = jax.jit(implicit.solve_logistic)
     for batch in (easy, hard):
         got = jax.jit(jax.vmap(implicit.solve_logistic))(*batch)
@@ -397,8 +407,8 @@ def test_logistic_glm_with_exact_expectations_is_close_to_probit_version():
     X, y = logistic_data(rng, 4, 100)
     exact = jr.rvga(jr.models.glm(jr.models.bernoulli()), "implicit")
     probit = jr.rvga(jr.models.logistic(), "implicit")
-    s1, _ = jr.run(exact, exact.init(np.zeros(4), np.eye(4)), X, y)
-    s2, _ = jr.run(probit, probit.init(np.zeros(4), np.eye(4)), X, y)
+    s1, s2 = final_states((exact, exact.init(np.zeros(4), np.eye(4)), X, y),
+                          (probit, probit.init(np.zeros(4), np.eye(4)), X, y))
     # The probit moments are accurate to ~1e-2 (check 19), so the filters agree to that order.
     assert rel(s1.mean, s2.mean) < 0.05 and rel(s1.cov, s2.cov) < 0.05
 
@@ -411,8 +421,8 @@ def test_nonlinear_mc_rvga_matches_exact_glm_on_logistic():
     mc = jr.rvga(jr.models.nonlinear(lambda th, x: x @ th, jr.models.bernoulli()), "implicit",
                  num_iters=5, num_samples=4000)
     gh = jr.rvga(jr.models.glm(jr.models.bernoulli()), "implicit")
-    s1, _ = jr.run(mc, mc.init(np.zeros(d), np.eye(d), key=jax.random.PRNGKey(1)), X, y)
-    s2, _ = jr.run(gh, gh.init(np.zeros(d), np.eye(d)), X, y)
+    s1, s2 = final_states((mc, mc.init(np.zeros(d), np.eye(d), key=jax.random.PRNGKey(1)), X, y),
+                          (gh, gh.init(np.zeros(d), np.eye(d)), X, y))
     assert rel(s1.mean, s2.mean) < 0.03 and rel(s1.cov, s2.cov) < 0.05
 
 
