@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
-from conftest import outer
+from conftest import outer, run_together
 
 D = 6
 
@@ -42,15 +42,6 @@ def updates_together(*steps):
 
 def dense_cov(state):
     return np.asarray(jr.kernels.lowrank.to_dense_covariance(state.W, state.psi))
-
-
-def run_together(*runs, trace_fn=None):
-    """``jr.run`` of each ``(flt, state, xs, ys)`` of ``runs``, all scans (``jr.scan``, what ``jr.run``
-    compiles) in one compiled program: one compilation instead of one per run. A list of
-    ``(final_state, trace)``."""
-    filters = [flt for flt, *_ in runs]
-    together = jax.jit(lambda data: [jr.scan(flt, *args, trace_fn) for flt, args in zip(filters, data)])
-    return together([tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args) for _, *args in runs])
 
 
 def run_both(model, scheme, X, y, P0, key=None, **kw):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
+from conftest import run_together
 
 jax.config.update("jax_enable_x64", True)
 
@@ -24,14 +25,6 @@ def _axis_inputs(seed=0, t=T, d=D):
     X = np.zeros((t, d))
     X[np.arange(t), rng.integers(0, d, t)] = rng.normal(scale=1.5, size=t)
     return X, rng
-
-
-def run_together(*runs, trace_fn=None):
-    """``jr.run`` of each ``(flt, state, xs, ys)`` of ``runs``, all scans (``jr.scan``, what ``jr.run``
-    compiles) in one compiled program: one compilation, not one per run. A list of ``(state, trace)``."""
-    filters = [flt for flt, *_ in runs]
-    together = jax.jit(lambda data: [jr.scan(flt, *args, trace_fn) for flt, args in zip(filters, data)])
-    return together([tuple(args) for _, *args in runs])
 
 
 TANH = jr.models.nonlinear(lambda th, x: jnp.tanh(x @ th))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
+from conftest import run_together
 from jaxrvga.kernels import root_solvers as implicit
 from jaxrvga.kernels import special
 
@@ -36,11 +37,8 @@ def logistic_data(rng, d, n, scale=1.0):
 
 
 def final_states(*runs):
-    """The final states of ``jr.run`` of each ``(flt, state, xs, ys)`` of ``runs``, all scans
-    (``jr.scan``, what ``jr.run`` compiles) in one compiled program: one compilation, not one per run."""
-    filters = [flt for flt, *_ in runs]
-    together = jax.jit(lambda data: [jr.scan(flt, *args)[0] for flt, args in zip(filters, data)])
-    return together([tuple(args) for _, *args in runs])
+    """The final states of :func:`conftest.run_together` of ``runs``."""
+    return [state for state, _ in run_together(*runs)]
 
 
 # ----------------------------------------------------------------------------- check 1, 2
