@@ -45,3 +45,15 @@ def test_the_evidence_fit_recovers_the_linear_task_from_a_bad_prior():
     assert fitted["converged"]
     assert fitted["linearised"] <= row["reference"] + 0.02
     assert fitted["linearised"] < row["linearised"] - 0.5  # the tight prior was far worse
+
+
+def test_summary_gives_each_task_its_nlpd_and_costs():
+    """``--json FILE``: per task the default's test NLPD and its time over one filter's and Adam's,
+    the same for the one-prior average; without timing, the NLPDs alone."""
+    timed = {"task": "binary", "default": 0.09, "one_prior_nlpd": 0.11, "seconds_average": 6.0,
+             "seconds_one_prior_average": 1.5, "seconds_one_filter": 0.5, "seconds_adam": 0.05}
+    untimed = {"task": "linear", "default": 0.75, "one_prior_nlpd": 0.76}
+    out = tuning_free.summary([timed, untimed])
+    assert out["binary"] == {"nlpd": 0.09, "cost_vs_one_filter": 12.0, "cost_vs_adam": 120.0,
+                             "one_prior": {"nlpd": 0.11, "cost_vs_one_filter": 3.0, "cost_vs_adam": 30.0}}
+    assert out["linear"] == {"nlpd": 0.75, "one_prior": {"nlpd": 0.76}}
