@@ -208,6 +208,23 @@ def test_default_agent_learns_and_float32_works():
         assert regret[-200:].mean() < 0.25 * regret[:100].mean()
 
 
+def test_run_compiles_once_per_agent_and_shape():
+    """A second run of an equal agent (built anew, other key and data) reuses the compiled program;
+    another shape compiles once more."""
+    from jaxrvga import bandits
+
+    xs = X.astype(np.float32)
+    agent, state = jr.bandits.linear(K, D, "ucb", alpha=0.7, dtype=jnp.float32)
+    jr.bandits.run(agent, state, jax.random.PRNGKey(0), xs, R)
+    before = bandits._run_jit._cache_size()
+    again, state = jr.bandits.linear(K, D, "ucb", alpha=0.7, dtype=jnp.float32)
+    assert again is not agent and again == agent
+    jr.bandits.run(again, state, jax.random.PRNGKey(1), xs[::-1], -R)
+    assert bandits._run_jit._cache_size() == before
+    jr.bandits.run(again, state, jax.random.PRNGKey(1), xs[:10], R[:10])
+    assert bandits._run_jit._cache_size() == before + 1
+
+
 def test_bad_input_is_refused_naming_the_argument():
     flt = jr.kalman(1.0)
     with pytest.raises(ValueError, match="num_arms"):
