@@ -348,7 +348,7 @@ def predictive_scores(state, X, y, model: models.Model | None = None, *, scale=1
     if chunk_size is not None:
         chunk_size = positive_int("chunk_size", chunk_size)
     size = n if chunk_size is None else min(chunk_size, n)
-    score = jax.jit(lambda st, x, t: _scores(st, x, t, model, scale))
+    score = _chunk_program(model, scale)
     parts = []
     for start in range(0, n, max(size, 1)):
         take = min(size, n - start)
@@ -360,6 +360,24 @@ def predictive_scores(state, X, y, model: models.Model | None = None, *, scale=1
 def _padded(a, size: int):
     """``a`` with its last row repeated to ``size`` rows (a chunk of one compiled shape)."""
     return jnp.concatenate([a, jnp.repeat(a[-1:], size - a.shape[0], axis=0)]) if a.shape[0] < size else a
+
+
+def _chunk_program(model, scale):
+    """The compiled :func:`_scores` of ``model`` and ``scale``: made once per hashable model and
+    concrete scale, so that a second call of :func:`predictive_scores` (another state, other test
+    points of the chunk's shape) compiles nothing; made anew otherwise (a traced scale, a model
+    holding an array)."""
+    if is_concrete(scale):
+        try:
+            return _cached_chunk_program(model, float(scale))
+        except TypeError:  # unhashable model
+            pass
+    return jax.jit(lambda st, x, t: _scores(st, x, t, model, scale))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_chunk_program(model, scale: float):
+    return jax.jit(lambda st, x, t: _scores(st, x, t, model, scale))
 
 
 def _scores(state, X, y, model, scale) -> Scores:

@@ -94,3 +94,25 @@ def test_predictive_scores_read_one_predictive():
         jr.predictive_scores(gs, X, y[:3], lg)
     with pytest.raises(ValueError, match="chunk_size"):
         jr.predictive_scores(gs, X, y, lg, chunk_size=0)
+
+
+def test_predictive_scores_compile_once_per_model_and_scale():
+    """A second call with another state and other test points of the same shapes reuses the compiled
+    chunk program; a model holding an array (unhashable) still works."""
+    from jaxrvga import posterior_predictive
+
+    rng = np.random.default_rng(1)
+    model = jr.models.logistic()
+    states = [jr.rvga(model).init(jnp.asarray(rng.normal(size=3)), s * jnp.eye(3)) for s in (1.0, 2.0)]
+    program = posterior_predictive._chunk_program(model, 0.5)
+    for state in states:
+        X = jnp.asarray(rng.normal(size=(6, 3)))
+        jr.predictive_scores(state, X, jnp.ones(6), model, scale=0.5, chunk_size=4)
+    assert posterior_predictive._chunk_program(model, 0.5) is program
+    assert program._cache_size() == 1
+    array_noise = jr.models.linear_gaussian(jnp.asarray(0.3))
+    gs = jr.kalman(0.3).init(jnp.zeros(3), jnp.eye(3))
+    X, y = jnp.asarray(rng.normal(size=(5, 3))), jnp.asarray(rng.normal(size=5))
+    np.testing.assert_allclose(jr.predictive_scores(gs, X, y, array_noise).log_density,
+                               jr.predictive_scores(gs, X, y, jr.models.linear_gaussian(0.3)).log_density,
+                               rtol=1e-12)
