@@ -13,7 +13,8 @@ Agents (``--agents``):
   normal-inverse-gamma belief, exact posterior draws);
   ``jr_greedy`` the same model acting on its mean; ``jr_ucb`` on its predictive (``alpha = 1``);
   ``jr_thompson_nig``: the per-arm normal-inverse-gamma model (noise variance learned) with
-  untempered Thompson sampling;
+  untempered Thompson sampling; ``jr_thompson_optimistic``: the default model, each arm scored by
+  ``max(draw, mean)``;
 * ``linucb`` (LinUCB, Li et al. 2010, ridge 1, ``alpha = 1`` as MABWiser's default), ``eps_greedy``
   (ridge regression per arm, ``epsilon = 0.05``) and ``uniform``, in NumPy here;
 * ``neural_linear`` (NeuralLinear, Riquelme et al. 2018): an MLP with K outputs trained by optax's
@@ -40,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 PROBLEMS = ("digits", "mnist", "wheel0.5", "wheel0.9", "wheel0.95", "wheel0.99")
-JR_AGENTS = ("jr_thompson", "jr_greedy", "jr_ucb", "jr_thompson_nig")
+JR_AGENTS = ("jr_thompson", "jr_greedy", "jr_ucb", "jr_thompson_nig", "jr_thompson_optimistic")
 NUMPY_AGENTS = ("linucb", "eps_greedy", "uniform")
 NEURAL_AGENTS = ("neural_linear",)
 PEER_AGENTS = ("vw_squarecb", "vw_epsilon", "mabwiser_linucb", "mabwiser_lints")
@@ -110,13 +111,16 @@ def jr_agent(name: str, num_arms: int, dim: int):
     """``(agent, state)`` of a library agent: ``jr_thompson``, ``jr_greedy`` and ``jr_ucb`` the default
     model of :func:`jaxrvga.bandits.linear` (rewards standardised online, the noise variance learned)
     with each rule; ``jr_thompson_nig`` the normal-inverse-gamma model (noise variance learned, prior
-    ``InvGamma(1, 1)``, rewards as they are) with untempered Thompson sampling (scale 1)."""
+    ``InvGamma(1, 1)``, rewards as they are) with untempered Thompson sampling (scale 1);
+    ``jr_thompson_optimistic`` the default model with optimistic draws (``max(draw, mean)``)."""
     import jaxrvga as jr
 
     given = {k: v for k, v in OPTIONS.items() if v is not None}
     if name == "jr_thompson_nig":
         given = {"noise": (1.0, 1.0), "scale": 1.0, **given}
         return jr.bandits.linear(num_arms, dim, "thompson", **given)
+    if name == "jr_thompson_optimistic":
+        return jr.bandits.linear(num_arms, dim, "thompson", optimistic=True, **given)
     if name in ("jr_thompson", "jr_greedy", "jr_ucb"):
         if name != "jr_thompson":
             given.pop("scale", None)

@@ -76,15 +76,17 @@ class Shared(NamedTuple):
 
 class Agent(NamedTuple):
     """A bandit agent: the model of the arms (:class:`PerArm` or :class:`Shared`), the ``rule``
-    (one of :data:`RULES`), UCB's ``alpha``, whether rewards are ``standardize``-d online, and
-    Thompson's ``scale`` (draws of ``N(mean, scale P)``). Hashable by value: equal agents share one
-    compiled :func:`run`."""
+    (one of :data:`RULES`), UCB's ``alpha``, whether rewards are ``standardize``-d online,
+    Thompson's ``scale`` (draws of ``N(mean, scale P)``) and whether its draws are ``optimistic``
+    (each arm's score ``max(draw, mean)``). Hashable by value: equal agents share one compiled
+    :func:`run`."""
 
     arms: Any
     rule: str = "thompson"
     alpha: float = 1.0
     standardize: bool = False
     scale: float = 1.0
+    optimistic: bool = False
 
     @property
     def num_arms(self) -> int:
@@ -237,25 +239,32 @@ def _nonnegative(name, value) -> float:
     return float(value)
 
 
-def _agent(arms, rule, alpha, standardize, scale=1.0) -> Agent:
+def _agent(arms, rule, alpha, standardize, scale=1.0, optimistic=False) -> Agent:
     if not isinstance(arms, (PerArm, Shared)):
         raise ValueError(f"arms must be jr.bandits.per_arm(...) or jr.bandits.shared(...), got {type(arms).__name__}")
-    return Agent(arms, rule, _nonnegative("alpha", alpha), bool(standardize), _nonnegative("scale", scale))
+    if not isinstance(optimistic, (bool, np.bool_)):
+        raise ValueError(f"optimistic must be True or False, got {optimistic!r}")
+    return Agent(arms, rule, _nonnegative("alpha", alpha), bool(standardize), _nonnegative("scale", scale),
+                 bool(optimistic))
 
 
-def thompson(arms, *, scale: float = 1.0, standardize: bool = False) -> Agent:
+def thompson(arms, *, scale: float = 1.0, standardize: bool = False, optimistic: bool = False) -> Agent:
     """Thompson sampling: the best arm under one draw of the belief (module docstring). ``scale``: draws
     of ``N(mean, scale P)`` instead (``scale < 1`` a tempered posterior, Chapelle & Li 2011; 0 is greedy).
+    ``optimistic``: each arm scored by ``max(draw, mean)`` (optimistic Bayesian sampling, May et al.
+    2012): a draw below an arm's mean never lowers its score, so only the upper half of the
+    posterior explores.
 
     Args:
       arms: a :class:`PerArm` or :class:`Shared`.
       scale: the covariance scale of the draws, >= 0.
       standardize: standardise the rewards online (:class:`Welford` statistics) before the belief sees them.
+      optimistic: score each arm by the larger of its draw and its mean.
 
     Returns:
       An :class:`Agent`.
     """
-    return _agent(arms, "thompson", 1.0, standardize, scale)
+    return _agent(arms, "thompson", 1.0, standardize, scale, optimistic)
 
 
 def greedy(arms, *, standardize: bool = False) -> Agent:
@@ -354,6 +363,11 @@ def _fleet_draws(fleet, key):
     return jax.vmap(lambda s, k: sample(s, k, 1)[0])(fleet, jax.random.split(key, K))
 
 
+def _optimistic(agent: Agent, drawn, at_mean):
+    """Thompson's scores: the draws, or ``max(draw, mean)`` per arm for an ``optimistic`` agent."""
+    return jnp.maximum(drawn, at_mean) if agent.optimistic else drawn
+
+
 def scores(agent: Agent, state: AgentState, key, x):
     """The K scores whose arg max is the agent's arm for the context ``x`` (module docstring):
     ``eta_k`` under one draw (``thompson``), at the mean (``greedy``), or ``E + alpha sd`` (``ucb``).
@@ -375,25 +389,28 @@ def scores(agent: Agent, state: AgentState, key, x):
             m, v = _fleet_marginals(beliefs, x)
             stats = noise_belief.stats_of(beliefs)
             if agent.rule == "thompson":
-                return _student_draw(stats, key, m, agent.scale * v)
+                return _optimistic(agent, _student_draw(stats, key, m, agent.scale * v), m)
             if agent.rule == "greedy":
                 return m
             v = v if stats is None else jax.vmap(noise_belief.scale_variance)(stats, v)
             return m + agent.alpha * jnp.sqrt(jnp.maximum(v, 0.0))
         if model is None:
             raise ValueError("per_arm needs a filter with an observation model (flt.model) to score the arms")
+        at_mean = jax.vmap(lambda mean: jnp.ravel(model.predict(mean, x))[0])
         if agent.rule == "thompson":
             thetas = beliefs.mean + jnp.sqrt(agent.scale) * (_fleet_draws(beliefs, key) - beliefs.mean)
-            return jax.vmap(lambda th: jnp.ravel(model.predict(th, x))[0])(thetas)
+            drawn = jax.vmap(lambda th: jnp.ravel(model.predict(th, x))[0])(thetas)
+            return _optimistic(agent, drawn, at_mean(beliefs.mean) if agent.optimistic else None)
         if agent.rule == "greedy":
-            return jax.vmap(lambda mean: jnp.ravel(model.predict(mean, x))[0])(beliefs.mean)
+            return at_mean(beliefs.mean)
         pred = jax.vmap(lambda s: predictive(s, jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], x), model))(beliefs)
         return pred.mean.reshape(-1) + agent.alpha * jnp.sqrt(jnp.maximum(pred.var.reshape(-1), 0.0))
     # one shared belief of a K-output model
     h, K = agent.arms.h, agent.num_arms
     if agent.rule == "thompson":
         theta = beliefs.mean + jnp.sqrt(agent.scale) * (sample(beliefs, key, 1)[0] - beliefs.mean)
-        return jnp.ravel(h(theta, x))
+        at_mean = jnp.ravel(h(beliefs.mean, x)) if agent.optimistic else None
+        return _optimistic(agent, jnp.ravel(h(theta, x)), at_mean)
     if agent.rule == "greedy":
         return jnp.ravel(h(beliefs.mean, x))
     X = (jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (K,) + jnp.shape(a)), x), jnp.arange(K))
@@ -573,7 +590,7 @@ NOISE_PRIOR = (1.0, 1.0)
 
 
 def linear(num_arms: int, dim: int, rule: str = "thompson", *, prior_var: float = 1.0, noise="learned",
-           scale: float = THOMPSON_SCALE, alpha: float = 1.0, dtype=None):
+           scale: float = THOMPSON_SCALE, alpha: float = 1.0, optimistic: bool = False, dtype=None):
     """``(agent, state)``: the default agent, a per-arm linear-Gaussian model (``jr.kalman``, one dense
     belief per arm, the pulled arm updated exactly) with ``rule`` (:data:`RULES`).
 
@@ -597,6 +614,7 @@ def linear(num_arms: int, dim: int, rule: str = "thompson", *, prior_var: float 
       noise: ``"learned"``, ``"standardize"`` or ``(shape, rate)``, as above.
       scale: the covariance scale of ``thompson``'s draws.
       alpha: the weight of ``ucb``'s standard deviation.
+      optimistic: ``thompson``'s draws scored by ``max(draw, mean)`` (:func:`thompson`).
       dtype: the floating dtype of the state (default JAX's default float).
 
     Returns:
@@ -621,7 +639,7 @@ def linear(num_arms: int, dim: int, rule: str = "thompson", *, prior_var: float 
     flt = kalman(1.0) if unit else kalman(None)
     arms = per_arm(flt, num_arms)
     if rule == "thompson":
-        agent = thompson(arms, scale=scale, standardize=standardize)
+        agent = thompson(arms, scale=scale, standardize=standardize, optimistic=optimistic)
     elif rule == "greedy":
         agent = greedy(arms, standardize=standardize)
     else:

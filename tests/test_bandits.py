@@ -104,6 +104,28 @@ def test_thompson_scores_are_draws_of_each_arms_predictor(learned):
     assert abs(np.corrcoef(draws.T)[0, 1]) < 5 / np.sqrt(n)
 
 
+def test_optimistic_thompson_scores_each_arm_by_the_larger_of_its_draw_and_its_mean():
+    """``optimistic=True``: ``max(draw, mean)`` per arm with the same draw as plain Thompson, for the
+    three ways of drawing (a GLM fleet's predictors, a nonlinear fleet's weights, one shared belief)."""
+    tanh = jr.models.nonlinear(lambda th, x: jnp.tanh(x @ th), jr.models.gaussian(1.0))
+    shared_flt = jr.rvga(jr.bandits.heads(lambda th, x: th.reshape(K, D) @ x, jr.models.gaussian(1.0)), "ekf")
+    cases = [(jr.bandits.per_arm(jr.kalman(1.0), K), D), (jr.bandits.per_arm(jr.rvga(tanh, "ekf"), K), D),
+             (jr.bandits.shared(shared_flt, K), K * D)]
+    key = jax.random.PRNGKey(3)
+    for arms, dim in cases:
+        state = jr.bandits.init(jr.bandits.greedy(arms), arms.flt.init(jnp.asarray(RNG.normal(size=dim)),
+                                                                        jnp.eye(dim)))
+        plain, mean = (jr.bandits.scores(make(arms), state, key, X[1])
+                       for make in (jr.bandits.thompson, jr.bandits.greedy))
+        optimistic = jr.bandits.scores(jr.bandits.thompson(arms, optimistic=True), state, key, X[1])
+        np.testing.assert_allclose(optimistic, np.maximum(plain, mean), rtol=1e-12)
+        assert np.any(np.asarray(plain) < np.asarray(mean))  # the case that differs is exercised
+    with pytest.raises(ValueError, match="optimistic"):
+        jr.bandits.thompson(cases[0][0], optimistic="yes")
+    agent, _ = jr.bandits.linear(K, D, optimistic=True)
+    assert agent.optimistic and agent.rule == "thompson"
+
+
 def test_shared_linear_heads_equal_per_arm_kalman_filters():
     # h(theta, x) = Theta x with Theta (K, D): one belief of K D parameters, prior N(0, I), absorbing
     # the pulled head only, is the K independent Kalman filters of the arms (the EKF of a linear
