@@ -29,6 +29,7 @@ Bayesian predictive with the true prior and noise variance.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 
 import jax
@@ -96,11 +97,17 @@ def linear_task(quick):
 
 def test_nlpd(state, model, Xte, yte, scale=1.0):
     """Mean negative log predictive density of the test points (``lax.map`` in batches of 32)."""
+    return float(_nlpd(state, Xte, yte, model, scale))
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _nlpd(state, Xte, yte, model, scale):
+    """:func:`test_nlpd`, compiled once per model, scale and state shape (the members share it)."""
     import jaxrvga as jr
 
     lp = jax.lax.map(lambda xy: jr.log_predictive(state, xy[0], xy[1], model, scale=scale), (Xte, yte),
                      batch_size=32)
-    return float(-jnp.mean(lp))
+    return -jnp.mean(lp)
 
 
 def member_nlpds(members, model, Xte, yte):
