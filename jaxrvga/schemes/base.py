@@ -141,7 +141,9 @@ def limit_move(prior, new, inc: Increment, max_move: Optional[float]):
 def iterate(belief, prior, evaluate: Callable, cfg: Iterated):
     """``cfg.num_iters`` passes of the implicit iteration from ``q_0 = q_{t-1}`` (module docstring).
 
-    ``evaluate(q, i) -> Increment`` gives the site under the belief ``q`` of pass ``i - 1``. With
+    ``evaluate(q, i) -> Increment`` gives the site under the belief ``q`` of pass ``i - 1`` (``i`` is
+    traced beyond two passes: the passes after the first are one ``lax.fori_loop`` body, compiled
+    once whatever ``num_iters`` is). With
     ``correction``, the gradient of pass i > 0 gains ``X diag(c) X^T (mu_q - mu_{t-1})`` (the mirror
     step in natural parameters); without ``update_cov_twice`` the curvature of the first pass is
     kept. Each pass's mean step is limited by :func:`limit_move`. Returns ``(state, ok, change,
@@ -158,23 +160,37 @@ def iterate(belief, prior, evaluate: Callable, cfg: Iterated):
       ``(state, ok, change, calm)``: the unprojected state, 0-d bools ``ok`` and ``calm`` and the 0-d
       float ``change``.
     """
-    q, first, ok, calm = prior, None, jnp.asarray(True), jnp.asarray(True)
-    change = jnp.zeros((), prior.mean.dtype)
-    for i in range(cfg.num_iters):
-        inc = evaluate(q, i)
-        if cfg.correction and i > 0:
+    q, first, ok, calm, change = _one_pass(belief, prior, evaluate, cfg, prior, 0, None)
+
+    def later_pass(i, carry):
+        q, _, calm, _ = carry
+        new, _, ok, pass_calm, change = _one_pass(belief, prior, evaluate, cfg, q, i, first)
+        return new, ok, calm & pass_calm, change
+
+    carry = (q, ok, calm, change)
+    if cfg.num_iters > 2:  # one compiled body for the passes after the first (the same program)
+        carry = jax.lax.fori_loop(1, cfg.num_iters, later_pass, carry)
+    elif cfg.num_iters == 2:
+        carry = later_pass(1, carry)
+    q, ok, calm, change = carry
+    return q, ok, change, calm
+
+
+def _one_pass(belief, prior, evaluate, cfg: Iterated, q, i, first):
+    """Pass ``i`` of :func:`iterate` from ``q``: ``(state, increment, ok, calm, change)``; ``first`` is
+    the first pass's increment (None in the first pass), whose curvature the later passes keep
+    without ``update_cov_twice``."""
+    inc = evaluate(q, i)
+    if first is not None:
+        if cfg.correction:
             extra = inc.curvature_times(q.mean - prior.mean)
             inc = inc._replace(g=extra if inc.g is None else inc.g + extra)
-        if i == 0:
-            first = inc
-        elif not cfg.update_cov_twice:
+        if not cfg.update_cov_twice:
             inc = first._replace(coef=inc.coef, g=inc.g)
-        new, ok = absorb(belief, prior, inc)
-        new, pass_calm = limit_move(prior, new, inc, cfg.max_move)
-        calm = calm & pass_calm
-        change = jnp.linalg.norm(new.mean - q.mean) / (1.0 + jnp.linalg.norm(prior.mean))
-        q = new
-    return q, ok, change, calm
+    new, ok = absorb(belief, prior, inc)
+    new, calm = limit_move(prior, new, inc, cfg.max_move)
+    change = jnp.linalg.norm(new.mean - q.mean) / (1.0 + jnp.linalg.norm(prior.mean))
+    return new, inc, ok, calm, change
 
 
 def info_from(change, cfg: Iterated, iterations) -> SolverInfo:
