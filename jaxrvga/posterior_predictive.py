@@ -372,12 +372,14 @@ def _chunk_program(model, scale):
             return _cached_chunk_program(model, float(scale))
         except TypeError:  # unhashable model
             pass
+    return _new_chunk_program(model, scale)
+
+
+def _new_chunk_program(model, scale):
     return jax.jit(lambda st, x, t: _scores(st, x, t, model, scale))
 
 
-@functools.lru_cache(maxsize=64)
-def _cached_chunk_program(model, scale: float):
-    return jax.jit(lambda st, x, t: _scores(st, x, t, model, scale))
+_cached_chunk_program = functools.lru_cache(maxsize=64)(_new_chunk_program)
 
 
 def _scores(state, X, y, model, scale) -> Scores:
