@@ -31,3 +31,16 @@ def test_every_folder_is_a_wing_of_the_package_or_a_suite_across_it():
     assert folders <= wings | modules | ACROSS, folders - (wings | modules | ACROSS)
     assert {"beliefs", "kernels", "baselines"} <= folders
     assert all(len(p.relative_to(TESTS).parts) <= 2 for p in _test_files())
+
+
+def test_suite_compiles_with_the_fast_flags_that_this_xla_accepts():
+    """conftest.py adds its fast-compiling XLA flags where this jaxlib starts with them (not under
+    ``JAXRVGA_TEST_XLA_DEFAULT=1``), and its probe refuses a flag that XLA does not know."""
+    import os
+
+    from conftest import FAST_COMPILE_FLAGS, USER_XLA_FLAGS, _xla_accepts
+
+    assert not _xla_accepts("--xla_no_such_flag_in_any_version=1")
+    wanted = os.environ.get("JAXRVGA_TEST_XLA_DEFAULT") != "1" and _xla_accepts(
+        (USER_XLA_FLAGS + " " + FAST_COMPILE_FLAGS).strip())
+    assert (FAST_COMPILE_FLAGS in os.environ.get("XLA_FLAGS", "")) == (wanted or FAST_COMPILE_FLAGS in USER_XLA_FLAGS)
