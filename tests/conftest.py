@@ -21,11 +21,13 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 #: low-rank scan compiles in 1.1 s instead of 4.5, and the whole suite took 21.5 min instead of 46
 #: (2 workers). The HLO passes are the same; the machine code differs at rounding level.
 #: ``JAXRVGA_TEST_XLA_DEFAULT=1`` keeps XLA's defaults (the library's users' compiler), under which
-#: tests/integration/test_other_isa.py runs its float32 streams. ``USER_XLA_FLAGS``: the flags as given.
+#: tests/integration/test_other_isa.py runs its float32 streams. ``USER_XLA_FLAGS``: the flags as given,
+#: without the suite's own (which pytest-xdist's workers inherit from the parent process).
 #: A jaxlib whose XLA lacks a flag aborts on it, so the flags are tried first in a subprocess (1 s,
-#: once: pytest-xdist's workers inherit the variable).
+#: once: the workers inherit the variable).
 FAST_COMPILE_FLAGS = "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0"
-USER_XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
+USER_XLA_FLAGS = " ".join(os.environ.get("XLA_FLAGS", "").replace(FAST_COMPILE_FLAGS, "").split())
+SUITE_XLA_FLAGS = f"{USER_XLA_FLAGS} {FAST_COMPILE_FLAGS}".strip()
 
 
 def _xla_accepts(flags: str) -> bool:
@@ -35,10 +37,10 @@ def _xla_accepts(flags: str) -> bool:
                           capture_output=True).returncode == 0
 
 
-if os.environ.get("JAXRVGA_TEST_XLA_DEFAULT") != "1" and FAST_COMPILE_FLAGS not in USER_XLA_FLAGS:
-    fast = (USER_XLA_FLAGS + " " + FAST_COMPILE_FLAGS).strip()
-    if _xla_accepts(fast):
-        os.environ["XLA_FLAGS"] = fast
+if os.environ.get("JAXRVGA_TEST_XLA_DEFAULT") == "1":
+    os.environ["XLA_FLAGS"] = USER_XLA_FLAGS
+elif FAST_COMPILE_FLAGS not in os.environ.get("XLA_FLAGS", "") and _xla_accepts(SUITE_XLA_FLAGS):
+    os.environ["XLA_FLAGS"] = SUITE_XLA_FLAGS
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

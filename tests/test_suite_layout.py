@@ -1,4 +1,5 @@
 """The suite's own layout (tests/README.md): folders that mirror the package, unique file names."""
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -35,12 +36,11 @@ def test_every_folder_is_a_wing_of_the_package_or_a_suite_across_it():
 
 def test_suite_compiles_with_the_fast_flags_that_this_xla_accepts():
     """conftest.py adds its fast-compiling XLA flags where this jaxlib starts with them (not under
-    ``JAXRVGA_TEST_XLA_DEFAULT=1``), and its probe refuses a flag that XLA does not know."""
-    import os
-
-    from conftest import FAST_COMPILE_FLAGS, USER_XLA_FLAGS, _xla_accepts
+    ``JAXRVGA_TEST_XLA_DEFAULT=1``, where it removes them even if inherited), and its probe refuses a
+    flag that XLA does not know."""
+    from conftest import FAST_COMPILE_FLAGS, SUITE_XLA_FLAGS, USER_XLA_FLAGS, _xla_accepts
 
     assert not _xla_accepts("--xla_no_such_flag_in_any_version=1")
-    wanted = os.environ.get("JAXRVGA_TEST_XLA_DEFAULT") != "1" and _xla_accepts(
-        (USER_XLA_FLAGS + " " + FAST_COMPILE_FLAGS).strip())
-    assert (FAST_COMPILE_FLAGS in os.environ.get("XLA_FLAGS", "")) == (wanted or FAST_COMPILE_FLAGS in USER_XLA_FLAGS)
+    wanted = os.environ.get("JAXRVGA_TEST_XLA_DEFAULT") != "1" and _xla_accepts(SUITE_XLA_FLAGS)
+    assert FAST_COMPILE_FLAGS not in USER_XLA_FLAGS
+    assert (FAST_COMPILE_FLAGS in os.environ.get("XLA_FLAGS", "")) == wanted
