@@ -50,7 +50,8 @@ def _laplace(X, y, m0, P0):
 
 
 class Comparison(NamedTuple):
-    """Output of :func:`compare`. ``kl[name]`` has N + 1 entries (t = 0..N, t = 0 the prior)."""
+    """Output of :func:`compare`. ``kl[name]``: the MC-KL at the times ``t`` (t = 0..N, t = 0 the
+    prior; every ``kl_stride``-th t and N when :func:`compare` is given a stride)."""
 
     ds: data.LogisticData
     m0: np.ndarray
@@ -63,6 +64,7 @@ class Comparison(NamedTuple):
     max_residual: float  # largest scaled residual of the implicit 2-D root along the stream
     terms: dict  # name -> the M terms of the final MC-KL ("Laplace" included), see paired_stderr
     finals: dict  # name -> final GaussianState ("Laplace" included)
+    t: np.ndarray  # the times of the curves kl[name]
     means: Optional[dict] = None  # name -> (N + 1, d), when keep=True
     covs: Optional[dict] = None  # name -> (N + 1, d, d), when keep=True
 
@@ -76,21 +78,27 @@ def paired_stderr(res: "Comparison", a: str, b: str | None = None) -> float:
     return paired(res.terms[a], None if b is None else res.terms[b])[1]
 
 
-def compare(s, N, d, c, seed, sigma0, mu0, *, keep=False, quick=True, desc="") -> Comparison:
-    """Run the four filters and Laplace on the authors' generator; MC-KL curves against the final posterior."""
+def compare(s, N, d, c, seed, sigma0, mu0, *, keep=False, quick=True, desc="", kl_stride=1) -> Comparison:
+    """Run the four filters and Laplace on the authors' generator; MC-KL curves against the final posterior.
+
+    ``kl_stride``: the curves at t = 0, kl_stride, ..., and N (1: every t). Each point costs an
+    M x N likelihood evaluation, so quick sizes take a stride; the final MC-KL is the same.
+    """
     ds = data.logistic_data(s, N, d, c, seed=seed)
     m0 = data.prior_mean(mu0, d)
     P0 = sigma0**2 * np.eye(d)
     z = metrics.base_normals(d, RVGA_M_KL, seed=seed)
     X, y = jnp.asarray(ds.X), jnp.asarray(ds.y)
     kl, means, covs, max_res, se, finals = {}, {}, {}, 0.0, {}, {}
+    t = np.union1d(np.arange(0, N + 1, kl_stride), [N])
     for name in progress(METHODS, desc or f"d={d} N={N}", quick):
         flt = RVGA_FILTERS[name]
         finals[name], (ms, cs, res) = jr.run(flt, flt.init(m0, P0), X, y, _trace)
         se[name] = np.asarray(kl_terms(ms[-1], cs[-1], z, X, y, m0, P0))
         ms = jnp.concatenate([jnp.asarray(m0)[None], ms])
         cs = jnp.concatenate([jnp.asarray(P0)[None], cs])
-        kl[name] = np.asarray(kl_curve(ms, cs, z, X, y, m0, P0))
+        at = slice(None) if kl_stride == 1 else t
+        kl[name] = np.asarray(kl_curve(ms[at], cs[at], z, X, y, m0, P0))
         if name == "implicit":
             max_res = float(jnp.max(res))
         if keep:
@@ -100,7 +108,7 @@ def compare(s, N, d, c, seed, sigma0, mu0, *, keep=False, quick=True, desc="") -
     se["Laplace"] = np.asarray(kl_terms(lm, lc, z, X, y, m0, P0))
     finals["Laplace"] = RVGA_FILTERS["implicit"].init(lm, lc)
     return Comparison(ds, m0, P0, kl, kl_lap, np.asarray(lm), np.asarray(lc), bool(ok), max_res,
-                      se, finals, means if keep else None, covs if keep else None)
+                      se, finals, t, means if keep else None, covs if keep else None)
 
 
 # --------------------------------------------------------------------------- 2-D posterior
@@ -151,7 +159,7 @@ def plot_kl(ax, res: Comparison, legend=True):
     """KL vs iteration on a log axis, the authors' ``plotKL`` (Laplace as a horizontal line)."""
     allv = np.concatenate([np.concatenate(list(res.kl.values())), [res.kl_laplace]])
     off = kl_offset(allv)
-    t = np.arange(len(res.kl["implicit"]))
+    t = res.t
     for name in ("implicit", "EKF", "QKF", "explicit"):
         ax.semilogy(t, res.kl[name] - off, STYLES[name], color=COLORS[name],
                     label=LABELS[name] if legend else None)
@@ -174,7 +182,7 @@ def plot_ellipses(axs, res: Comparison, times=None, grid_n=30):
     """One panel per filter: its ellipse at t = N (black when ``times`` are drawn too, else its colour),
     the Laplace ellipse (red) and 6 contour levels of the true posterior."""
     T1, T2, pdf = posterior_grid(res, n=grid_n)
-    N = len(res.kl["implicit"]) - 1
+    N = int(res.t[-1])
     for ax, name in zip(axs, METHODS):
         # 6 levels evenly spaced in (0, max): the authors' ``contour(..., 6)`` also draws a level
         # at ~0, which only traces where exp(log p) underflows.
@@ -256,7 +264,7 @@ def summary_of(prefix, res: Comparison, log_z):
 def write_curves(path: Path, res: Comparison):
     """The MC-KL curves of the four filters (t = 0..N) and Laplace's final MC-KL on every row."""
     kls = {f"kl_{m}": res.kl[m] for m in METHODS}
-    write_columns(path, {"t": np.arange(len(res.kl["implicit"])), **kls, "kl_Laplace": res.kl_laplace})
+    write_columns(path, {"t": res.t, **kls, "kl_Laplace": res.kl_laplace})
 
 
 HEADER_2D = (["figure", "sigma0", "mu0", "s", "c", "N", "seed", "log_Z"]
