@@ -11,6 +11,9 @@ where ``p + 9 <= d``):
   p = 10, prior variance 1: test RMSE against the full-covariance EKF;
 * a linear model written as ``nonlinear`` with the sampled scheme (d = 20, p = 5, 10
   observations): the norm of the mean against the exact posterior's.
+
+``quick``: the linear problem at N = 100 and p in {20, 5}, an MLP of 8 hidden units, and only the
+variants the tests check (:data:`QUICK_VARIANTS`): each variant is a program of its own to compile.
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ from experiments.common import cli, make_split, write_csv
 VARIANTS = {"published": dict(published=True), "published, 3 loops": dict(published=True, inner_loops=3),
             "default": dict(), "default, 1 loop": dict(inner_loops=1), "default, 3 loops": dict(inner_loops=3),
             "default, buffer 9": dict(buffer=9)}
+#: The variants of the quick run: those tests/reproduction/test_experiments_default.py checks.
+QUICK_VARIANTS = ("published", "default")
 
 
 def exact_posterior(X, y, prior_var, noise_var=1.0):
@@ -48,14 +53,14 @@ def correlated_linear(d=20, N=300, seed=0):
     return X, X @ rng.normal(size=d) + rng.normal(size=N)
 
 
-def linear_table(ranks, N):
+def linear_table(ranks, N, variants=VARIANTS):
     X, y = correlated_linear(N=N)
     d, prior_var = X.shape[1], 9.0
     m, P = exact_posterior(X, y, prior_var)
     rows = []
     for p in ranks:
         W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(0), d, p, prior_var=prior_var)
-        for name, kw in VARIANTS.items():
+        for name, kw in variants.items():
             if p + kw.get("buffer", 0) > d:
                 continue  # the buffer's columns do not fit beside rank p
             flt = jr.lrvga(jr.models.linear_gaussian(), rank=p, **kw)
@@ -74,7 +79,7 @@ def mlp(hidden):
     return h, 12 * hidden + 1
 
 
-def mlp_table(quick):
+def mlp_table(quick, variants=VARIANTS):
     from sklearn.datasets import load_diabetes
     X, y = load_diabetes(return_X_y=True)
     y = (y - y.mean()) / y.std()
@@ -92,7 +97,7 @@ def mlp_table(quick):
     s, _ = jr.run(full, full.init(theta0, jnp.eye(d)), Xtr, ytr)
     rows = [("full-covariance EKF", rmse(s.mean), bool(s.info.converged))]
     W0, psi0 = jr.lowrank.init_factors(key, d, 10, prior_var=1.0)
-    for name, kw in VARIANTS.items():
+    for name, kw in variants.items():
         flt = jr.lrvga(model, rank=10, scheme="ekf", **kw)
         s, info = jr.run(flt, flt.init(theta0, W0, psi0), Xtr, ytr, trace_fn=jr.trace_info)
         rows.append((f"L-RVGA p=10, {name}", rmse(s.mean), bool(jnp.all(info.converged))))
@@ -116,9 +121,10 @@ def sampled_table():
 
 
 def run(quick: bool, out: Path) -> dict:
-    lin = linear_table((20, 5) if quick else (20, 10, 5, 2), 100 if quick else 300)
+    variants = {k: VARIANTS[k] for k in QUICK_VARIANTS} if quick else VARIANTS
+    lin = linear_table((20, 5) if quick else (20, 10, 5, 2), 100 if quick else 300, variants)
     write_csv(out / "lrvga_default_linear.csv", ["rank", "variant", "kl", "mean_rel_error"], lin)
-    nn, d = mlp_table(quick)
+    nn, d = mlp_table(quick, variants)
     write_csv(out / "lrvga_default_mlp.csv", ["method", "test_rmse", "all_converged"], nn)
     smp = sampled_table()
     write_csv(out / "lrvga_default_sampled.csv", ["method", "mean_norm"], smp)
