@@ -5,6 +5,8 @@ mean predictor's) and is calibrated within a band; plus the scores of ``examples
 Each example needs its network library (flax or equinox, the ``nn`` extra) and scikit-learn; the
 test skips when one is missing.
 """
+import inspect
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -98,10 +100,28 @@ def test_drifting_stream():
         assert -0.5 < out[name]["log_predictive"] < 0.0  # a coin scores log(1/2) = -0.69
 
 
-def test_empirical_bayes():
+@pytest.fixture(scope="module")
+def fit_once():
+    """``examples.empirical_bayes.fit``, computed once per data set: test_empirical_bayes and
+    test_tuning_free fit the same split, and each call of ``fit`` compiles its L-BFGS step anew
+    (about 13 s). Install with ``monkeypatch.setattr(empirical_bayes, "fit", fit_once)``."""
+    from examples import empirical_bayes
+    fit, cache = empirical_bayes.fit, {}
+    default_steps = inspect.signature(fit).parameters["num_steps"].default
+
+    def cached(X, y, num_steps=default_steps):
+        key = (np.asarray(X).tobytes(), np.asarray(y).tobytes(), num_steps)
+        if key not in cache:
+            cache[key] = fit(X, y, num_steps)
+        return cache[key]
+    return cached
+
+
+def test_empirical_bayes(monkeypatch, fit_once):
     """The fitted variances are BayesianRidge's (the same evidence; float32 here, float64 to 1e-4 in
     tests/test_evidence.py), the evidence rises and the held-out log predictive improves."""
     from examples import empirical_bayes
+    monkeypatch.setattr(empirical_bayes, "fit", fit_once)
     out = empirical_bayes.main(verbose=False)
     fitted, ridge = out["fitted"], out["bayesian_ridge"]
     np.testing.assert_allclose([fitted["prior_var"], fitted["noise_var"]], [ridge["prior_var"], ridge["noise_var"]],
@@ -127,11 +147,12 @@ def test_ekf_calibration():
     assert ekf[1.0]["ece_network"] > ekf[1.0]["ece_linear"]
 
 
-def test_tuning_free():
+def test_tuning_free(monkeypatch, fit_once):
     """One pass with the noise learned and the prior averaged scores the held-out points as well as
     the variances empirical Bayes fitted on the whole training set (within 0.01 nats per point), and
     better than the default variances; the learned noise variance is the fitted one within 10 %."""
-    from examples import tuning_free
+    from examples import empirical_bayes, tuning_free
+    monkeypatch.setattr(empirical_bayes, "fit", fit_once)
     out = tuning_free.main(verbose=False)
     t, eb = out["tuning_free"], out["empirical_bayes"]
     assert t["test_log_predictive"] > eb["test_log_predictive"] - 0.01
