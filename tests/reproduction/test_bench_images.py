@@ -45,14 +45,19 @@ def tiny():
 
 def test_every_method_runs_one_pass_and_scores_itself():
     theta0, h, xs, ys = tiny()
+    # One jitted scorer per model (every filter here has the same one-image model): methods whose
+    # states have the same shapes share its compiled program.
+    adam_scores, filter_scores = bi.adam_scores(h), {}
     for name, kind, options in bi.METHODS:
         if kind == "adam":
             out = jax.jit(bi.adam_pass(h, options["lr"], options["batch"]))(theta0, xs, ys)
-            acc, nlpd = bi.adam_scores(h)(out, xs[:10], ys[:10])
+            acc, nlpd = adam_scores(out, xs[:10], ys[:10])
         else:
             flt, state, model = bi.make_filter(h, theta0, kind, options)
             out = jax.jit(bi.filter_pass(flt, options.get("batch", 1)))(state, xs, ys)
-            acc, nlpd = bi.filter_scores(model, chunk=5)(out, xs[:10], ys[:10])
+            if model not in filter_scores:
+                filter_scores[model] = bi.filter_scores(model, chunk=5)
+            acc, nlpd = filter_scores[model](out, xs[:10], ys[:10])
             mean = out.members.mean[0] if options.get("average") else out.mean
             assert not np.allclose(mean, theta0), name      # the pass moved the mean
         assert 0.0 <= float(acc) <= 1.0 and np.isfinite(float(nlpd)) and float(nlpd) > 0, name
