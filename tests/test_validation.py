@@ -97,8 +97,9 @@ def test_logistic_labels_outside_01_are_rejected_where_concrete(name):
         jr.run(flt, st, np.ones((4, D)), np.array([0.0, 1.0, 2.0, 0.0]))
     with pytest.raises(ValueError, match=r"^y must have shape \(\)"):
         flt.update(st, jnp.ones(D), jnp.ones(2))
-    # Inside jit the label is a tracer: the value check is skipped, not guessed ...
-    jax.jit(flt.update)(st, jnp.ones(D), 2.0)
+    # Inside jit the label is a tracer: the value check is skipped, not guessed (the check runs at
+    # trace time: traced as jit traces it, by eval_shape, with no program compiled) ...
+    jax.eval_shape(flt.update, st, jnp.ones(D), 2.0)
     # ... and jr.run still checks the concrete data set before it scans.
     with pytest.raises(ValueError, match=r"^ys must contain labels"):
         jr.run(flt, st, np.ones((2, D)), np.array([1.0, 3.0]))
@@ -345,8 +346,9 @@ def test_recursive_em_step_values_where_concrete():
         fa.recursive_em_step(W, psi, jnp.ones(5), -0.5, 1.0)
     with pytest.raises(ValueError, match=r"^beta must be"):
         fa.recursive_em_step(W, psi, jnp.ones(5), 1.0, -0.5)
-    # Traced values are not inspected (they may legitimately be anything at trace time).
-    jax.jit(lambda a: fa.recursive_em_step(W, psi, jnp.ones(5), a, 1.0))(0.5)
+    # Traced values are not inspected (they may legitimately be anything at trace time): traced
+    # as jit traces it, by eval_shape (no program compiled).
+    jax.eval_shape(lambda a: fa.recursive_em_step(W, psi, jnp.ones(5), a, 1.0), 0.5)
 
 
 def test_fa_filters_validate_at_construction_and_init():

@@ -151,12 +151,13 @@ def _lbfgs_vg_optimum(model, X, y, mu, Sigma, max_iter=2000):
             u, state = opt.update(g, state, p, value=v, grad=g, value_fn=neg_elbo)
             return optax.apply_updates(p, u), state, k + 1
 
-        return jax.lax.while_loop(cond, body, (p, opt.init(p), 0))
+        p, state, _ = jax.lax.while_loop(cond, body, (p, opt.init(p), 0))
+        m, L = unpack(p)  # the answer in the same compiled program (eagerly: one program per operation)
+        return m, L @ L.T, -neg_elbo(p), optax.tree_utils.tree_norm(optax.tree_utils.tree_get(state, "grad"))
 
-    p, state, _ = solve((jnp.asarray(mu), jnp.zeros(d), jnp.zeros(len(tril[0]))))
-    assert float(optax.tree_utils.tree_norm(optax.tree_utils.tree_get(state, "grad"))) <= 1e-11
-    m, L = unpack(p)
-    return m, L @ L.T, float(-neg_elbo(p))
+    m, cov, elbo, grad_norm = solve((jnp.asarray(mu), jnp.zeros(d), jnp.zeros(len(tril[0]))))
+    assert float(grad_norm) <= 1e-11
+    return m, cov, float(elbo)
 
 
 def test_logistic_fixed_point_equals_direct_elbo_optimum():
@@ -310,20 +311,26 @@ def test_site_gradients_are_eq12_and_laplace_moments():
     v = jnp.linspace(0.1, 3.0, 9)
     y = jnp.linspace(-1.0, 1.5, 9)
     mdl = klprox.laplace_likelihood(0.8)
-    a, g = klprox.site_gradients(klprox.expectation(mdl), y, m, v)
-    e1, e2 = mdl.glm_moments(m, v, y)
+
+    @jax.jit  # every quantity below in one compiled program (eagerly: one program per operation)
+    def quantities(m, v, y, yc, yb):
+        return (klprox.site_gradients(klprox.expectation(mdl), y, m, v), mdl.glm_moments(m, v, y),
+                klprox.site_gradients(klprox.expectation(models.poisson()), yc, m, v),
+                klprox.site_gradients(klprox.expectation(models.bernoulli(), 64), yb, m, v),
+                special.gaussian_expectation_1d(special.sigmoid, m, v, 64),
+                special.gaussian_expectation_1d(special.sig1, m, v, 64))
+
+    yc = jnp.arange(9.0)
+    yb = (jnp.arange(9) % 2).astype(float)
+    (a, g), (e1, e2), poisson, bernoulli, Es, Es1 = quantities(m, v, y, yc, yb)
     np.testing.assert_allclose(-a, e1, atol=1e-13)
     np.testing.assert_allclose(-g, e2, atol=1e-13)
     u = (y - m) / jnp.sqrt(v)
     np.testing.assert_allclose(e2, -2 * np.exp(-u**2 / 2) / np.sqrt(2 * np.pi) / (jnp.sqrt(v) * 0.8), rtol=1e-12)
-    yc = jnp.arange(9.0)
-    a, g = klprox.site_gradients(klprox.expectation(models.poisson()), yc, m, v)
+    a, g = poisson
     np.testing.assert_allclose(g, jnp.exp(m + v / 2), rtol=1e-13)
     np.testing.assert_allclose(a, jnp.exp(m + v / 2) - yc, rtol=1e-13, atol=1e-13)
-    yb = (jnp.arange(9) % 2).astype(float)
-    a, g = klprox.site_gradients(klprox.expectation(models.bernoulli(), 64), yb, m, v)
-    Es = special.gaussian_expectation_1d(special.sigmoid, m, v, 64)
-    Es1 = special.gaussian_expectation_1d(special.sig1, m, v, 64)
+    a, g = bernoulli
     np.testing.assert_allclose(a, Es - yb, atol=1e-12)
     np.testing.assert_allclose(g, Es1, atol=1e-6)
 

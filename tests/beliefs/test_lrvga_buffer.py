@@ -33,17 +33,18 @@ def test_buffered_belief_is_exact_until_the_buffer_overflows():
     W0, psi0 = _prior(rng, d, p)
     flt = jr.lrvga(jr.models.linear_gaussian(1.0), rank=p, buffer=b)
     state = flt.init(jnp.zeros(d), W0, psi0)
+    update = jax.jit(flt.update)  # one compiled update for every step (eagerly: one program per operation)
     prec = W0 @ W0.T + np.diag(psi0)
     mean = np.zeros(d)
     for t in range(b):  # b observations of one column each fill the buffer exactly
-        state = flt.update(state, X[t], y[t])
+        state = update(state, X[t], y[t])
         prec_new = prec + np.outer(X[t], X[t])
         mean = np.linalg.solve(prec_new, prec @ mean + X[t] * y[t])  # Kalman / Bayes, noise variance 1
         prec = prec_new
         np.testing.assert_allclose(lowrank.to_dense_precision(state.W, state.psi), prec, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(state.mean, mean, rtol=1e-10, atol=1e-12)
         assert state.W.shape == (d, p + b) and float(state.info.dropped) == 0.0
-    state = flt.update(state, X[b], y[b])  # overflow: projected back to rank p
+    state = update(state, X[b], y[b])  # overflow: projected back to rank p
     assert np.allclose(state.W[:, p:], 0.0) and float(state.info.dropped) > 0.0
 
 
@@ -69,11 +70,13 @@ def test_buffer_overflow_projects_what_the_unbuffered_projection_would():
     W0, psi0 = _prior(rng, d, p)
     flt = jr.lrvga(jr.models.linear_gaussian(1.0), rank=p, buffer=b)
     state = flt.init(jnp.zeros(d), W0, psi0)
+    update = jax.jit(flt.update)  # one compiled update for every step
     for t in range(b):
-        state = flt.update(state, X[t], y[t])
-    out = flt.update(state, X[b], y[b])
+        state = update(state, X[t], y[t])
+    out = update(state, X[b], y[b])
     pending = jnp.concatenate([state.W[:, p:], jnp.asarray(X[b])[:, None]], axis=1)
-    W, psi, _ = factor_analysis.spectral_em_step(state.W[:, :p], state.psi, pending, 1.0, 1.0, 0)
+    W, psi, _ = jax.jit(lambda W, psi, X: factor_analysis.spectral_em_step(W, psi, X, 1.0, 1.0, 0))(
+        state.W[:, :p], state.psi, pending)  # compiled (eagerly: one program per operation)
     np.testing.assert_allclose(out.W[:, :p] @ out.W[:, :p].T, W @ W.T, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(out.psi, psi, rtol=1e-9)
 
@@ -84,11 +87,12 @@ def test_minibatch_columns_that_do_not_fit_project_with_the_buffer():
     W0, psi0 = _prior(rng, d, p)
     flt = jr.lrvga(jr.models.linear_gaussian(1.0), rank=p, buffer=3)
     state = flt.init(jnp.zeros(d), W0, psi0)
-    state = flt.update(state, X[:2], y[:2])  # 2 of 3 columns used
+    update = jax.jit(flt.update)  # one compiled update for both steps
+    state = update(state, X[:2], y[:2])  # 2 of 3 columns used
     assert np.allclose(state.W[:, p + 2:], 0.0) and not np.allclose(state.W[:, p:p + 2], 0.0)
     prec = W0 @ W0.T + np.diag(psi0) + X[:2].T @ X[:2]
     np.testing.assert_allclose(lowrank.to_dense_precision(state.W, state.psi), prec, rtol=1e-12)
-    state = flt.update(state, X[2:4], y[2:4])  # 2 more do not fit: all 4 projected
+    state = update(state, X[2:4], y[2:4])  # 2 more do not fit: all 4 projected
     assert np.allclose(state.W[:, p:], 0.0) and float(state.info.dropped) > 0.0
 
 
@@ -131,7 +135,7 @@ def test_buffer_options_are_checked():
 def test_state_with_gram_round_trips_and_older_files_load(tmp_path):
     import json
     flt = jr.lrvga(jr.models.logistic(), rank=2, buffer=1)
-    state = flt.update(flt.init(jnp.zeros(5), np.eye(5)[:, :2], np.ones(5)), jnp.ones(5), 1.0)
+    state = jax.jit(flt.update)(flt.init(jnp.zeros(5), np.eye(5)[:, :2], np.ones(5)), jnp.ones(5), 1.0)  # compiled
     io.save(tmp_path / "s.npz", state)
     back = io.load(tmp_path / "s.npz")
     np.testing.assert_array_equal(back.gram, state.gram)
@@ -187,10 +191,13 @@ def test_spectral_em_step_takes_and_returns_the_gram(loops):
     d, p, m = 30, 3, 2
     W, X, psi = rng.normal(size=(d, p)), rng.normal(size=(d, m)), rng.uniform(0.5, 2.0, size=d)
     alpha, beta = 0.8, 1.3
-    plain = factor_analysis.spectral_em_step(W, psi, X, alpha, beta, loops)
-    G = lowrank.whitened_gram((W, X), psi)
-    W1, psi1, dropped, G1, used, ok = factor_analysis.spectral_em_step(W, psi, X, alpha, beta, loops, gram=G,
-                                                                      details=True)
+    @jax.jit  # both steps in one compiled program (eagerly: one program per operation)
+    def steps(W, psi, X):
+        G = lowrank.whitened_gram((W, X), psi)
+        return (factor_analysis.spectral_em_step(W, psi, X, alpha, beta, loops),
+                factor_analysis.spectral_em_step(W, psi, X, alpha, beta, loops, gram=G, details=True), G)
+
+    plain, (W1, psi1, dropped, G1, used, ok), G = steps(W, psi, X)
     assert int(used) == loops and bool(ok)
     np.testing.assert_allclose(W1 @ W1.T, plain[0] @ plain[0].T, rtol=1e-10, atol=1e-12)  # columns up to sign
     np.testing.assert_allclose(psi1, plain[1], rtol=1e-10)
@@ -236,9 +243,10 @@ def test_settle_of_a_buffer_is_finish_where_ok_and_the_prior_where_not(m):
 
     # traced with the step, as in the guard: the pending factor holds the prior's own W and psi
     settle = jax.jit(lambda prior, X, ok: belief.settle(prior, pending(prior, X), ok))
+    finish = jax.jit(lambda prior, X: belief.finish(pending(prior, X)))  # compiled, as settle
     for step in range(4):  # m = 1: stores 4 times; m = 2: stores twice, projects, stores
         X = jnp.asarray(rng.normal(size=(d, m)))
-        done, (dropped, _, _) = belief.finish(pending(prior, X))
+        done, (dropped, _, _) = finish(prior, X)
         assert (step == 2 and m == 2) == (float(dropped) > 0)  # the overflow projects
         for ok in (True, False):
             out, _ = settle(prior, X, jnp.asarray(ok))
@@ -259,10 +267,11 @@ def test_buffer_counts_columns_and_refuses_one_too_small_for_a_step():
         flt = jr.lrvga(model, rank=2, scheme="ekf", buffer=1)
         flt.update(flt.init(**state0), jnp.ones(d), 1)
     held = jr.lrvga(model, rank=2, scheme="ekf", buffer=2)
-    out = held.update(held.init(**state0), jnp.ones(d), 1)
-    assert out.W.shape == (d * K, 4) and np.all(np.asarray(jnp.diagonal(out.gram)[2:]) > 0)  # stored, not projected
     dense = jr.ekf(model)
-    want = dense.update(dense.init(state0["mean"], np.linalg.inv(jr.kernels.lowrank.to_dense_precision(state0["W"], state0["psi"]))),
-                        jnp.ones(d), 1)
+    # both steps in one compiled program (eagerly: one program per operation, 150 in all)
+    out, want = jax.jit(lambda a, b: (held.update(a, jnp.ones(d), 1), dense.update(b, jnp.ones(d), 1)))(
+        held.init(**state0),
+        dense.init(state0["mean"], np.linalg.inv(jr.kernels.lowrank.to_dense_precision(state0["W"], state0["psi"]))))
+    assert out.W.shape == (d * K, 4) and np.all(np.asarray(jnp.diagonal(out.gram)[2:]) > 0)  # stored, not projected
     np.testing.assert_allclose(jr.kernels.lowrank.to_dense_covariance(out.W, out.psi), want.cov, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out.mean, want.mean, rtol=1e-5, atol=1e-6)

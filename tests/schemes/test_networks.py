@@ -39,14 +39,21 @@ def _trace(flt, model, state, X, y):
     return [np.asarray(a) for a in jax.lax.scan(step, state, (X, y))[1]]
 
 
-def test_the_ekf_step_on_a_saturated_wrong_output_is_the_whole_predictive_variance(digits_stream):
+@pytest.fixture(scope="module")
+def raw_ekf_trace(digits_stream):
+    """:func:`_trace` of the EKF without the move limit (``max_move=inf``): run once, read by two tests."""
+    theta0, model, X, y = digits_stream
+    raw = jr.rvga(model, "ekf", max_move=np.inf)
+    return _trace(raw, model, raw.init(theta0, 3.0 * jnp.eye(theta0.size)), X, y)
+
+
+def test_the_ekf_step_on_a_saturated_wrong_output_is_the_whole_predictive_variance(digits_stream, raw_ekf_trace):
     """The cause: when the logit saturates on the wrong side, the curvature ``p (1 - p)`` vanishes and
     the gradient ``y - p`` does not, so the EKF moves the logit by ``v (y - p) / (1 + p (1 - p) v)``
     = about ``v``, the predictive variance; in a ReLU network ``v`` grows with the weights, and the
     mean explodes. Without the move limit every step still reports converged."""
     theta0, model, X, y = digits_stream
-    flt = jr.rvga(model, "ekf", max_move=np.inf)
-    eta, v, move, converged, size = _trace(flt, model, flt.init(theta0, 3.0 * jnp.eye(theta0.size)), X, y)
+    eta, v, move, converged, size = raw_ekf_trace
     first = int(np.argmax(size > 10.0))
     assert size[-1] > 1e3 and first > 0 and bool(np.all(converged))  # it explodes, flagged nowhere
     p = 1.0 / (1.0 + np.exp(-eta[first]))
@@ -57,14 +64,13 @@ def test_the_ekf_step_on_a_saturated_wrong_output_is_the_whole_predictive_varian
     assert abs(expected) > 0.9 * v[first] > 100.0  # = the predictive variance, far beyond any fit
 
 
-def test_the_move_limit_flags_and_shortens_the_blow_up(digits_stream):
+def test_the_move_limit_flags_and_shortens_the_blow_up(digits_stream, raw_ekf_trace):
     """Default ``max_move``: the same EKF stays finite, and the steps it shortened are flagged."""
     theta0, model, X, y = digits_stream
     flt = jr.ekf(model)
     eta, v, move, converged, size = _trace(flt, model, flt.init(theta0, 3.0 * jnp.eye(theta0.size)), X, y)
     assert np.all(np.isfinite(size)) and size.max() < 20.0
-    raw = jr.rvga(model, "ekf", max_move=np.inf)
-    first = int(np.argmax(_trace(raw, model, raw.init(theta0, 3.0 * jnp.eye(theta0.size)), X, y)[4] > 10.0))
+    first = int(np.argmax(raw_ekf_trace[4] > 10.0))
     assert not bool(np.all(converged[:first + 1]))  # flagged at or before the step that blew up
 
 
@@ -136,9 +142,11 @@ def test_moment_ekf_step_equals_its_dense_formula(family, curvature):
     y = jnp.asarray(rng.integers(0, 2 if family == "bernoulli" else K, size=m), jnp.float64 if k_out == 1 else jnp.int32)
     mu, P0 = jnp.asarray(0.5 * rng.normal(size=d)), jnp.eye(d) * 0.8
     prec, g_total = np.linalg.inv(P0), np.zeros(d)
+    # h and its Jacobian at the m inputs, one compiled program (not one per operation, eagerly)
+    etas, Js = jax.jit(jax.vmap(lambda x: (h(mu, x), jax.jacfwd(h)(mu, x))))(X)
     for i in range(m):
-        eta = np.atleast_1d(h(mu, X[i]))
-        J = np.atleast_2d(np.asarray(jax.jacfwd(h)(mu, X[i])))
+        eta = np.atleast_1d(np.asarray(etas[i]))
+        J = np.atleast_2d(np.asarray(Js[i]))
         if k_out == 1:
             p = 1 / (1 + np.exp(-eta))
             V, score = np.diag(p * (1 - p)), np.atleast_1d(float(y[i]) - p)
@@ -152,12 +160,13 @@ def test_moment_ekf_step_equals_its_dense_formula(family, curvature):
         g_total += g
     cov = np.linalg.inv(prec)
     dense = jr.rvga(model, "moment_ekf", jitter=jitter, curvature=curvature)
-    a = dense.update(dense.init(mu, P0), X, y)
-    np.testing.assert_allclose(a.cov, cov, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(a.mean, mu + cov @ g_total, rtol=0, atol=1e-12)
     low = jr.lrvga(model, rank=d, scheme="moment_ekf", jitter=jitter, curvature=curvature)
     W0, psi0 = jnp.sqrt(1.25 - 1e-3) * jnp.eye(d), jnp.full(d, 1e-3)
-    b = low.update(low.init(mu, W0, psi0), X, y)
+    # both steps in one compiled program (eagerly, each operation compiled on its own: 180 programs)
+    a, b = jax.jit(lambda sa, sb: (dense.update(sa, X, y), low.update(sb, X, y)))(
+        dense.init(mu, P0), low.init(mu, W0, psi0))
+    np.testing.assert_allclose(a.cov, cov, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a.mean, mu + cov @ g_total, rtol=0, atol=1e-12)
     np.testing.assert_allclose(b.mean, mu + cov @ g_total, rtol=0, atol=1e-10)
     np.testing.assert_allclose(outer(b.W) + np.diag(np.asarray(b.psi)), prec, rtol=0, atol=1e-10)
 
@@ -195,9 +204,10 @@ def test_gradient_through_a_shortened_step_is_finite():
         flt = jr.rvga(jr.models.linear_gaussian(0.1), max_move=0.5)
         return jr.run(flt, flt.init(jnp.zeros(3), scale * jnp.eye(3)), X, 100.0 * y)[0].mean.sum()
 
-    value, grad = jax.value_and_grad(final_mean)(4.0)
+    both = jax.jit(jax.value_and_grad(final_mean))  # one program: the value (for the differences) and the gradient
+    value, grad = both(4.0)
     eps = 1e-6
-    fd = (final_mean(4.0 + eps) - final_mean(4.0 - eps)) / (2 * eps)
+    fd = (both(4.0 + eps)[0] - both(4.0 - eps)[0]) / (2 * eps)
     assert np.isfinite(grad) and abs(float(grad) - float(fd)) <= 1e-5 * (1.0 + abs(float(fd)))
 
 

@@ -255,9 +255,13 @@ def test_batched_solve_equals_scalar_solves_with_and_without_the_robust_path():
     # The hard batch: the last easy element replaced, so both batches share their (vmapped) programs.
     hard = tuple(np.append(a[:-1], v) for a, v in zip(easy, (a0, n0, y0)))
     one = jax.jit(implicit.solve_logistic)
+    # made once, outside the loop: jax.jit(jax.vmap(f)) made anew is a new function, traced and
+    # compiled again for the second batch
+    vmapped = jax.jit(jax.vmap(implicit.solve_logistic))
+    vmapped_twice = jax.jit(jax.vmap(jax.vmap(implicit.solve_logistic)))
     for batch in (easy, hard):
-        got = jax.jit(jax.vmap(implicit.solve_logistic))(*batch)
-        twice = jax.jit(jax.vmap(jax.vmap(implicit.solve_logistic)))(*(np.stack([b, b[::-1]]) for b in batch))
+        got = vmapped(*batch)
+        twice = vmapped_twice(*(np.stack([b, b[::-1]]) for b in batch))
         for i in range(len(batch[0])):
             ref = one(*(b[i] for b in batch))
             assert bool(ref[2].converged)
