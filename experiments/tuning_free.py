@@ -49,6 +49,9 @@ TARGETS = {"binary": 0.102, "multiclass": 0.159, "diabetes": 1.080}
 TASKS = ("binary", "multiclass", "diabetes", "diabetes-noise-0.5", "linear")
 #: The prior of the cheaper default, one member read through the scales (index into the grid).
 ONE_PRIOR = {"linear": 6}  # LINEAR_PRIORS[6] = 1; the networks: PRIORS[2] = 0.1
+#: The variance of the hyper-prior of the learned log prior precision (``jr.model_average(...,
+#: learn_prior=LEARN_PRIOR)``), centred on the one prior above.
+LEARN_PRIOR = 4.0
 
 
 def _subset(data, n_train, n_test):
@@ -129,11 +132,10 @@ def seconds_per_observation(flt, state, data):
     return best_time(run, state) / Xtr.shape[0]
 
 
-def costs(flt, avg, states, data, h, theta0, task):
-    """Seconds per observation of the model average of each of ``states`` (``{name: initial state}``), of
-    one filter (``states["one_filter"]``, a member) and of optax Adam."""
-    out = {"seconds_" + name: seconds_per_observation(flt if name == "one_filter" else avg, state, data)
-           for name, state in states.items()}
+def costs(states, data, h, theta0, task):
+    """Seconds per observation of each filter of ``states`` (``{name: (filter, initial state)}``, among
+    them ``"one_filter"``, a member alone) and of optax Adam."""
+    out = {"seconds_" + name: seconds_per_observation(flt, state, data) for name, (flt, state) in states.items()}
     if h is not None:
         from experiments.networks_any_prior import adam_time
         out["seconds_adam"] = adam_time(task.split("-")[0], h, theta0, data[0], data[1])
@@ -158,10 +160,16 @@ def run_task(task, quick=False, timing=True):
     k = ONE_PRIOR.get(task, 2)
     one = jax.tree_util.tree_map(lambda a: a[k:k + 1], members)
     one_state, _ = jr.run(avg, avg.init(one), data[0], data[1])
+    learned = jr.model_average(flt, learn_prior=LEARN_PRIOR)
+    learned_init = learned.init(one, prior_precision=1.0 / priors[k])
+    learned_state, _ = jr.run(learned, learned_init, data[0], data[1])
     Xte, yte = data[2], data[3]
     out = {"task": task, "default": test_nlpd(state, model, Xte, yte), "priors": list(priors),
            "members": member_nlpds(state.members, model, Xte, yte),
            "one_prior": priors[k], "one_prior_nlpd": test_nlpd(one_state, model, Xte, yte),
+           "learned_nlpd": test_nlpd(learned_state, model, Xte, yte),
+           "learned_prior_var": float(jnp.exp(-learned_state.prior.log_precision[0])),
+           "learned_converged": bool(learned_state.info.converged),
            "prior_weights": np.asarray(jr.average.weights(state).sum(1)).tolist(),
            "scale_weights": np.asarray(jr.average.weights(state).sum(0)).tolist(),
            "converged": bool(jnp.all(state.members.info.converged)), "n_train": int(data[0].shape[0])}
@@ -172,9 +180,10 @@ def run_task(task, quick=False, timing=True):
     else:
         out["target"] = TARGETS[task.split("-")[0]]
     if timing:
-        states = {"average": s0, "one_prior_average": avg.init(one),
-                  "one_filter": jax.tree_util.tree_map(lambda a: a[k], members)}
-        out.update(costs(flt, avg, states, data, h, theta0, task))
+        states = {"average": (avg, s0), "one_prior_average": (avg, avg.init(one)),
+                  "learned_prior": (learned, learned_init),
+                  "one_filter": (flt, jax.tree_util.tree_map(lambda a: a[k], members))}
+        out.update(costs(states, data, h, theta0, task))
     return out
 
 
@@ -240,14 +249,16 @@ def _cost(r, key):
 def report(results):
     """The Markdown table of experiments/REPORT.md."""
     head = ("| task | default: prior grid x scales | cost (/ one filter, / Adam) | one prior x scales | cost | "
+            "prior learned x scales (learned v) | cost | "
             "best tuned plug-in of any method | own members: best plug-in / best linearised (test-chosen) |")
-    lines = [head, "|---|---|---|---|---|---|---|"]
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         plug = min(m[0] for m in r["members"])
         lin = min(m[1] for m in r["members"])
         ref = f"{r['target']:.3f}" if "target" in r else f"{r['reference']:.3f} (exact, true hyper-parameters)"
         lines.append(f"| {r['task']} | **{r['default']:.3f}** | {_cost(r, 'seconds_average')} | "
                      f"{r['one_prior_nlpd']:.3f} (v = {r['one_prior']:g}) | {_cost(r, 'seconds_one_prior_average')} | "
+                     f"{r['learned_nlpd']:.3f} ({r['learned_prior_var']:.3g}) | {_cost(r, 'seconds_learned_prior')} | "
                      f"{ref} | {plug:.3f} / {lin:.3f} |")
     return "\n".join(lines)
 
@@ -266,7 +277,8 @@ def summary(results) -> dict:
         return out
 
     return {r["task"]: {**entry(r, "default", "seconds_average"),
-                        "one_prior": entry(r, "one_prior_nlpd", "seconds_one_prior_average")}
+                        "one_prior": entry(r, "one_prior_nlpd", "seconds_one_prior_average"),
+                        "learned_prior": entry(r, "learned_nlpd", "seconds_learned_prior")}
             for r in results}
 
 

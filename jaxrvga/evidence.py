@@ -160,13 +160,7 @@ def fit_prior_precision(state, prior_precision, prior_mean=0.0, groups=None, max
     start = jax.ops.segment_sum(jnp.log(a0), groups, G) / count
 
     def retarget(log_a):
-        delta = jnp.exp(log_a)[groups] - a0
-        new, ok = belief.shift_precision(state, delta)
-        new = new._replace(mean=mean + belief.solve(new, delta * (m0 - mean)))
-        if state.noise is not None:
-            rate = state.noise.rate + 0.5 * jnp.sum(delta * (new.mean - m0) * (mean - m0))
-            new, ok = new._replace(noise=NoiseStats(state.noise.shape, rate)), ok & (rate > 0)
-        return new, ok
+        return shift_prior(state, jnp.exp(log_a)[groups] - a0, m0)
 
     def fixed_point(log_a):
         new, ok = retarget(log_a)
@@ -192,6 +186,34 @@ def fit_prior_precision(state, prior_precision, prior_mean=0.0, groups=None, max
     return PriorFit(new, jnp.exp(log_a), done & ok, it)
 
 
+def shift_prior(state, delta, prior_mean):
+    """The belief of a run from the prior ``N(m0, diag(a0)^{-1})`` moved to the prior precision ``a0 + delta``.
+
+    In the belief's own form (:func:`fit_prior_precision`): the precision plus ``diag(delta)`` and the
+    mean ``m + P_new (delta * (m0 - m))``, the mode of the moved posterior for a model linear in ``theta``;
+    with a learned noise variance the inverse-gamma rate plus ``sum(delta (m_new - m0) (m - m0)) / 2``.
+    Exact for the linear-Gaussian and normal-inverse-gamma models (the run from the moved prior), the
+    Gauss-Newton form of that move otherwise. O(d p^2) for a low-rank belief.
+
+    Args:
+      state: a filter's state (``GaussianState``, ``LowRankState`` or ``DiagonalState``).
+      delta: the shift of the prior precision, (d,), of either sign.
+      prior_mean: the prior mean ``m0``, (d,).
+
+    Returns:
+      ``(state, ok)``: the moved state and a 0-d bool, False where the precision is not positive
+      definite or the rate not positive.
+    """
+    belief, _ = beliefs.of_state(state)
+    mean = state.mean
+    new, ok = belief.shift_precision(state, delta)
+    new = new._replace(mean=mean + belief.solve(new, delta * (prior_mean - mean)))
+    if state.noise is not None:
+        rate = state.noise.rate + 0.5 * jnp.sum(delta * (new.mean - prior_mean) * (mean - prior_mean))
+        new, ok = new._replace(noise=NoiseStats(state.noise.shape, rate)), ok & (rate > 0)
+    return new, ok
+
+
 def _per_parameter(name, value, d, dtype):
     """``value`` as a (d,) vector of ``dtype`` (a scalar broadcast); ``ValueError`` naming it otherwise."""
     value = jnp.asarray(value, dtype)
@@ -214,4 +236,4 @@ def _groups(groups, d):
     return jnp.asarray(g, jnp.int32), G
 
 
-__all__ = ["trace_log_predictive", "log_evidence", "fit_prior_precision", "PriorFit"]
+__all__ = ["trace_log_predictive", "log_evidence", "fit_prior_precision", "PriorFit", "shift_prior"]

@@ -24,6 +24,8 @@ def test_every_task_runs_and_is_written(quick):
     assert json.loads((out / "tuning_free.json").read_text()) == json.loads(json.dumps(results))
     for r in results:
         assert math.isfinite(r["default"]) and r["converged"], r["task"]
+        assert math.isfinite(r["learned_nlpd"]) and r["learned_converged"], r["task"]
+        assert math.isfinite(r["learned_prior_var"]) and r["learned_prior_var"] > 0
         assert math.isclose(sum(r["prior_weights"]), 1.0, rel_tol=1e-4)
         assert math.isclose(sum(r["scale_weights"]), 1.0, rel_tol=1e-4)
         assert len(r["members"]) == len(r["priors"])
@@ -49,11 +51,13 @@ def test_the_evidence_fit_recovers_the_linear_task_from_a_bad_prior():
 
 def test_summary_gives_each_task_its_nlpd_and_costs():
     """``--json FILE``: per task the default's test NLPD and its time over one filter's and Adam's,
-    the same for the one-prior average; without timing, the NLPDs alone."""
-    timed = {"task": "binary", "default": 0.09, "one_prior_nlpd": 0.11, "seconds_average": 6.0,
-             "seconds_one_prior_average": 1.5, "seconds_one_filter": 0.5, "seconds_adam": 0.05}
-    untimed = {"task": "linear", "default": 0.75, "one_prior_nlpd": 0.76}
+    the same for the one-prior average and the learned prior; without timing, the NLPDs alone."""
+    timed = {"task": "binary", "default": 0.09, "one_prior_nlpd": 0.11, "learned_nlpd": 0.1, "seconds_average": 6.0,
+             "seconds_one_prior_average": 1.5, "seconds_learned_prior": 2.0, "seconds_one_filter": 0.5,
+             "seconds_adam": 0.05}
+    untimed = {"task": "linear", "default": 0.75, "one_prior_nlpd": 0.76, "learned_nlpd": 0.77}
     out = tuning_free.summary([timed, untimed])
     assert out["binary"] == {"nlpd": 0.09, "cost_vs_one_filter": 12.0, "cost_vs_adam": 120.0,
-                             "one_prior": {"nlpd": 0.11, "cost_vs_one_filter": 3.0, "cost_vs_adam": 30.0}}
-    assert out["linear"] == {"nlpd": 0.75, "one_prior": {"nlpd": 0.76}}
+                             "one_prior": {"nlpd": 0.11, "cost_vs_one_filter": 3.0, "cost_vs_adam": 30.0},
+                             "learned_prior": {"nlpd": 0.1, "cost_vs_one_filter": 4.0, "cost_vs_adam": 40.0}}
+    assert out["linear"] == {"nlpd": 0.75, "one_prior": {"nlpd": 0.76}, "learned_prior": {"nlpd": 0.77}}
