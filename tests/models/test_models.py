@@ -91,9 +91,11 @@ def test_categorical_fisher_is_negative_expected_hessian_and_root_reproduces_it(
     K = eta.shape[0]
     fam = models.categorical(K)
     p = np.exp(eta - eta.max()) / np.exp(eta - eta.max()).sum()
-    hessians = np.stack([jax.hessian(lambda e: fam.log_prob(k, e))(jnp.asarray(eta)) for k in range(K)])
+    # the K Hessians and scores in one compiled program (eager: one program per operation)
+    hessians, scores = (np.asarray(a) for a in jax.jit(lambda e: (
+        jnp.stack([jax.hessian(lambda e: fam.log_prob(k, e))(e) for k in range(K)]),
+        jnp.stack([jax.grad(lambda e: fam.log_prob(k, e))(e) for k in range(K)])))(jnp.asarray(eta)))
     neg_expected = -np.einsum("k,kij->ij", p, hessians)
-    scores = np.stack([jax.grad(lambda e: fam.log_prob(k, e))(jnp.asarray(eta)) for k in range(K)])
     F = np.asarray(fam.fisher(eta))
     assert np.allclose(F, neg_expected, rtol=0, atol=1e-15)
     assert np.allclose(F, np.einsum("k,ki,kj->ij", p, scores, scores), rtol=0, atol=1e-15)  # E[s s^T]
