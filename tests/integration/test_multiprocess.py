@@ -51,8 +51,9 @@ def free_loopback_port() -> int:
 
 def worker_env():
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}  # gRPC honours proxies
-    env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
-               OPENBLAS_NUM_THREADS="1")
+    # two host devices added to the suite's XLA flags (replacing them compiled with XLA's defaults)
+    flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+    env.update(XLA_FLAGS=flags, JAX_PLATFORMS="cpu", OPENBLAS_NUM_THREADS="1")
     return env
 
 
