@@ -262,8 +262,8 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     "The prior learned on the stream"): ``init(members, prior_precision=a0)`` then names the precision
     ``a0`` (a scalar or (K,)) each member's initial state was built with, around its initial mean, and
     ``v`` is the variance of the Gaussian hyper-prior of ``log a`` centred on ``log a0``. It needs a filter
-    without dynamics (a static parameter's prior) and costs about 1.7x the average with fixed priors
-    (one forward-mode derivative of the log predictives).
+    without dynamics (a static parameter's prior) and costs 1.8-2.5x the average with fixed priors on the
+    networks of experiments/REPORT.md (one forward-mode derivative of the log predictives).
 
     Args:
       flt: the members' filter (a :class:`~jaxrvga.Filter` with an observation model, ``flt.model``).
@@ -520,5 +520,5 @@ io.register(AverageState, _check_average)
 io.register(LearnedPrior, _check_learned_prior)
 
 
-__all__ = ["AverageState", "LearnedPrior", "PREDICTIVE_SCALES", "model_average", "weights", "each_forecaster", "mixture_moments",
-           "mixture_log_density", "usable_log_weight", "check_log_weight", "check_members"]
+__all__ = ["AverageState", "LearnedPrior", "PREDICTIVE_SCALES", "model_average", "weights", "each_forecaster",
+           "mixture_moments", "mixture_log_density", "usable_log_weight", "check_log_weight", "check_members"]
