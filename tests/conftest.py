@@ -42,6 +42,12 @@ if os.environ.get("JAXRVGA_TEST_XLA_DEFAULT") == "1":
 elif FAST_COMPILE_FLAGS not in os.environ.get("XLA_FLAGS", "") and _xla_accepts(SUITE_XLA_FLAGS):
     os.environ["XLA_FLAGS"] = SUITE_XLA_FLAGS
 
+
+def with_host_devices(n: int) -> str:
+    """``XLA_FLAGS`` for a child process with ``n`` host devices: the flags in effect (the suite's and the
+    user's) kept, so that the child compiles as the suite does, and the device count added."""
+    return f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}".strip()
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import pytest  # noqa: E402

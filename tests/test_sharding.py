@@ -78,11 +78,9 @@ def diagonal_filter():
 
 def test_sharded_run_equals_unsharded(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    from conftest import outer  # here, not at the top: the child process imports this module without tests/ on its path
-    # the suite's XLA flags (conftest: its fast compiler, the user's own) kept in the child, with the
-    # four host devices added: replacing XLA_FLAGS compiled the child's programs with XLA's defaults
-    flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
+    # here, not at the top: the child process imports this module without tests/ on its path
+    from conftest import outer, with_host_devices
+    env = dict(os.environ, XLA_FLAGS=with_host_devices(4), JAX_PLATFORMS="cpu")
     path = str(tmp_path / "sharded.npz")
     res = subprocess.run([sys.executable, "-c", CHILD.format(root=root), path], env=env, cwd=root,
                          capture_output=True, text=True, timeout=600)

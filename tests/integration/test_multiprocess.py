@@ -51,9 +51,8 @@ def free_loopback_port() -> int:
 
 def worker_env():
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}  # gRPC honours proxies
-    # two host devices added to the suite's XLA flags (replacing them compiled with XLA's defaults)
-    flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
-    env.update(XLA_FLAGS=flags, JAX_PLATFORMS="cpu", OPENBLAS_NUM_THREADS="1")
+    from conftest import with_host_devices  # here: the workers import this module without tests/ on their path
+    env.update(XLA_FLAGS=with_host_devices(2), JAX_PLATFORMS="cpu", OPENBLAS_NUM_THREADS="1")
     return env
 
 
