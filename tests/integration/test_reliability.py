@@ -30,7 +30,8 @@ from jaxrvga.models import Family
 from jaxrvga.guard import _guarded
 from jaxrvga.schemes import Increment, absorb
 
-from conftest import FULL_FILTERS, LOGISTIC, LOGISTIC_FILTERS, LOWRANK_SCHEMES, lowrank_filter, with_fa_step
+from conftest import (FULL_FILTERS, LOGISTIC, LOGISTIC_FILTERS, LOWRANK_SCHEMES, lowrank_filter, run_optimised,
+                      with_fa_step)
 
 lrvga = jr.lrvga
 
@@ -116,7 +117,7 @@ def test_full_filters_1e5_float32_steps_stay_finite_symmetric_pd(name):
     X, y = hardest_stream()
     flt = LOGISTIC_FILTERS[name]()
     init = flt.init(jnp.zeros(D_LONG, jnp.float32), SIGMA0**2 * jnp.eye(D_LONG, dtype=jnp.float32))
-    state, info = jr.run(flt, init, X, y, jr.trace_info)
+    state, info = run_optimised(flt, init, X, y, jr.trace_info)
     assert state.mean.dtype == jnp.float32 and state.cov.dtype == jnp.float32
     assert int(state.step) == N_LONG
     assert_gaussian_healthy(state.mean, state.cov)
@@ -135,7 +136,7 @@ def test_lrvga_1e5_float32_steps_keep_psi_positive_and_W_finite(scheme, publishe
     W0, psi0 = lowrank.init_factors(jax.random.PRNGKey(0), D_LONG, RANK_LONG, SIGMA0**2,
                                     dtype=jnp.float32)
     init = flt.init(jnp.zeros(D_LONG, jnp.float32), W0, psi0, jax.random.PRNGKey(1))
-    state, info = jr.run(flt, init, X, y, jr.trace_info)
+    state, info = run_optimised(flt, init, X, y, jr.trace_info)
     assert state.W.dtype == jnp.float32 and state.psi.dtype == jnp.float32
     assert int(state.step) == N_LONG
     assert_lowrank_healthy(state)
@@ -158,7 +159,7 @@ def test_kalman_1e5_float32_steps_stay_symmetric_pd():
     data = jr.baselines.data.linear_data(1.0, N_LONG, D_LONG, 2, seed=10)
     flt = jr.kalman(1.0)
     init = flt.init(jnp.zeros(D_LONG, jnp.float32), SIGMA0**2 * jnp.eye(D_LONG, dtype=jnp.float32))
-    state, _ = jr.run(flt, init, data.X.astype(np.float32), data.y.astype(np.float32))
+    state, _ = run_optimised(flt, init, data.X.astype(np.float32), data.y.astype(np.float32))
     assert state.cov.dtype == jnp.float32
     assert_gaussian_healthy(state.mean, state.cov)
 
