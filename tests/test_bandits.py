@@ -149,10 +149,9 @@ def test_shared_linear_heads_equal_per_arm_kalman_filters():
     for make in (jr.bandits.greedy, jr.bandits.ucb):
         shared = make(jr.bandits.shared(flt, K))
         fleet_agent = make(jr.bandits.per_arm(jr.kalman(1.0), K))
-        fleet = jr.bandits.AgentState(jax.vmap(lambda k: jr.kalman(1.0).init(
+        fleet = out.state._replace(beliefs=jax.vmap(lambda k: jr.kalman(1.0).init(
             out.state.beliefs.mean.reshape(K, D)[k],
-            jax.lax.dynamic_slice(out.state.beliefs.cov, (k * D, k * D), (D, D))))(jnp.arange(K)),
-            out.state.rewards, out.state.step, out.state.skipped)
+            jax.lax.dynamic_slice(out.state.beliefs.cov, (k * D, k * D), (D, D))))(jnp.arange(K)))
         np.testing.assert_allclose(jr.bandits.scores(shared, out.state, None, X[0]),
                                    jr.bandits.scores(fleet_agent, fleet, None, X[0]), rtol=1e-8)
 
@@ -198,12 +197,16 @@ def test_default_agent_is_the_normal_inverse_gamma_posterior_of_the_standardised
     ``P X^T y``, shape ``1 + n / 2``, rate ``1 + (y^T y - m^T P^{-1} m) / 2`` (prior InvGamma(1, 1))."""
     agent, state = jr.bandits.linear(K, D)
     assert agent.standardize and jr.bandits.NOISE_PRIOR == (1.0, 1.0) and agent.rule == jr.bandits.DEFAULT_RULE
+    assert agent.context_scale == jr.bandits.CONTEXT_SCALE == 4.0
     out = jr.bandits.run(agent, state, jax.random.PRNGKey(4), X, 50.0 * R + 3.0)
     seen, arms = np.asarray(out.rewards), np.asarray(out.arms)
     y = np.array([(seen[t] - seen[:t + 1].mean()) / (seen[:t + 1].std(ddof=1) if t else 1.0) for t in range(T)])
+    # each context scaled to the mean squared norm 4 of the contexts up to and including it
+    norm2 = np.sum(X**2, axis=1)
+    scaled = X * np.sqrt(4.0 / (np.cumsum(norm2) / np.arange(1, T + 1)))[:, None]
     stats = jr.noise.stats_of(out.state.beliefs)
     for k in range(K):
-        xs, ys = X[arms == k], y[arms == k]
+        xs, ys = scaled[arms == k], y[arms == k]
         prec = np.eye(D) + xs.T @ xs
         mean = np.linalg.solve(prec, xs.T @ ys)
         np.testing.assert_allclose(out.state.beliefs.mean[k], mean, rtol=1e-8, atol=1e-8)
@@ -466,3 +469,26 @@ def test_ids_plays_every_model_shape_and_the_default_model():
     for bad in (1, 0, 2.5, True):
         with pytest.raises(ValueError, match="num_draws"):
             jr.bandits.ids(agent.arms, num_draws=bad)
+
+
+def test_context_scale_makes_the_agents_blind_to_the_contexts_units():
+    """With ``context_scale`` the contexts ``1000 x`` and ``x`` are the same contexts: the same arms
+    (the scaled contexts equal to rounding); without it, a prior N(0, I) on ``1000 x`` is another prior."""
+    key = jax.random.PRNGKey(6)
+    for rule in ("greedy", "thompson"):
+        same = [jr.bandits.run(*jr.bandits.linear(K, D, rule), key, c * X, R, M).arms for c in (1.0, 1000.0)]
+        np.testing.assert_array_equal(*same)
+    other = [jr.bandits.run(*jr.bandits.linear(K, D, "thompson", context_scale=0), key, c * X, R, M).arms
+             for c in (1.0, 1000.0)]
+    assert np.any(np.asarray(other[0]) != np.asarray(other[1]))
+    agent, state = jr.bandits.linear(K, D, context_scale=2.0)
+    out = jr.bandits.update(agent, state, X[0], 0, 1.0)[0]
+    np.testing.assert_allclose(out.contexts.mean, X[0] @ X[0], rtol=1e-12)
+    assert int(out.contexts.count) == 1
+    with pytest.raises(ValueError, match="context_scale"):
+        jr.bandits.linear(K, D, context_scale=-1.0)
+    shared_flt = jr.rvga(jr.bandits.heads(lambda th, x: th.reshape(K, D) @ x[0], jr.models.gaussian(1.0)), "ekf")
+    agent = jr.bandits.greedy(jr.bandits.shared(shared_flt, K), context_scale=4.0)
+    state = jr.bandits.init(agent, shared_flt.init(jnp.zeros(K * D), jnp.eye(K * D)))
+    with pytest.raises(ValueError, match="context_scale"):
+        jr.bandits.act(agent, state, key, (X[0], X[1]))  # a context that is not an array
