@@ -12,6 +12,7 @@ Agents (``--agents``):
   Kalman filter on rewards standardised online, the noise variance learned in those units by the
   normal-inverse-gamma belief, exact posterior draws);
   ``jr_greedy`` the same model acting on its mean; ``jr_ucb`` on its predictive (``alpha = 1``);
+  ``jr_ids`` by information-directed sampling over 256 of its draws a round;
   ``jr_thompson_nig``: the per-arm normal-inverse-gamma model (noise variance learned) with
   untempered Thompson sampling; ``jr_thompson_optimistic``: the default model, each arm scored by
   ``max(draw, mean)``;
@@ -41,13 +42,13 @@ import jax.numpy as jnp
 import numpy as np
 
 PROBLEMS = ("digits", "mnist", "wheel0.5", "wheel0.9", "wheel0.95", "wheel0.99")
-JR_AGENTS = ("jr_thompson", "jr_greedy", "jr_ucb", "jr_thompson_nig", "jr_thompson_optimistic")
+JR_AGENTS = ("jr_thompson", "jr_greedy", "jr_ucb", "jr_ids", "jr_thompson_nig", "jr_thompson_optimistic")
 NUMPY_AGENTS = ("linucb", "eps_greedy", "uniform")
 NEURAL_AGENTS = ("neural_linear",)
 PEER_AGENTS = ("vw_squarecb", "vw_epsilon", "mabwiser_linucb", "mabwiser_lints")
 AGENTS = JR_AGENTS + NUMPY_AGENTS + NEURAL_AGENTS + PEER_AGENTS
-DEFAULT_AGENTS = ("jr_thompson", "jr_greedy", "linucb", "eps_greedy", "uniform", "neural_linear", "vw_squarecb",
-                  "mabwiser_linucb")
+DEFAULT_AGENTS = ("jr_thompson", "jr_ids", "jr_greedy", "linucb", "eps_greedy", "uniform", "neural_linear",
+                  "vw_squarecb", "mabwiser_linucb")
 EPSILON = 0.05
 
 
@@ -121,8 +122,8 @@ def jr_agent(name: str, num_arms: int, dim: int):
         return jr.bandits.linear(num_arms, dim, "thompson", **given)
     if name == "jr_thompson_optimistic":
         return jr.bandits.linear(num_arms, dim, "thompson", optimistic=True, **given)
-    if name in ("jr_thompson", "jr_greedy", "jr_ucb"):
-        if name != "jr_thompson":
+    if name in ("jr_thompson", "jr_greedy", "jr_ucb", "jr_ids"):
+        if name not in ("jr_thompson", "jr_ids"):
             given.pop("scale", None)
         return jr.bandits.linear(num_arms, dim, name[3:], **given)
     raise ValueError(f"not a library agent: {name!r}")

@@ -284,7 +284,8 @@ def fig_neural_bandit(out):
     from examples.neural_bandit import AGENTS
 
     labels = {"neural_thompson": "neural Thompson (L-RVGA, library)", "neural_greedy": "neural greedy (same network)",
-              "linear_thompson": "linear Thompson (jr.bandits.linear)", "linear_greedy": "linear greedy",
+              "linear_thompson": "linear Thompson", "linear_ids": "linear IDS (jr.bandits.linear)",
+              "linear_greedy": "linear greedy",
               "neural_linear": "NeuralLinear (Adam + last-layer BLR)", "uniform": "uniform"}
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     rounds = np.arange(1, out["rounds"] + 1)

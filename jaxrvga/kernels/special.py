@@ -275,20 +275,20 @@ def log_softmax(eta):
     return eta - top - jnp.log1p(rest)
 
 
-#: Proposals of :func:`gamma_draws` (all accepted-or-not at once): each is accepted with probability
-#: above 0.95 for a shape >= 1, so none is accepted with probability below 0.05^16 = 2e-21.
+#: The most proposals of :func:`gamma_draws` per draw: each is accepted with probability above 0.95
+#: for a shape >= 1, so none is accepted with probability below 0.05^16 = 2e-21.
 GAMMA_PROPOSALS = 16
 
 
 def gamma_draws(key, a, dtype):
-    """Draws of ``Gamma(a, 1)`` (``a`` > 0, any shape) by Marsaglia & Tsang (2000) with a fixed number of
-    proposals (:data:`GAMMA_PROPOSALS`, the first accepted kept; none accepted: the proposal's mode
-    ``d``), and ``Gamma(a) = Gamma(a + 1) U^(1 / a)`` for ``a < 1`` (their boost).
+    """Draws of ``Gamma(a, 1)`` (``a`` > 0, any shape) by Marsaglia & Tsang (2000), proposing again
+    for the draws not yet accepted until all are, or :data:`GAMMA_PROPOSALS` rounds (none accepted:
+    the proposal's mode ``d``), and ``Gamma(a) = Gamma(a + 1) U^(1 / a)`` for ``a < 1`` (their boost).
 
     Not ``jax.random.gamma``: its rejection loop does not end for some keys and float32 shapes
     (JAX 0.10.2 on CPU, shapes (539.5, 429, 3, 2.5, 14)), which hangs a bandit run or a draw of a
-    learned noise variance. A bounded loop costs a constant 16 normals and uniforms per draw and
-    compiles small.
+    learned noise variance. This loop is bounded, and stops as soon as every draw is accepted (about
+    5 rounds for 2,560 draws, where proposing all 16 at once cost 3 times as much).
 
     Args:
       key: a PRNG key.
@@ -302,15 +302,23 @@ def gamma_draws(key, a, dtype):
     boosted = jnp.where(a < 1, a + 1, a)
     d = boosted - 1.0 / 3.0
     c = 1.0 / jnp.sqrt(9.0 * d)
-    k_z, k_u, k_boost = jax.random.split(key, 3)
-    z = jax.random.normal(k_z, (GAMMA_PROPOSALS,) + a.shape, dtype)
-    u = jax.random.uniform(k_u, (GAMMA_PROPOSALS,) + a.shape, dtype, minval=jnp.finfo(dtype).tiny)
-    v = (1.0 + c * z) ** 3
-    safe_v = jnp.where(v > 0, v, 1.0)
-    accept = (v > 0) & (jnp.log(u) < 0.5 * z * z + d - d * safe_v + d * jnp.log(safe_v))
-    first = jnp.argmax(accept, axis=0)
-    chosen = jnp.take_along_axis(safe_v, first[None], axis=0)[0]
-    g = d * jnp.where(jnp.any(accept, axis=0), chosen, 1.0)
+    k_proposals, k_boost = jax.random.split(key)
+
+    def propose(carry):
+        i, g, done = carry
+        k_z, k_u = jax.random.split(jax.random.fold_in(k_proposals, i))
+        z = jax.random.normal(k_z, a.shape, dtype)
+        u = jax.random.uniform(k_u, a.shape, dtype, minval=jnp.finfo(dtype).tiny)
+        v = (1.0 + c * z) ** 3
+        safe_v = jnp.where(v > 0, v, 1.0)
+        accept = ~done & (v > 0) & (jnp.log(u) < 0.5 * z * z + d - d * safe_v + d * jnp.log(safe_v))
+        return i + 1, jnp.where(accept, d * safe_v, g), done | accept
+
+    def pending(carry):
+        i, _, done = carry
+        return (i < GAMMA_PROPOSALS) & ~jnp.all(done)
+
+    _, g, _ = jax.lax.while_loop(pending, propose, (jnp.zeros((), jnp.int32), d, jnp.zeros(a.shape, bool)))
     boost = jax.random.uniform(k_boost, a.shape, dtype, minval=jnp.finfo(dtype).tiny) ** (1.0 / jnp.maximum(a, jnp.finfo(dtype).tiny))
     return jnp.where(a < 1, g * boost, g)
 

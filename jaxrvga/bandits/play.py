@@ -1,0 +1,250 @@
+"""Playing an agent of :mod:`jaxrvga.bandits`: a round's update (:func:`update`), a logged run in one
+``lax.scan`` (:func:`run`) and the default agent (:func:`linear`)."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..validation import check_key, is_concrete, positive_int
+from .agents import (RULES, Agent, AgentState, BanditRun, PerArm, Welford, _context_stats, _nonnegative,
+                     _scaled_context, _welford, act, greedy, ids, init, per_arm, thompson, ucb)
+
+
+# --------------------------------------------------------------------------- learning
+
+def _standardized(stats: Welford, r):
+    """``(r - mean) / sd`` of the rewards seen so far, ``r`` included (``sd = 1`` before two, and
+    floored at ``sqrt(eps)`` times the mean's size)."""
+    var = jnp.where(stats.count > 1, stats.m2 / jnp.maximum(stats.count - 1, 1), 1.0)
+    floor = jnp.sqrt(jnp.finfo(var.dtype).eps) * (1.0 + jnp.abs(stats.mean))
+    return (r - stats.mean) / jnp.maximum(jnp.sqrt(var), floor)
+
+
+def update(agent: Agent, state: AgentState, x, arm, reward):
+    """``(state, flagged)``: ``state`` after observing ``reward`` for the pulled ``arm`` at context
+    ``x``. :func:`per_arm` gathers the arm's state, updates it and scatters it back (the other arms
+    untouched, at the cost of one arm's update); :func:`shared` absorbs ``((x, arm), reward)``.
+    A reward that is NaN or inf or an arm out of ``[0, K)`` skips the round (the belief kept) and
+    ``flagged`` is True; checked and refused with ``ValueError`` instead where they are concrete.
+
+    Args:
+      agent: an :class:`Agent`.
+      state: its :class:`AgentState`.
+      x: the context.
+      arm: the pulled arm, an integer scalar.
+      reward: the observed reward, a real scalar.
+
+    Returns:
+      ``(state, flagged)``: the new :class:`AgentState` and a 0-d bool.
+    """
+    K = agent.num_arms
+    if is_concrete(arm) and not (np.ndim(arm) == 0 and 0 <= int(arm) < K):
+        raise ValueError(f"arm must be an integer in [0, {K}), got {arm!r}")
+    if is_concrete(reward) and (np.ndim(reward) != 0 or not np.isfinite(float(reward))):
+        raise ValueError(f"reward must be a finite scalar, got {reward!r}")
+    return _update(agent, state, x, arm, reward)
+
+
+def _update(agent: Agent, state: AgentState, x, arm, reward):
+    arm = jnp.asarray(arm, jnp.int32)
+    reward = jnp.asarray(reward, state.rewards.mean.dtype)
+    ok = jnp.isfinite(reward) & (arm >= 0) & (arm < agent.num_arms)
+    flt = agent.arms.flt
+
+    def learn(beliefs, rewards, contexts):
+        rewards = _welford(rewards, reward)
+        y = _standardized(rewards, reward) if agent.standardize else reward
+        contexts = _context_stats(agent, contexts, x)
+        xs = _scaled_context(agent, contexts, x)
+        if isinstance(agent.arms, PerArm):
+            member = jax.tree_util.tree_map(lambda a: a[arm], beliefs)
+            new = flt.update(member, xs, y)
+            beliefs = jax.tree_util.tree_map(lambda a, b: a.at[arm].set(b), beliefs, new)
+        else:
+            beliefs = flt.update(beliefs, (xs, arm), y)
+        return beliefs, rewards, contexts
+
+    beliefs, rewards, contexts = jax.lax.cond(ok, learn, lambda *kept: kept, state.beliefs, state.rewards,
+                                              state.contexts)
+    out = AgentState(beliefs, rewards, state.step + 1, state.skipped + (~ok).astype(jnp.int32), contexts)
+    return out, ~ok
+
+
+# --------------------------------------------------------------------------- a whole run
+
+def _run(agent: Agent, state: AgentState, key, contexts, rewards, expected):
+    T = rewards.shape[0]
+    keys = jax.random.split(key, T)
+
+    def round_(carry, inputs):
+        x, r, m, k = inputs
+        arm = act(agent, carry, k, x)
+        got = r[arm]
+        carry, flagged = _update(agent, carry, x, arm, got)
+        best = jnp.max(jnp.where(jnp.isnan(m), -jnp.inf, m))
+        return carry, (arm, got, best - m[arm], flagged)
+
+    state, (arms, got, regret, flagged) = jax.lax.scan(round_, state, (contexts, rewards, expected, keys))
+    return BanditRun(state, arms, got, regret, flagged)
+
+
+_run_jit = jax.jit(_run, static_argnums=0)
+
+
+def _check_table(name, a, T, K):
+    a = jnp.asarray(a)
+    if not jnp.issubdtype(a.dtype, jnp.floating) and not jnp.issubdtype(a.dtype, jnp.integer):
+        raise ValueError(f"{name} must be a real (T, K) array, got dtype {a.dtype}")
+    if a.ndim != 2 or a.shape != (T, K):
+        raise ValueError(f"{name} must have shape (T, K) = ({T}, {K}): one reward per round and arm, got {a.shape}")
+    return a
+
+
+def run(agent: Agent, state: AgentState, key, contexts, rewards, expected=None) -> BanditRun:
+    """Play the logged full-feedback data ``(contexts[t], rewards[t, :])`` for ``t < T`` in one jitted
+    ``lax.scan``: at each round the agent picks an arm for ``contexts[t]`` (:func:`act`, with a key
+    split from ``key``), sees ``rewards[t, arm]`` and learns from it (:func:`update`).
+
+    ``contexts``: (T, d) (or a pytree with leading axis T, what the filter's ``x`` is); ``rewards``
+    and ``expected`` (default ``rewards``): (T, K). The regret of round t is
+    ``max_k expected[t, k] - expected[t, a_t]`` (the expected regret, NaN entries of ``expected``
+    left out of the max). A round whose pulled reward is not finite is skipped and flagged.
+    Returns a :class:`BanditRun`. Wrong shapes, T = 0 and a bad key: ``ValueError`` naming the argument.
+
+    Args:
+      agent: an :class:`Agent`.
+      state: its initial :class:`AgentState`.
+      key: a PRNG key.
+      contexts: the contexts, leading axis T.
+      rewards: the (T, K) rewards of every arm.
+      expected: the (T, K) expected rewards of the regret (default ``rewards``).
+
+    Returns:
+      A :class:`BanditRun`: the final state and the (T,) arms, rewards, regrets and flags.
+    """
+    if not isinstance(agent, Agent):
+        raise ValueError(f"agent must be a jr.bandits agent (thompson, greedy, ucb), got {type(agent).__name__}")
+    if not isinstance(state, AgentState):
+        raise ValueError(f"state must be an AgentState (jr.bandits.init), got {type(state).__name__}")
+    key = check_key(key, required=True, needed_by="bandits.run")
+    K = agent.num_arms
+    rewards = jnp.asarray(rewards)
+    if rewards.ndim != 2:
+        raise ValueError(f"rewards must have shape (T, K) with K = num_arms = {K}, got {rewards.shape}")
+    T = rewards.shape[0]
+    if T == 0:
+        raise ValueError("rewards: T = 0 rounds; a run needs at least one round")
+    rewards = _check_table("rewards", rewards, T, K)
+    expected = rewards if expected is None else _check_table("expected", expected, T, K)
+    lengths = {jnp.shape(a)[0] if jnp.ndim(a) else None for a in jax.tree_util.tree_leaves(contexts)}
+    if lengths != {T}:
+        raise ValueError(f"contexts must have the leading (round) axis T = {T} of rewards, got {sorted(lengths, key=str)}")
+    if isinstance(agent.arms, PerArm) and agent.arms.flt.model is not None and agent.arms.flt.model.is_glm:
+        d = state.beliefs.mean.shape[-1]
+        if jnp.ndim(contexts) != 2 or jnp.shape(contexts)[1] != d:
+            raise ValueError(f"contexts must have shape (T, d) = ({T}, {d}) to match the arms' beliefs, "
+                             f"got {jnp.shape(contexts)}")
+    dtype = state.rewards.mean.dtype
+    return _run_jit(agent, state, key, contexts, rewards.astype(dtype), expected.astype(dtype))
+
+
+#: The default Thompson agent's posterior scale (:func:`linear`): 1, the exact posterior. A tempered
+#: 1/16 has the smallest regret on seeds 0-1 of digits and the wheel and loses badly on seeds 2-4 of
+#: the wheel (BENCHMARKS.md, "Contextual bandits"); the exact posterior is the most even.
+THOMPSON_SCALE = 1.0
+
+
+#: The default agent's noise handling (:func:`linear`): rewards standardised online and the noise
+#: variance learned in those units, ``s2 ~ InvGamma(1, 1)`` a priori. A unit noise variance on the
+#: standardised rewards (``noise="standardize"``) assumes a linear arm explains
+#: none of the reward's variance: on digits the learned ``s2`` is 0.14-0.51 and Thompson's draws are
+#: 1.5-2.5 times too wide (BENCHMARKS.md, "Contextual bandits").
+NOISE_PRIOR = (1.0, 1.0)
+
+
+#: The default agent's rule (:func:`linear`): information-directed sampling. On the standard problems
+#: (seeds 2-4, T = 2000 and 5000; seeds 0-1 chose it) its regret is below Thompson sampling's on all
+#: but two (within their spread), and below every peer's on digits, mnist and the wheel at delta 0.5
+#: (BENCHMARKS.md, "Contextual bandits").
+DEFAULT_RULE = "ids"
+
+#: The default agent's ``context_scale`` (:func:`linear`, :class:`Agent`): contexts scaled to a mean
+#: squared norm of 4, so that the prior ``N(0, prior_var I)`` of an arm says a standardised reward's
+#: prior variance is ``4 prior_var``. Chosen on seeds 0-1 from 2 and 4 (and the unscaled contexts,
+#: whose mean squared norm is 16 on digits and 89 on mnist): BENCHMARKS.md, "Contextual bandits".
+CONTEXT_SCALE = 4.0
+
+
+def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: float = 1.0, noise="learned",
+           scale: float = THOMPSON_SCALE, alpha: float = 1.0, optimistic: bool = False,
+           context_scale: float = CONTEXT_SCALE, dtype=None):
+    """``(agent, state)``: the default agent, a per-arm linear-Gaussian model (``jr.kalman``, one dense
+    belief per arm, the pulled arm updated exactly) with ``rule`` (:data:`RULES`; default
+    :data:`DEFAULT_RULE`).
+
+    ``noise``:
+
+    * ``"learned"`` (default): rewards standardised online (:class:`Welford` statistics, module
+      docstring) and the noise variance learned in those units (``jr.kalman(None)``, the
+      normal-inverse-gamma belief: ``s2 ~ InvGamma(*NOISE_PRIOR)``, ``theta_k | s2 ~ N(0, s2 prior_var I)``);
+    * ``"standardize"``: rewards standardised online, a unit noise variance, ``theta_k ~ N(0, prior_var I)``;
+    * ``(shape, rate)``: the noise variance learned, ``s2 ~ InvGamma(shape, rate)``, on the rewards as
+      they are.
+
+    ``scale``: the posterior scale of the draws of ``thompson`` and ``ids`` (default
+    :data:`THOMPSON_SCALE`). The choices are measured in BENCHMARKS.md, "Contextual bandits".
+
+    Args:
+      num_arms: ``K >= 2``.
+      dim: ``d``, the length of a context.
+      rule: ``"thompson"``, ``"greedy"``, ``"ucb"`` or ``"ids"`` (:func:`ids`, 256 draws a round).
+      prior_var: the prior variance of each arm's weights, > 0.
+      noise: ``"learned"``, ``"standardize"`` or ``(shape, rate)``, as above.
+      scale: the covariance scale of ``thompson``'s and ``ids``' draws.
+      alpha: the weight of ``ucb``'s standard deviation.
+      optimistic: ``thompson``'s draws scored by ``max(draw, mean)`` (:func:`thompson`; only with
+        ``rule="thompson"``).
+      context_scale: the contexts' mean squared norm (:class:`Agent`; default :data:`CONTEXT_SCALE`; 0:
+        the contexts as they are).
+      dtype: the floating dtype of the state (default JAX's default float).
+
+    Returns:
+      ``(agent, state)``: an :class:`Agent` and its initial :class:`AgentState`.
+    """
+    from ..filters import kalman
+
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if optimistic and rule != "thompson":
+        raise ValueError(f"optimistic: optimistic draws are a form of Thompson sampling; rule must be 'thompson', "
+                         f"got {rule!r}")
+    dim = positive_int("dim", dim)
+    prior_var = _nonnegative("prior_var", prior_var)
+    if prior_var == 0:
+        raise ValueError("prior_var must be > 0, got 0")
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    if isinstance(noise, str):
+        if noise not in ("learned", "standardize"):
+            raise ValueError(f"noise must be 'learned', 'standardize' or a pair (shape, rate), got {noise!r}")
+        standardize, unit = True, noise == "standardize"
+        noise = NOISE_PRIOR
+    else:
+        standardize, unit = False, False
+    flt = kalman(1.0) if unit else kalman(None)
+    arms = per_arm(flt, num_arms)
+    kw = {"standardize": standardize, "context_scale": context_scale}
+    if rule == "thompson":
+        agent = thompson(arms, scale=scale, optimistic=optimistic, **kw)
+    elif rule == "greedy":
+        agent = greedy(arms, **kw)
+    elif rule == "ucb":
+        agent = ucb(arms, alpha, **kw)
+    else:
+        agent = ids(arms, scale=scale, **kw)
+    prior = (jnp.zeros(dim, dtype), prior_var * jnp.eye(dim, dtype=dtype))
+    state = flt.init(*prior) if unit else flt.init(*prior, noise=noise)
+    return agent, init(agent, state)
+
+
+__all__ = ["update", "run", "linear", "DEFAULT_RULE", "CONTEXT_SCALE", "THOMPSON_SCALE", "NOISE_PRIOR"]
