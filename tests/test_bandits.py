@@ -180,6 +180,26 @@ def test_nan_reward_round_is_skipped_and_flagged_belief_kept():
     np.testing.assert_array_equal(new.beliefs.mean, state.beliefs.mean)
 
 
+def test_a_round_whose_context_is_not_finite_is_skipped_and_flagged():
+    """A NaN context skips the round as a NaN reward does; the default agent's context statistics
+    (``context_scale``) keep their value, so the later rounds are scaled as if it had not come."""
+    agent, state = jr.bandits.linear(K, D, "greedy")
+    bad = X.copy()
+    bad[7, 2] = np.nan
+    out = jr.bandits.run(agent, state, jax.random.PRNGKey(0), bad, R, M)
+    assert np.asarray(out.flagged).tolist() == [t == 7 for t in range(T)]
+    assert int(out.state.contexts.count) == T - 1 and np.isfinite(float(out.state.contexts.mean))
+    keep = np.arange(T) != 7
+    np.testing.assert_allclose(out.state.contexts.mean, np.mean(np.sum(X[keep] ** 2, axis=1)), rtol=1e-12)
+    ref = jr.bandits.run(agent, state, jax.random.PRNGKey(0), X[keep], R[keep], M[keep])
+    np.testing.assert_array_equal(np.asarray(out.arms)[keep], ref.arms)
+    np.testing.assert_allclose(out.state.beliefs.mean, ref.state.beliefs.mean, rtol=1e-12)
+    with pytest.raises(ValueError, match="context"):
+        jr.bandits.update(agent, state, bad[7], 0, 1.0)
+    new, flagged = jax.jit(lambda s, x: jr.bandits.update(agent, s, x, 0, 1.0))(state, bad[7])
+    assert bool(flagged) and int(new.contexts.count) == 0
+
+
 def test_standardize_keeps_welford_statistics_of_the_seen_rewards():
     agent, state = _fleet_agent(jr.bandits.thompson, standardize=True)
     out = jr.bandits.run(agent, state, jax.random.PRNGKey(3), X, 50.0 * R)

@@ -25,8 +25,9 @@ def update(agent: Agent, state: AgentState, x, arm, reward):
     """``(state, flagged)``: ``state`` after observing ``reward`` for the pulled ``arm`` at context
     ``x``. :func:`per_arm` gathers the arm's state, updates it and scatters it back (the other arms
     untouched, at the cost of one arm's update); :func:`shared` absorbs ``((x, arm), reward)``.
-    A reward that is NaN or inf or an arm out of ``[0, K)`` skips the round (the belief kept) and
-    ``flagged`` is True; checked and refused with ``ValueError`` instead where they are concrete.
+    A reward or a context that is not finite (NaN or inf) or an arm out of ``[0, K)`` skips the round
+    (the belief and the statistics of the rewards and contexts kept) and ``flagged`` is True; checked
+    and refused with ``ValueError`` instead where they are concrete.
 
     Args:
       agent: an :class:`Agent`.
@@ -43,13 +44,23 @@ def update(agent: Agent, state: AgentState, x, arm, reward):
         raise ValueError(f"arm must be an integer in [0, {K}), got {arm!r}")
     if is_concrete(reward) and (np.ndim(reward) != 0 or not np.isfinite(float(reward))):
         raise ValueError(f"reward must be a finite scalar, got {reward!r}")
+    leaves = jax.tree_util.tree_leaves(x)
+    if all(is_concrete(a) for a in leaves) and not all(np.all(np.isfinite(np.asarray(a))) for a in leaves):
+        raise ValueError("x: the context must be finite, got NaN or inf")
     return _update(agent, state, x, arm, reward)
+
+
+def _finite(x):
+    """Whether every floating entry of the context ``x`` (an array or a pytree) is finite."""
+    leaves = [jnp.all(jnp.isfinite(a)) for a in jax.tree_util.tree_leaves(x)
+              if jnp.issubdtype(jnp.result_type(a), jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
 def _update(agent: Agent, state: AgentState, x, arm, reward):
     arm = jnp.asarray(arm, jnp.int32)
     reward = jnp.asarray(reward, state.rewards.mean.dtype)
-    ok = jnp.isfinite(reward) & (arm >= 0) & (arm < agent.num_arms)
+    ok = jnp.isfinite(reward) & _finite(x) & (arm >= 0) & (arm < agent.num_arms)
     flt = agent.arms.flt
 
     def learn(beliefs, rewards, contexts):
