@@ -37,8 +37,8 @@ learns the noise variance in the standardised units. Nothing looks at the whole 
 :func:`run` plays a whole logged full-feedback data set (``rewards[t, k]`` for every arm, the agent
 seeing that of the arm it pulls) in one jitted ``lax.scan``, and reports the expected regret
 ``max_k M[t, k] - M[t, a_t]`` of each round (``M`` the expected rewards, default the rewards).
-A round whose pulled reward is NaN or inf, or whose arm is out of range, is skipped (the belief
-kept) and flagged.
+A round whose pulled reward or context is NaN or inf, or whose arm is out of range, is skipped (the
+belief kept) and flagged.
 """
 from . import agents, play
 from .agents import (RULES, PerArm, Shared, Agent, Welford, AgentState, BanditRun, per_arm, heads, shared, thompson,

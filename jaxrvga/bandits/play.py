@@ -120,7 +120,7 @@ def run(agent: Agent, state: AgentState, key, contexts, rewards, expected=None) 
     ``contexts``: (T, d) (or a pytree with leading axis T, what the filter's ``x`` is); ``rewards``
     and ``expected`` (default ``rewards``): (T, K). The regret of round t is
     ``max_k expected[t, k] - expected[t, a_t]`` (the expected regret, NaN entries of ``expected``
-    left out of the max). A round whose pulled reward is not finite is skipped and flagged.
+    left out of the max). A round whose pulled reward or context is not finite is skipped and flagged.
     Returns a :class:`BanditRun`. Wrong shapes, T = 0 and a bad key: ``ValueError`` naming the argument.
 
     Args:
