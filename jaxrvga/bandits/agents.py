@@ -1,5 +1,7 @@
-"""The agents of :mod:`jaxrvga.bandits`: the models of the arms (:func:`per_arm`, :func:`shared`),
-the rules (:func:`thompson`, :func:`greedy`, :func:`ucb`, :func:`ids`) and the scores they act on."""
+"""The agents of the contextual bandits: the models of the arms, the rules and the scores they act on.
+
+The models: :func:`per_arm` and :func:`shared`; the rules: :func:`thompson`, :func:`greedy`,
+:func:`ucb` and :func:`ids` (:mod:`jaxrvga.bandits` describes them)."""
 from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Optional

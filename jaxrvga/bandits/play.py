@@ -1,5 +1,7 @@
-"""Playing an agent of :mod:`jaxrvga.bandits`: a round's update (:func:`update`), a logged run in one
-``lax.scan`` (:func:`run`) and the default agent (:func:`linear`)."""
+"""Playing a contextual-bandit agent: one round learned, a logged run in one scan, the default agent.
+
+:func:`update` learns from one round, :func:`run` plays a logged data set in one ``lax.scan`` and
+:func:`linear` builds the default agent (:mod:`jaxrvga.bandits` describes them)."""
 from __future__ import annotations
 
 import jax
