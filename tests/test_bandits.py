@@ -470,7 +470,8 @@ def test_ids_scores_are_minus_the_information_ratio_of_the_thompson_draws():
     state = jr.bandits.update(agent, state, X[0], 1, R[0, 1])[0]
     key = jax.random.PRNGKey(4)
     thompson = jr.bandits.thompson(agent.arms)
-    draws = np.stack([np.asarray(jr.bandits.scores(thompson, state, k, X[2])) for k in jax.random.split(key, 64)])
+    one = jax.jit(jax.vmap(lambda k: jr.bandits.scores(thompson, state, k, X[2])))  # the draws IDS makes
+    draws = np.asarray(one(jax.random.split(key, 64)))
     regret, gain = _regret_and_gain_by_definition(draws)
     np.testing.assert_allclose(jr.bandits.scores(agent, state, key, X[2]), -regret**2 / gain, rtol=1e-9)
 
