@@ -499,6 +499,9 @@ def test_context_scale_makes_the_agents_blind_to_the_contexts_units():
     for rule in ("greedy", "thompson"):
         same = [jr.bandits.run(*jr.bandits.linear(K, D, rule), key, c * X, R, M).arms for c in (1.0, 1000.0)]
         np.testing.assert_array_equal(*same)
+    counts = np.round(3 * np.abs(X)).astype(np.int32)  # integer contexts: scaled as their float values
+    same = [jr.bandits.run(*jr.bandits.linear(K, D, "greedy"), key, c, R, M).arms for c in (counts, 1.0 * counts)]
+    np.testing.assert_array_equal(*same)
     other = [jr.bandits.run(*jr.bandits.linear(K, D, "thompson", context_scale=0), key, c * X, R, M).arms
              for c in (1.0, 1000.0)]
     assert np.any(np.asarray(other[0]) != np.asarray(other[1]))

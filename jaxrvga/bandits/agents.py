@@ -343,7 +343,7 @@ def _scaled_context(agent: Agent, stats: Welford, x):
     if not agent.context_scale:
         return x
     ratio = agent.context_scale / jnp.where(stats.mean > 0, stats.mean, agent.context_scale)
-    return x * jnp.sqrt(ratio).astype(x.dtype)
+    return x * jnp.sqrt(ratio)  # an integer context is promoted, not the scale truncated
 
 
 # --------------------------------------------------------------------------- scores of the rules
