@@ -8,11 +8,11 @@ regret is the expected one, ``sum_t max_k M[t, k] - M[t, a_t]``.
 
 Agents (``--agents``):
 
-* ``jr_thompson``: :func:`jaxrvga.bandits.linear`, the library's default Thompson agent (a per-arm
-  Kalman filter on rewards standardised online, the noise variance learned in those units by the
-  normal-inverse-gamma belief, exact posterior draws);
-  ``jr_greedy`` the same model acting on its mean; ``jr_ucb`` on its predictive (``alpha = 1``);
-  ``jr_ids`` by information-directed sampling over 256 of its draws a round;
+* ``jr_ids``: :func:`jaxrvga.bandits.linear`, the library's default agent (a per-arm Kalman filter on
+  rewards standardised online and contexts scaled online, the noise variance learned in those units by
+  the normal-inverse-gamma belief), information-directed sampling over 256 of its draws a round;
+  ``jr_thompson`` the same model with Thompson sampling (exact posterior draws); ``jr_greedy`` acting
+  on its mean; ``jr_ucb`` on its predictive (``alpha = 1``);
   ``jr_thompson_nig``: the per-arm normal-inverse-gamma model (noise variance learned) with
   untempered Thompson sampling; ``jr_thompson_optimistic``: the default model, each arm scored by
   ``max(draw, mean)``;
@@ -109,10 +109,10 @@ OPTIONS = {"prior_var": None, "noise": None, "scale": None}
 
 
 def jr_agent(name: str, num_arms: int, dim: int):
-    """``(agent, state)`` of a library agent: ``jr_thompson``, ``jr_greedy`` and ``jr_ucb`` the default
-    model of :func:`jaxrvga.bandits.linear` (rewards standardised online, the noise variance learned)
-    with each rule; ``jr_thompson_nig`` the normal-inverse-gamma model (noise variance learned, prior
-    ``InvGamma(1, 1)``, rewards as they are) with untempered Thompson sampling (scale 1);
+    """``(agent, state)`` of a library agent: ``jr_ids``, ``jr_thompson``, ``jr_greedy`` and ``jr_ucb`` the
+    default model of :func:`jaxrvga.bandits.linear` (rewards standardised and contexts scaled online, the
+    noise variance learned) with each rule; ``jr_thompson_nig`` the normal-inverse-gamma model (noise
+    variance learned, prior ``InvGamma(1, 1)``, rewards as they are) with untempered Thompson sampling;
     ``jr_thompson_optimistic`` the default model with optimistic draws (``max(draw, mean)``)."""
     import jaxrvga as jr
 
