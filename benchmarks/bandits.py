@@ -104,8 +104,9 @@ def load(problem: str, rounds: int, seed: int):
 
 # --------------------------------------------------------------------------- the library's agents
 
-#: The library agents' options (``--prior-var``, ``--noise``, ``--scale``): None is jr.bandits.linear's default.
-OPTIONS = {"prior_var": None, "noise": None, "scale": None}
+#: The library agents' options (``--prior-var``, ``--noise``, ``--scale``, ``--context-scale``,
+#: ``--num-draws``): None is jr.bandits.linear's default.
+OPTIONS = {"prior_var": None, "noise": None, "scale": None, "context_scale": None, "num_draws": None}
 
 
 def jr_agent(name: str, num_arms: int, dim: int):
@@ -117,6 +118,8 @@ def jr_agent(name: str, num_arms: int, dim: int):
     import jaxrvga as jr
 
     given = {k: v for k, v in OPTIONS.items() if v is not None}
+    if name != "jr_ids":
+        given.pop("num_draws", None)
     if name == "jr_thompson_nig":
         given = {"noise": (1.0, 1.0), "scale": 1.0, **given}
         return jr.bandits.linear(num_arms, dim, "thompson", **given)
@@ -420,8 +423,12 @@ def main(argv=None) -> list:
                              "rewards (default: rewards standardised online, the noise variance learned in those "
                              "units from InvGamma(1, 1))")
     parser.add_argument("--scale", type=float, default=None, help="the Thompson agents' posterior scale")
+    parser.add_argument("--context-scale", type=float, default=None,
+                        help="the library agents' mean squared context norm (0: contexts as they are)")
+    parser.add_argument("--num-draws", type=int, default=None, help="jr_ids' draws a round")
     a = parser.parse_args(argv)
-    OPTIONS.update(prior_var=a.prior_var, noise=None if a.noise is None else tuple(a.noise), scale=a.scale)
+    OPTIONS.update(prior_var=a.prior_var, noise=None if a.noise is None else tuple(a.noise), scale=a.scale,
+                   context_scale=a.context_scale, num_draws=a.num_draws)
     if a.rounds < 1 or a.seeds < 1 or a.first_seed < 0:
         raise SystemExit("--rounds and --seeds must be positive, --first-seed >= 0")
     problems = _names(a.problems, PROBLEMS, "problems")

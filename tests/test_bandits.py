@@ -300,6 +300,10 @@ def test_bad_input_is_refused_naming_the_argument():
         jr.bandits.linear(K, D, noise=(0.0, 1.0))
     with pytest.raises(ValueError, match="scale"):
         jr.bandits.linear(K, D, scale=float("nan"))
+    with pytest.raises(ValueError, match="num_draws"):
+        jr.bandits.linear(K, D, "thompson", num_draws=8)
+    with pytest.raises(ValueError, match="num_draws"):
+        jr.bandits.linear(K, D, "ids", num_draws=1)
     with pytest.raises(ValueError, match="heads"):
         jr.bandits.shared(flt, K)
     with pytest.raises(ValueError, match="stacked"):
@@ -346,6 +350,24 @@ def test_benchmark_runs_on_a_tiny_size_and_writes_its_rows(tmp_path, capsys):
         assert 0 <= regret <= 12 * (1.0 if problem == "digits" else 49.0) and ms > 0
     with pytest.raises(SystemExit):
         bench.main(["--problems", "nope"])
+
+
+def test_benchmark_options_reach_the_library_agents(monkeypatch):
+    """``--context-scale`` and ``--num-draws`` set the agents' fields; ``--num-draws`` only ``jr_ids``'."""
+    from benchmarks import bandits as bench
+
+    monkeypatch.setattr(bench, "OPTIONS", dict(bench.OPTIONS))
+    parsed = []
+    monkeypatch.setattr(bench, "load", lambda *a: parsed.append(dict(bench.OPTIONS)))  # stop after parsing
+    bench.main(["--problems", "digits", "--agents", "jr_ids", "--context-scale", "0", "--num-draws", "8"])
+    assert parsed[0]["context_scale"] == 0.0 and parsed[0]["num_draws"] == 8
+    ids_agent, _ = bench.jr_agent("jr_ids", K, D)
+    assert (ids_agent.rule, ids_agent.num_draws, ids_agent.context_scale) == ("ids", 8, 0.0)
+    for name in ("jr_thompson", "jr_greedy", "jr_ucb", "jr_thompson_optimistic"):
+        agent, _ = bench.jr_agent(name, K, D)
+        assert agent.context_scale == 0.0 and agent.num_draws == 256  # the default, untouched
+    default, _ = jr.bandits.linear(K, D)
+    assert (default.num_draws, default.context_scale) == (256, jr.bandits.CONTEXT_SCALE)
 
 
 def test_neural_linear_keeps_each_arms_normal_inverse_gamma_posterior_of_the_current_features():

@@ -191,7 +191,7 @@ CONTEXT_SCALE = 4.0
 
 def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: float = 1.0, noise="learned",
            scale: float = THOMPSON_SCALE, alpha: float = 1.0, optimistic: bool = False,
-           context_scale: float = CONTEXT_SCALE, dtype=None):
+           context_scale: float = CONTEXT_SCALE, num_draws=None, dtype=None):
     """``(agent, state)``: the default agent, a per-arm linear-Gaussian model (``jr.kalman``, one dense
     belief per arm, the pulled arm updated exactly) with ``rule`` (:data:`RULES`; default
     :data:`DEFAULT_RULE`).
@@ -220,6 +220,7 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
         ``rule="thompson"``).
       context_scale: the contexts' mean squared norm (:class:`Agent`; default :data:`CONTEXT_SCALE`; 0:
         the contexts as they are).
+      num_draws: ``ids``' draws a round (default 256; only with ``rule="ids"``).
       dtype: the floating dtype of the state (default JAX's default float).
 
     Returns:
@@ -231,6 +232,9 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     if optimistic and rule != "thompson":
         raise ValueError(f"optimistic: optimistic draws are a form of Thompson sampling; rule must be 'thompson', "
+                         f"got {rule!r}")
+    if num_draws is not None and rule != "ids":
+        raise ValueError(f"num_draws: only information-directed sampling draws a set a round; rule must be 'ids', "
                          f"got {rule!r}")
     dim = positive_int("dim", dim)
     prior_var = _nonnegative("prior_var", prior_var)
@@ -254,7 +258,7 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
     elif rule == "ucb":
         agent = ucb(arms, alpha, **kw)
     else:
-        agent = ids(arms, scale=scale, **kw)
+        agent = ids(arms, scale=scale, **kw, **({} if num_draws is None else {"num_draws": num_draws}))
     prior = (jnp.zeros(dim, dtype), prior_var * jnp.eye(dim, dtype=dtype))
     state = flt.init(*prior) if unit else flt.init(*prior, noise=noise)
     return agent, init(agent, state)
