@@ -105,8 +105,9 @@ def load(problem: str, rounds: int, seed: int):
 # --------------------------------------------------------------------------- the library's agents
 
 #: The library agents' options (``--prior-var``, ``--noise``, ``--scale``, ``--context-scale``,
-#: ``--num-draws``): None is jr.bandits.linear's default.
-OPTIONS = {"prior_var": None, "noise": None, "scale": None, "context_scale": None, "num_draws": None}
+#: ``--num-draws``, ``--process-noise``): None is jr.bandits.linear's default.
+OPTIONS = {"prior_var": None, "noise": None, "scale": None, "context_scale": None, "num_draws": None,
+           "process_noise": None}
 
 
 def jr_agent(name: str, num_arms: int, dim: int):
@@ -426,9 +427,11 @@ def main(argv=None) -> list:
     parser.add_argument("--context-scale", type=float, default=None,
                         help="the library agents' mean squared context norm (0: contexts as they are)")
     parser.add_argument("--num-draws", type=int, default=None, help="jr_ids' draws a round")
+    parser.add_argument("--process-noise", type=float, default=None,
+                        help="the library agents' fading memory: each pulled arm's covariance times 1 + this")
     a = parser.parse_args(argv)
     OPTIONS.update(prior_var=a.prior_var, noise=None if a.noise is None else tuple(a.noise), scale=a.scale,
-                   context_scale=a.context_scale, num_draws=a.num_draws)
+                   context_scale=a.context_scale, num_draws=a.num_draws, process_noise=a.process_noise)
     if a.rounds < 1 or a.seeds < 1 or a.first_seed < 0:
         raise SystemExit("--rounds and --seeds must be positive, --first-seed >= 0")
     problems = _names(a.problems, PROBLEMS, "problems")

@@ -239,6 +239,28 @@ def test_default_agent_is_the_normal_inverse_gamma_posterior_of_the_standardised
     np.testing.assert_array_equal(g_learned.arms, g_unit.arms)
 
 
+def test_process_noise_fades_the_memory_of_each_pulled_arm_only():
+    """Fading memory ([LRVGA] Remark 1): each update of the pulled arm starts from ``(1 + eta) P``, so
+    its information is ``sum_i (1 + eta)^-(n - i) x_i x_i^T`` over its own pulls (plus the prior's,
+    faded n times); the arms not pulled keep theirs."""
+    eta = 0.05
+    out = jr.bandits.run(*_fleet_agent(flt=jr.kalman(1.0, eta)), jax.random.PRNGKey(0), X, R, M)
+    arms = np.asarray(out.arms)
+    for k in range(K):
+        prec, info = np.eye(D), np.zeros(D)
+        for x, y in zip(X[arms == k], R[arms == k, k]):
+            prec, info = prec / (1 + eta) + np.outer(x, x), info / (1 + eta) + x * y
+        np.testing.assert_allclose(out.state.beliefs.cov[k], np.linalg.inv(prec), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(out.state.beliefs.mean[k], np.linalg.solve(prec, info), rtol=1e-9, atol=1e-9)
+    agent, state = jr.bandits.linear(K, D, "greedy", noise="standardize", context_scale=0, process_noise=eta)
+    new = jr.bandits.update(agent, state, X[0], 1, 2.0)[0]
+    np.testing.assert_allclose(new.beliefs.cov[1], np.linalg.inv(np.eye(D) / (1 + eta) + np.outer(X[0], X[0])),
+                               rtol=1e-12)
+    np.testing.assert_array_equal(new.beliefs.cov[0], np.eye(D))
+    with pytest.raises(ValueError, match="process_noise"):
+        jr.bandits.linear(K, D, process_noise=-0.1)
+
+
 def test_default_agent_learns_and_float32_works():
     rng = np.random.default_rng(0)
     n = 600

@@ -191,7 +191,7 @@ CONTEXT_SCALE = 4.0
 
 def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: float = 1.0, noise="learned",
            scale: float = THOMPSON_SCALE, alpha: float = 1.0, optimistic: bool = False,
-           context_scale: float = CONTEXT_SCALE, num_draws=None, dtype=None):
+           context_scale: float = CONTEXT_SCALE, num_draws=None, process_noise=None, dtype=None):
     """``(agent, state)``: the default agent, a per-arm linear-Gaussian model (``jr.kalman``, one dense
     belief per arm, the pulled arm updated exactly) with ``rule`` (:data:`RULES`; default
     :data:`DEFAULT_RULE`).
@@ -221,6 +221,9 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
       context_scale: the contexts' mean squared norm (:class:`Agent`; default :data:`CONTEXT_SCALE`; 0:
         the contexts as they are).
       num_draws: ``ids``' draws a round (default 256; only with ``rule="ids"``).
+      process_noise: fading memory ``eta >= 0``: the pulled arm's covariance is inflated to
+        ``(1 + eta) P`` before its update ([LRVGA] Remark 1, :mod:`jaxrvga.dynamics`), so that an arm
+        pulled many times stays uncertain (default None: none; BENCHMARKS.md, "Fading memory").
       dtype: the floating dtype of the state (default JAX's default float).
 
     Returns:
@@ -248,7 +251,7 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
         noise = NOISE_PRIOR
     else:
         standardize, unit = False, False
-    flt = kalman(1.0) if unit else kalman(None)
+    flt = kalman(1.0 if unit else None, process_noise)
     arms = per_arm(flt, num_arms)
     kw = {"standardize": standardize, "context_scale": context_scale}
     if rule == "thompson":
