@@ -38,6 +38,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import core, filters
+from .average import AverageState
 from .beliefs import LowRank
 from .core import Filter
 
@@ -79,7 +80,10 @@ def state_specs(state, d: int, mesh: Mesh):
     """PartitionSpecs of a state: leaves whose leading axis has length ``d`` are split along it.
 
     ``mean`` (d,), ``W`` (d, p) and ``psi`` (d,) of a :class:`~jaxrvga.beliefs.LowRankState` are
-    sharded; scalars, solver diagnostics and PRNG keys are replicated.
+    sharded; scalars, solver diagnostics and PRNG keys are replicated. A ``jr.model_average`` state
+    (:class:`~jaxrvga.average.AverageState`) stacks its members along a first axis K, so its leaves
+    are split along their second axis where it has length ``d`` (the members' ``mean``, ``W``,
+    ``psi``, a learned prior's ``mean``); its weights and learned precisions are replicated.
 
     Args:
       state: a filter's state.
@@ -90,11 +94,12 @@ def state_specs(state, d: int, mesh: Mesh):
       A pytree of ``PartitionSpec`` of the state's structure.
     """
     name = _axis(mesh)
+    axis = 1 if isinstance(state, AverageState) else 0
 
     def spec(leaf):
         shape = np.shape(leaf)
-        if len(shape) >= 1 and shape[0] == d:
-            return P(name, *([None] * (len(shape) - 1)))
+        if len(shape) > axis and shape[axis] == d:
+            return P(*([None] * axis), name, *([None] * (len(shape) - axis - 1)))
         return P()
 
     return jax.tree_util.tree_map(spec, state)
@@ -139,10 +144,12 @@ def shard_inputs(xs, mesh: Mesh):
 
 
 def _dimension(state) -> int:
-    mean = getattr(state, "mean", None)
-    if mean is None or np.ndim(mean) != 1:
-        raise ValueError("state must have a vector field 'mean' (a limited-memory filter state)")
-    return int(np.shape(mean)[0])
+    stacked = isinstance(state, AverageState)
+    mean = getattr(state.members if stacked else state, "mean", None)
+    if mean is None or np.ndim(mean) != 1 + stacked:
+        raise ValueError("state must have a vector field 'mean' (a limited-memory filter state, or a "
+                         "jr.model_average state of such members)")
+    return int(np.shape(mean)[-1])
 
 
 def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
@@ -187,7 +194,8 @@ def run(flt: Filter, state, xs, ys, mesh: Optional[Mesh] = None, trace_fn=None, 
     """:func:`jaxrvga.run` with the state and the inputs sharded along ``d`` over ``mesh``.
 
     Args:
-      flt: a limited-memory filter (e.g. :func:`jaxrvga.lrvga`) whose inputs ``x_t`` are (d,).
+      flt: a limited-memory filter (e.g. :func:`jaxrvga.lrvga`) whose inputs ``x_t`` are (d,), or a
+        :func:`jaxrvga.model_average` of one (its learned prior included).
       state: its initial state (host or device arrays; placed on ``mesh`` here).
       xs: (T, d) inputs; ys: (T,) labels (replicated).
       mesh: a one-axis mesh (default :func:`make_mesh` over all devices).

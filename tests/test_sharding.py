@@ -37,9 +37,18 @@ def make_filter(name):
     return lrvga(model, rank=P_RANK, inner_loops=LOOPS, scheme=CASES[name])
 
 
-def initial_state(flt):
-    W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(1), D, P_RANK, 1.0, eps=1e-2)
+def initial_state(flt, prior_var=1.0):
+    W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(1), D, P_RANK, prior_var, eps=1e-2)
     return flt.init(jnp.zeros(D), W0, psi0)
+
+
+def learned_prior_average():
+    """``(avg, state)``: a model average of two logistic L-RVGA members (prior variances 1 and 1/4)
+    whose priors are learned on the stream (issue 51: a learned prior shards like any state field)."""
+    flt = make_filter("logistic")
+    members = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *(initial_state(flt, v) for v in (1.0, 0.25)))
+    avg = jr.model_average(flt, scales=(0.0, 1.0), learn_prior=4.0)
+    return avg, avg.init(members, prior_precision=jnp.array([1.0, 4.0]))
 
 
 CHILD = textwrap.dedent("""
@@ -67,6 +76,13 @@ CHILD = textwrap.dedent("""
     final, _ = sharding.run(diag, diag.init(np.zeros(ts.D), 1.0), X, y_log, mesh)
     assert {{s.data.shape[0] for s in final.psi.addressable_shards}} == {{ts.D // 4}}
     out["diagonal_mean"], out["diagonal_psi"] = np.asarray(final.mean), np.asarray(final.psi)
+    avg, state = ts.learned_prior_average()
+    final, _ = sharding.run(avg, state, X, y_log, mesh)
+    assert {{s.data.shape[1] for s in final.members.W.addressable_shards}} == {{ts.D // 4}}
+    for field in ("mean", "W", "psi"):
+        out["average_" + field] = np.asarray(getattr(final.members, field))
+    out["average_log_precision"] = np.asarray(final.prior.log_precision)
+    out["average_log_weight"] = np.asarray(final.log_weight)
     np.savez(sys.argv[1], **out)
 """)
 
@@ -101,6 +117,16 @@ def test_sharded_run_equals_unsharded(tmp_path):
     ref, _ = jr.run(diag, diag.init(np.zeros(D), 1.0), X, y_log)
     np.testing.assert_allclose(got["diagonal_mean"], ref.mean, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(got["diagonal_psi"], ref.psi, rtol=1e-10)
+    avg, state = learned_prior_average()
+    ref, _ = jr.run(avg, state, X, y_log)
+    assert np.all(np.asarray(ref.info.converged))
+    assert np.all(np.abs(ref.prior.log_precision - np.log([1.0, 4.0])) > 1e-3)  # the priors moved
+    np.testing.assert_allclose(got["average_log_precision"], ref.prior.log_precision, rtol=1e-9)
+    np.testing.assert_allclose(got["average_log_weight"], ref.log_weight, rtol=1e-9, atol=1e-9)
+    for field in ("mean", "psi"):
+        np.testing.assert_allclose(got[f"average_{field}"], getattr(ref.members, field), rtol=1e-9, atol=1e-10)
+    for k in range(2):
+        np.testing.assert_allclose(outer(got["average_W"][k]), outer(ref.members.W[k]), rtol=1e-9, atol=1e-10)
 
 
 def test_single_device_mesh_matches_and_specs():
