@@ -223,7 +223,8 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
       num_draws: ``ids``' draws a round (default 256; only with ``rule="ids"``).
       process_noise: fading memory ``eta >= 0``: the pulled arm's covariance is inflated to
         ``(1 + eta) P`` before its update ([LRVGA] Remark 1, :mod:`jaxrvga.dynamics`), so that an arm
-        pulled many times stays uncertain (default None: none; BENCHMARKS.md, "Fading memory").
+        pulled many times stays uncertain (default None: none; BENCHMARKS.md, "Eleven seeds on the wheel,
+        and fading memory": an option, not the default).
       dtype: the floating dtype of the state (default JAX's default float).
 
     Returns:
