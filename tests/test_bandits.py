@@ -484,6 +484,15 @@ def test_regret_and_gain_are_their_definitions_and_the_two_arm_closed_form():
     regret, got_gain = jr.bandits.regret_and_gain(jnp.asarray(draws))
     np.testing.assert_allclose(regret, e_max - mu, atol=10 * sd.max() / np.sqrt(n))  # 5 standard errors
     np.testing.assert_allclose(got_gain, gain, rtol=0.05)
+    # one arm best in every draw: its regret and every gain are exactly 0 (not rounding, whose ratio
+    # decided the arm before), in both precisions, and IDS plays it
+    rng = np.random.default_rng(1)
+    sure = np.c_[1000.3 + 1e-3 * rng.normal(size=256), 1000.0 + 1e-2 * rng.normal(size=(256, 3))]
+    for dtype in (jnp.float32, jnp.float64):
+        regret, gain = jax.jit(jr.bandits.regret_and_gain)(jnp.asarray(sure, dtype))
+        assert float(regret[0]) == 0.0 and np.all(np.asarray(regret[1:]) > 0.2)
+        np.testing.assert_array_equal(gain, 0.0)
+        assert int(jnp.argmax(-jnp.maximum(regret, 0) ** 2 / jnp.maximum(gain, jnp.finfo(dtype).tiny))) == 0
 
 
 def _fleet(means, variances):

@@ -423,7 +423,8 @@ def regret_and_gain(draws):
       draws: ``(n, K)``, draws of the K predictors under the belief.
 
     Returns:
-      ``(regret, gain)``, two (K,) arrays, both >= 0 up to rounding.
+      ``(regret, gain)``, two (K,) arrays, both >= 0 up to rounding; where every draw names the same
+      best arm, that arm's regret and every gain are exactly 0, so that IDS plays it.
     """
     n, K = draws.shape
     best = jax.nn.one_hot(jnp.argmax(draws, axis=1), K, dtype=draws.dtype)  # (n, K): a* of each draw
@@ -432,7 +433,10 @@ def regret_and_gain(draws):
     count = jnp.sum(best, axis=0)
     given_best = (best.T @ draws) / jnp.maximum(count, 1.0)[:, None]  # (a, k): E[eta_k | a* = a]
     gain = jnp.sum((count / n)[:, None] * (given_best - mean) ** 2, axis=0)
-    return regret, gain
+    # every draw names one best arm: no information to gain and no regret for that arm, exactly (as
+    # differences of rounded sums they are rounding, and their ratio would decide the arm)
+    sure = count == n
+    return jnp.where(sure, 0.0, regret), jnp.where(jnp.any(sure), 0.0, gain)
 
 
 def scores(agent: Agent, state: AgentState, key, x):
