@@ -61,12 +61,16 @@ jax.config.update("jax_enable_x64", True)
 #: Every program is written (``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS``, default here 0: the
 #: suite's many small programs add up; re-runs of test_factor_analysis + test_em_tolerance took 58 s
 #: with a 0.1 s threshold, 32 s with none, against 120 s uncached). The cache key holds
-#: ``XLA_FLAGS``: a pytest subprocess that sets them (test_other_isa) gets its own entries.
+#: ``XLA_FLAGS``: a pytest subprocess that sets them (test_other_isa) gets its own entries. Both settings
+#: are exported, so that the tests' child processes (the memory probes of the experiments, the sharded
+#: and multi-process runs, sphinx) share the cache too: JAX reads them from the environment.
 CACHE_DIR = os.environ.get("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "jax"))
 if CACHE_DIR:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = CACHE_DIR
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     jax.config.update("jax_compilation_cache_dir", CACHE_DIR)
     jax.config.update("jax_persistent_cache_min_compile_time_secs",
-                      float(os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")))
+                      float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
 
 import numpy as np  # noqa: E402
 
