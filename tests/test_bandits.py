@@ -492,7 +492,8 @@ def test_regret_and_gain_are_their_definitions_and_the_two_arm_closed_form():
         regret, gain = jax.jit(jr.bandits.regret_and_gain)(jnp.asarray(sure, dtype))
         assert float(regret[0]) == 0.0 and np.all(np.asarray(regret[1:]) > 0.2)
         np.testing.assert_array_equal(gain, 0.0)
-        assert int(jnp.argmax(-jnp.maximum(regret, 0) ** 2 / jnp.maximum(gain, jnp.finfo(dtype).tiny))) == 0
+        scores = jax.jit(jr.bandits.information_ratio_scores)(jnp.asarray(sure, dtype))
+        assert float(scores[0]) == 0.0 and np.all(np.asarray(scores[1:]) < -1e30)
 
 
 def _fleet(means, variances):

@@ -42,10 +42,11 @@ belief kept) and flagged.
 """
 from . import agents, play
 from .agents import (RULES, PerArm, Shared, Agent, Welford, AgentState, BanditRun, per_arm, heads, shared, thompson,
-                     greedy, ucb, ids, regret_and_gain, init, scores, act)
+                     greedy, ucb, ids, regret_and_gain, information_ratio_scores, init, scores, act)
 from .play import (update, run, linear, DEFAULT_RULE, CONTEXT_SCALE, THOMPSON_SCALE, NOISE_PRIOR)
 from .play import _run_jit  # the compiled run, which the benchmark compiles ahead
 
 __all__ = ["RULES", "PerArm", "Shared", "Agent", "Welford", "AgentState", "BanditRun", "per_arm", "heads", "shared",
-           "thompson", "greedy", "ucb", "ids", "regret_and_gain", "init", "scores", "act", "update", "run", "linear",
+           "thompson", "greedy", "ucb", "ids", "regret_and_gain", "information_ratio_scores", "init", "scores", "act",
+           "update", "run", "linear",
            "DEFAULT_RULE", "CONTEXT_SCALE", "THOMPSON_SCALE", "NOISE_PRIOR"]

@@ -21,6 +21,8 @@ from ..validation import positive_int
 
 #: The rules of an :class:`Agent`.
 RULES = ("thompson", "greedy", "ucb", "ids")
+#: The joint draws of the arms that information-directed sampling (:func:`ids`) makes a round.
+NUM_DRAWS = 256
 
 
 class PerArm(NamedTuple):
@@ -54,7 +56,7 @@ class Agent(NamedTuple):
     standardize: bool = False
     scale: float = 1.0
     optimistic: bool = False
-    num_draws: int = 256
+    num_draws: int = NUM_DRAWS
     context_scale: float = 0.0
 
     @property
@@ -210,7 +212,7 @@ def _nonnegative(name, value) -> float:
     return float(value)
 
 
-def _agent(arms, rule, alpha, standardize, context_scale, scale=1.0, optimistic=False, num_draws=256) -> Agent:
+def _agent(arms, rule, alpha, standardize, context_scale, scale=1.0, optimistic=False, num_draws=NUM_DRAWS) -> Agent:
     if not isinstance(arms, (PerArm, Shared)):
         raise ValueError(f"arms must be jr.bandits.per_arm(...) or jr.bandits.shared(...), got {type(arms).__name__}")
     if not isinstance(optimistic, (bool, np.bool_)):
@@ -270,7 +272,7 @@ def ucb(arms, alpha: float = 1.0, *, standardize: bool = False, context_scale: f
     return _agent(arms, "ucb", alpha, standardize, context_scale)
 
 
-def ids(arms, *, num_draws: int = 256, scale: float = 1.0, standardize: bool = False,
+def ids(arms, *, num_draws: int = NUM_DRAWS, scale: float = 1.0, standardize: bool = False,
         context_scale: float = 0.0) -> Agent:
     """Information-directed sampling (Russo & Van Roy 2018; the variance-based form of their sec. 6):
     the arm of the smallest information ratio ``regret_k^2 / gain_k``, both estimated from
@@ -439,11 +441,27 @@ def regret_and_gain(draws):
     return jnp.where(sure, 0.0, regret), jnp.where(jnp.any(sure), 0.0, gain)
 
 
+def information_ratio_scores(draws):
+    """IDS's scores from ``n`` joint draws ``(n, K)`` of the arms' predictors: minus the information ratio
+    ``max(regret_k, 0)^2 / gain_k`` of :func:`regret_and_gain` (a gain of 0 read as the smallest positive
+    float, so that an arm with no regret scores 0, the best possible, and one with regret but nothing to
+    learn scores far below every other).
+
+    Args:
+      draws: ``(n, K)``, draws of the K predictors under the belief.
+
+    Returns:
+      The (K,) scores; IDS plays their arg max.
+    """
+    regret, gain = regret_and_gain(draws)
+    return -jnp.maximum(regret, 0.0) ** 2 / jnp.maximum(gain, jnp.finfo(gain.dtype).tiny)
+
+
 def scores(agent: Agent, state: AgentState, key, x):
     """The K scores whose arg max is the agent's arm for the context ``x`` (module docstring):
     ``eta_k`` under one draw (``thompson``), at the mean (``greedy``), ``E + alpha sd`` (``ucb``), or
     minus the information ratio ``regret_k^2 / gain_k`` over ``num_draws`` draws (``ids``,
-    :func:`regret_and_gain`).
+    :func:`information_ratio_scores`).
 
     Args:
       agent: an :class:`Agent`.
@@ -466,8 +484,7 @@ def scores(agent: Agent, state: AgentState, key, x):
         return _at_mean(agent, beliefs, x)
     if agent.rule == "ids":
         draws = jax.vmap(lambda k: _predictor_draw(agent, beliefs, k, x))(jax.random.split(key, agent.num_draws))
-        regret, gain = regret_and_gain(draws)
-        return -jnp.maximum(regret, 0.0) ** 2 / jnp.maximum(gain, jnp.finfo(gain.dtype).tiny)
+        return information_ratio_scores(draws)
     if isinstance(agent.arms, PerArm):
         if flt.model.is_glm:
             m, v = _fleet_marginals(beliefs, x)

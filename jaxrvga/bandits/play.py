@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..validation import check_key, is_concrete, positive_int
-from .agents import (RULES, Agent, AgentState, BanditRun, PerArm, Welford, _context_stats, _nonnegative,
+from .agents import (NUM_DRAWS, RULES, Agent, AgentState, BanditRun, PerArm, Welford, _context_stats, _nonnegative,
                      _scaled_context, _welford, act, greedy, ids, init, per_arm, thompson, ucb)
 
 
@@ -211,7 +211,7 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
     Args:
       num_arms: ``K >= 2``.
       dim: ``d``, the length of a context.
-      rule: ``"thompson"``, ``"greedy"``, ``"ucb"`` or ``"ids"`` (:func:`ids`, 256 draws a round).
+      rule: ``"thompson"``, ``"greedy"``, ``"ucb"`` or ``"ids"`` (:func:`ids`, :data:`~jaxrvga.bandits.agents.NUM_DRAWS` draws a round).
       prior_var: the prior variance of each arm's weights, > 0.
       noise: ``"learned"``, ``"standardize"`` or ``(shape, rate)``, as above.
       scale: the covariance scale of ``thompson``'s and ``ids``' draws.
@@ -220,7 +220,7 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
         ``rule="thompson"``).
       context_scale: the contexts' mean squared norm (:class:`Agent`; default :data:`CONTEXT_SCALE`; 0:
         the contexts as they are).
-      num_draws: ``ids``' draws a round (default 256; only with ``rule="ids"``).
+      num_draws: ``ids``' draws a round (None: :data:`~jaxrvga.bandits.agents.NUM_DRAWS`; only with ``rule="ids"``).
       process_noise: fading memory ``eta >= 0``: the pulled arm's covariance is inflated to
         ``(1 + eta) P`` before its update ([LRVGA] Remark 1, :mod:`jaxrvga.dynamics`), so that an arm
         pulled many times stays uncertain (default None: none; BENCHMARKS.md, "Eleven seeds on the wheel,
@@ -262,7 +262,7 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
     elif rule == "ucb":
         agent = ucb(arms, alpha, **kw)
     else:
-        agent = ids(arms, scale=scale, **kw, **({} if num_draws is None else {"num_draws": num_draws}))
+        agent = ids(arms, scale=scale, num_draws=NUM_DRAWS if num_draws is None else num_draws, **kw)
     prior = (jnp.zeros(dim, dtype), prior_var * jnp.eye(dim, dtype=dtype))
     state = flt.init(*prior) if unit else flt.init(*prior, noise=noise)
     return agent, init(agent, state)
