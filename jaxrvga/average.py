@@ -303,6 +303,38 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     return Filter(Bound(_init, flt, scales, learn_prior), Bound(_update, flt, num_points), check, predict, flt.model)
 
 
+def member_filter(flt) -> Optional[Filter]:
+    """The members' filter of a model average.
+
+    Args:
+      flt: a filter.
+
+    Returns:
+      The filter of the members where ``flt`` was made by :func:`model_average`, None for another filter.
+    """
+    if isinstance(flt, Filter) and isinstance(flt.init, Bound) and flt.init.fn is _init:
+        return flt.init.args[0]
+    return None
+
+
+def with_member_filter(avg: Filter, fn) -> Filter:
+    """The model average ``avg`` (of :func:`model_average`) over the members' filter ``fn(flt)`` in place
+    of its own ``flt``, with the same scales, nodes and learned prior: e.g. ``jaxrvga.sharding`` gives
+    low-rank members one row block per device. Its states are the same.
+
+    Args:
+      avg: a filter made by :func:`model_average`.
+      fn: ``flt -> flt'``, a filter whose states are those of ``flt``.
+
+    Returns:
+      ``model_average(fn(flt), ...)``. Raises ``ValueError`` where ``avg`` is not a model average.
+    """
+    if member_filter(avg) is None:
+        raise ValueError("avg must be a filter of jaxrvga.model_average")
+    flt, scales, learn_prior = avg.init.args
+    return model_average(fn(flt), scales=scales, num_points=avg.update.args[1], learn_prior=learn_prior)
+
+
 def _check_learn_prior(learn_prior, flt: Filter) -> float:
     """A finite float ``> 0``, for a filter without dynamics."""
     try:
@@ -520,5 +552,6 @@ io.register(AverageState, _check_average)
 io.register(LearnedPrior, _check_learned_prior)
 
 
-__all__ = ["AverageState", "LearnedPrior", "PREDICTIVE_SCALES", "model_average", "weights", "each_forecaster",
-           "mixture_moments", "mixture_log_density", "usable_log_weight", "check_log_weight", "check_members"]
+__all__ = ["AverageState", "LearnedPrior", "PREDICTIVE_SCALES", "model_average", "member_filter", "with_member_filter",
+           "weights", "each_forecaster", "mixture_moments", "mixture_log_density", "usable_log_weight",
+           "check_log_weight", "check_members"]

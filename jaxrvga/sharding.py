@@ -38,7 +38,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import core, filters
-from .average import AverageState
+from .average import AverageState, member_filter, with_member_filter
 from .beliefs import LowRank
 from .core import Filter
 
@@ -156,7 +156,8 @@ def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
     """``flt`` whose ``update`` constrains the d-length leaves of the new state to stay sharded.
 
     Each device's rows form one block (no row blocks across devices): a filter of a low-rank belief
-    is rebuilt with ``block_rows=0`` (:func:`jaxrvga.filters.with_block_rows`); other filters are
+    is rebuilt with ``block_rows=0`` (:func:`jaxrvga.filters.with_block_rows`), and so are the members of
+    a model average of such filters (:func:`jaxrvga.average.with_member_filter`); other filters are
     used as they are (a hand-written filter that calls the row-blocked functions of
     :mod:`jaxrvga.kernels.factor_analysis` or :mod:`jaxrvga.kernels.lowrank` should pass them ``block_rows=0``).
     The same ``(flt, mesh, d)`` give the same filter object (a bounded cache), so
@@ -177,10 +178,19 @@ def sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
     return _sharded_filter(flt, mesh, int(d))
 
 
+def _one_row_block(flt: Filter) -> Filter:
+    """``flt`` tracing one row block (row blocks of an axis sharded across devices would gather rows
+    between them): a low-rank filter, or the low-rank members of a model average."""
+    if flt.spec is not None and isinstance(flt.spec.belief, LowRank):
+        return filters.with_block_rows(flt, 0)
+    if member_filter(flt) is not None:
+        return with_member_filter(flt, _one_row_block)
+    return flt
+
+
 @functools.lru_cache(maxsize=64)
 def _sharded_filter(flt: Filter, mesh: Mesh, d: int) -> Filter:
-    low_rank = flt.spec is not None and isinstance(flt.spec.belief, LowRank)
-    inner = filters.with_block_rows(flt, 0) if low_rank else flt  # one row block per device
+    inner = _one_row_block(flt)
 
     def update(state, x, y):
         new = inner.update(state, x, y)

@@ -132,6 +132,27 @@ def test_low_rank_network_members_and_io(tmp_path):
     np.testing.assert_array_equal(back.members.W, out.members.W)
 
 
+def test_member_filter_and_an_average_over_another_member_filter():
+    """``member_filter`` reads the members' filter back (None for a plain filter); ``with_member_filter``
+    rebuilds the average over another filter of the same states (here one row block in place of blocks
+    of 2 rows: the sums' order only), keeping the scales, nodes and learned prior: the same run."""
+    flt = jr.lrvga(jr.models.logistic(), rank=2, block_rows=2)
+    avg = jr.model_average(flt, scales=(0.0, 1.0), num_points=8, learn_prior=4.0)
+    assert jr.average.member_filter(avg) is flt and jr.average.member_filter(flt) is None
+    one = jr.average.with_member_filter(avg, lambda f: jr.filters.with_block_rows(f, 0))
+    assert jr.average.member_filter(one).spec.belief.block_rows == 0
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(0), D, 2, 1.0)
+    members = jax.tree_util.tree_map(lambda a: a[None], flt.init(jnp.zeros(D), W0, psi0))
+    X, y = _data()
+    y = (y > 0).astype(float)
+    runs = [jr.run(a, a.init(members, prior_precision=1.0), X, y)[0] for a in (avg, one)]
+    np.testing.assert_allclose(runs[1].log_weight, runs[0].log_weight, rtol=1e-10)
+    np.testing.assert_allclose(runs[1].prior.log_precision, runs[0].prior.log_precision, rtol=1e-10)
+    np.testing.assert_allclose(runs[1].members.mean, runs[0].members.mean, rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="model_average"):
+        jr.average.with_member_filter(flt, lambda f: f)
+
+
 def test_non_finite_data_keep_the_weights():
     flt = jr.kalman(0.25)
     avg = jr.model_average(flt)

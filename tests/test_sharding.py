@@ -144,6 +144,17 @@ def test_single_device_mesh_matches_and_specs():
     np.testing.assert_allclose(outer(got.W), outer(ref.W), rtol=1e-12, atol=0)
 
 
+def test_members_of_a_model_average_trace_one_row_block():
+    """Row blocks would split the sharded axis: sharding rebuilds a low-rank filter, and the low-rank members
+    of a model average, with one row block; another filter is kept as it is."""
+    flt = jr.filters.with_block_rows(make_filter("logistic"), 2)
+    avg = jr.model_average(flt, scales=(0.0, 1.0), learn_prior=4.0)
+    assert sharding._one_row_block(flt).spec.belief.block_rows == 0
+    assert jr.average.member_filter(sharding._one_row_block(avg)).spec.belief.block_rows == 0
+    kalman = jr.kalman(1.0)
+    assert sharding._one_row_block(kalman) is kalman
+
+
 def test_validation():
     mesh = sharding.make_mesh(jax.devices()[:1])
     with pytest.raises(ValueError, match="xs"):
