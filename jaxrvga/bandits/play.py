@@ -211,7 +211,8 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
     Args:
       num_arms: ``K >= 2``.
       dim: ``d``, the length of a context.
-      rule: ``"thompson"``, ``"greedy"``, ``"ucb"`` or ``"ids"`` (:func:`ids`, :data:`~jaxrvga.bandits.agents.NUM_DRAWS` draws a round).
+      rule: ``"thompson"``, ``"greedy"``, ``"ucb"`` or ``"ids"`` (:func:`ids`,
+        :data:`~jaxrvga.bandits.agents.NUM_DRAWS` draws a round).
       prior_var: the prior variance of each arm's weights, > 0.
       noise: ``"learned"``, ``"standardize"`` or ``(shape, rate)``, as above.
       scale: the covariance scale of ``thompson``'s and ``ids``' draws.
@@ -220,7 +221,8 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
         ``rule="thompson"``).
       context_scale: the contexts' mean squared norm (:class:`Agent`; default :data:`CONTEXT_SCALE`; 0:
         the contexts as they are).
-      num_draws: ``ids``' draws a round (None: :data:`~jaxrvga.bandits.agents.NUM_DRAWS`; only with ``rule="ids"``).
+      num_draws: ``ids``' draws a round (None: :data:`~jaxrvga.bandits.agents.NUM_DRAWS`; only with
+        ``rule="ids"``).
       process_noise: fading memory ``eta >= 0``: the pulled arm's covariance is inflated to
         ``(1 + eta) P`` before its update ([LRVGA] Remark 1, :mod:`jaxrvga.dynamics`), so that an arm
         pulled many times stays uncertain (default None: none; BENCHMARKS.md, "Eleven seeds on the wheel,
