@@ -62,8 +62,8 @@ jax.config.update("jax_enable_x64", True)
 #: suite's many small programs add up; re-runs of test_factor_analysis + test_em_tolerance took 58 s
 #: with a 0.1 s threshold, 32 s with none, against 120 s uncached). The cache key holds
 #: ``XLA_FLAGS``: a pytest subprocess that sets them (test_other_isa) gets its own entries. Both settings
-#: are exported, so that the tests' child processes (the memory probes of the experiments, the sharded
-#: and multi-process runs, sphinx) share the cache too: JAX reads them from the environment.
+#: are exported, so that the tests' child processes that compile (the memory probes of the experiments,
+#: the sharded and multi-process runs) share the cache too: JAX reads them from the environment.
 CACHE_DIR = os.environ.get("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "jax"))
 if CACHE_DIR:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = CACHE_DIR
