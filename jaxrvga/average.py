@@ -57,7 +57,7 @@ from .beliefs.reading import sample_of
 from .core import Filter, SolverInfo, check_solver_info, solver_info
 from .kernels.special import check_num_points
 from .posterior_predictive import Predictive, log_predictive, log_predictive_of, predictive, predictive_of
-from .evidence import shift_prior
+from .evidence import shift_prior, shift_prior_tangent
 from .validation import check_positive, is_concrete
 
 
@@ -214,11 +214,9 @@ def _move_prior(scores, member, log_weight, prior):
     lam, m0 = prior.log_precision, prior.mean
     a = jnp.exp(lam)
 
-    def moved(t):  # the member under the prior precision a e^t
-        return shift_prior(member, jnp.broadcast_to(a * jnp.expm1(t), m0.shape), m0)[0]
-
-    zero = jnp.zeros((), lam.dtype)
-    lp, dlp = jax.jvp(lambda t: scores(moved(t)), (zero,), (jnp.ones((), lam.dtype),))
+    # d/dt of the member under the prior precision a e^t, at t = 0
+    tangent = shift_prior_tangent(member, jnp.broadcast_to(a, m0.shape), m0)
+    lp, dlp = jax.jvp(scores, (member,), (tangent,))
     post = jax.nn.softmax(log_weight + jnp.where(jnp.isnan(lp), -jnp.inf, lp))
     g = jnp.sum(jnp.where(post > 0, post * dlp, 0.0))
     information = prior.information + g * g

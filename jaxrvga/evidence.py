@@ -214,6 +214,36 @@ def shift_prior(state, delta, prior_mean):
     return new, ok
 
 
+def shift_prior_tangent(state, direction, prior_mean):
+    """``d/dt shift_prior(state, t direction, prior_mean)`` at ``t = 0``, without the moved state.
+
+    From :func:`shift_prior`'s formulas at ``delta = 0``: the precision's tangent ``diag(direction)`` in
+    the belief's own form (the forward-mode derivative of ``shift_precision``), the mean's
+    ``P (direction * (m0 - m))`` by one solve with the state's own factors, and with a learned noise
+    variance the rate's ``sum(direction (m - m0)^2) / 2``. The moved belief is not formed (its primal is
+    the state itself), so the derivative of a function of the moved belief costs one solve and the
+    tangent of the precision's form, not a refactorisation and its derivative.
+
+    Args:
+      state: a filter's state, as :func:`shift_prior`'s.
+      direction: the direction of the shift of the prior precision, (d,).
+      prior_mean: the prior mean ``m0``, (d,).
+
+    Returns:
+      A tangent of ``state`` (the same structure; ``float0`` for its integer fields), for ``jax.jvp``.
+    """
+    belief, _ = beliefs.of_state(state)
+    mean = state.mean
+    _, tangent = jax.jvp(lambda delta: belief.shift_precision(state, delta)[0], (jnp.zeros_like(direction),),
+                         (direction,))
+    tangent = tangent._replace(mean=belief.solve(state, direction * (prior_mean - mean)))
+    if state.noise is not None:
+        u = mean - prior_mean
+        rate = 0.5 * jnp.sum(direction * u * u)
+        tangent = tangent._replace(noise=tangent.noise._replace(rate=rate.astype(state.noise.rate.dtype)))
+    return tangent
+
+
 def _per_parameter(name, value, d, dtype):
     """``value`` as a (d,) vector of ``dtype`` (a scalar broadcast); ``ValueError`` naming it otherwise."""
     value = jnp.asarray(value, dtype)
@@ -236,4 +266,5 @@ def _groups(groups, d):
     return jnp.asarray(g, jnp.int32), G
 
 
-__all__ = ["trace_log_predictive", "log_evidence", "fit_prior_precision", "PriorFit", "shift_prior"]
+__all__ = ["trace_log_predictive", "log_evidence", "fit_prior_precision", "PriorFit", "shift_prior",
+           "shift_prior_tangent"]

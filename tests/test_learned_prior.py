@@ -184,3 +184,32 @@ def test_low_rank_network_in_float32():
     assert bool(jnp.all(info.converged))
     assert bool(jnp.all(jnp.isfinite(out.members.mean)))
     assert abs(float(out.prior.log_precision[0])) > 1e-3
+
+
+def _states_of_every_belief():
+    """Dense and low-rank (with its whitened Gram) states with a learned noise variance and a diagonal
+    one with a known noise variance, after a few steps of a linear regression (float64)."""
+    X, y = _data(n=12)
+    dense = jr.kalman(None)
+    low = jr.lrvga(jr.models.linear_gaussian(None), rank=2)
+    diag = jr.diag_rvga(jr.models.linear_gaussian(0.25))
+    m0 = jnp.array([0.3, -0.2, 0.1, 0.0])
+    return [jr.run(dense, dense.init(m0, jnp.eye(D) / 2.0, noise=(2.0, 1.0)), X, y)[0],
+            jr.run(low, low.init(m0, jnp.zeros((D, 2)), jnp.full(D, 2.0), noise=(2.0, 1.0)), X, y)[0],
+            jr.run(diag, diag.init(m0, jnp.full(D, 0.5)), X, y)[0]]
+
+
+@pytest.mark.parametrize("kind", [0, 1, 2], ids=["dense", "lowrank", "diagonal"])
+def test_shift_prior_tangent_is_the_derivative_of_the_move(kind):
+    """The tangent without the moved belief equals forward-mode autodiff through ``shift_prior`` at 0,
+    for every float field (mean, precision form, whitened Gram, noise rate)."""
+    state = _states_of_every_belief()[kind]
+    direction, m0 = jnp.array([0.5, 1.0, 2.0, 0.25]), jnp.array([0.1, 0.0, -0.3, 0.2])
+    want = jax.jvp(lambda t: jr.evidence.shift_prior(state, t * direction, m0)[0], (0.0,), (1.0,))[1]
+    got = jr.evidence.shift_prior_tangent(state, direction, m0)
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    floats = [(g, w) for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want))
+              if jnp.issubdtype(w.dtype, jnp.floating)]
+    assert len(floats) >= 3 and any(float(jnp.max(jnp.abs(w))) > 0 for _, w in floats[1:])
+    for g, w in floats:
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
