@@ -260,9 +260,10 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     "The prior learned on the stream"): ``init(members, prior_precision=a0)`` then names the precision
     ``a0`` (a scalar or (K,)) each member's initial state was built with, around its initial mean, and
     ``v`` is the variance of the Gaussian hyper-prior of ``log a`` centred on ``log a0``. It needs a filter
-    without dynamics (a static parameter's prior) and costs 1.8-2.5x the average with fixed priors on the
-    networks of experiments/REPORT.md, nearly all of it the member's move to a new prior, inside the
-    derivative and after it (:func:`jaxrvga.evidence.shift_prior`; REPORT.md, "Where that time goes").
+    without dynamics (a static parameter's prior) and costs 1.7-1.8x the average with fixed priors on the
+    networks of experiments/REPORT.md: the derivative along the move's tangent
+    (:func:`jaxrvga.evidence.shift_prior_tangent`) and the move after it
+    (:func:`jaxrvga.evidence.shift_prior`; REPORT.md, "Where that time goes").
 
     Args:
       flt: the members' filter (a :class:`~jaxrvga.Filter` with an observation model, ``flt.model``).
