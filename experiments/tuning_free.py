@@ -142,9 +142,10 @@ def costs(states, data, h, theta0, task):
     return out
 
 
-def run_task(task, quick=False, timing=True):
-    """One task: the default predictive's test NLPD, the members', the one-prior average's, and the
-    costs."""
+def fit_task(task, quick=False):
+    """One pass of each filter of a task: ``(model, flt, members, data, theta0, h, priors, k, runs)``, ``runs``
+    ``{name: (filter, initial state, final state)}`` for the ``"average"`` (the prior grid x scales, the
+    default), the ``"one_prior_average"`` (member ``k`` x scales) and the ``"learned_prior"``."""
     import jaxrvga as jr
 
     if task == "linear":
@@ -154,15 +155,40 @@ def run_task(task, quick=False, timing=True):
     else:
         model, flt, members, data, theta0, h = network_task(task, quick)
         priors = PRIORS
-    avg = jr.model_average(flt)
-    s0 = avg.init(members)
-    state, _ = jr.run(avg, s0, data[0], data[1])
     k = ONE_PRIOR.get(task, 2)
     one = jax.tree_util.tree_map(lambda a: a[k:k + 1], members)
-    one_state, _ = jr.run(avg, avg.init(one), data[0], data[1])
-    learned = jr.model_average(flt, learn_prior=LEARN_PRIOR)
-    learned_init = learned.init(one, prior_precision=1.0 / priors[k])
-    learned_state, _ = jr.run(learned, learned_init, data[0], data[1])
+    avg, learned = jr.model_average(flt), jr.model_average(flt, learn_prior=LEARN_PRIOR)
+    starts = {"average": (avg, avg.init(members)), "one_prior_average": (avg, avg.init(one)),
+              "learned_prior": (learned, learned.init(one, prior_precision=1.0 / priors[k]))}
+    runs = {name: (f, s0, jr.run(f, s0, data[0], data[1])[0]) for name, (f, s0) in starts.items()}
+    return model, flt, members, data, theta0, h, priors, k, runs
+
+
+def calibration_rows(task, quick=False):
+    """ECE (:func:`jaxrvga.baselines.metrics.ece`) and test NLPD of a classification task's predictives:
+    the default, the one prior x scales, the learned prior, and the one prior's member read alone with
+    the plug-in (scale 0) and with its own linearised predictive (scale 1)."""
+    import jaxrvga as jr
+    from jaxrvga.baselines.metrics import ece
+
+    model, _, _, data, _, _, _, _, runs = fit_task(task, quick)
+    Xte, yte = data[2], data[3]
+    member = jax.tree_util.tree_map(lambda a: a[0], runs["one_prior_average"][2].members)
+    reads = {name: (state, 1.0) for name, (_, _, state) in runs.items()}
+    reads.update({"one_prior_plug_in": (member, 0.0), "one_prior_linearised": (member, 1.0)})
+    labels = np.asarray(yte).astype(int)
+    return [{"task": task, "method": name,
+             "ece": ece(np.asarray(jr.predictive(state, Xte, model, scale=c).mean), labels),
+             "nlpd": test_nlpd(state, model, Xte, yte, c)} for name, (state, c) in reads.items()]
+
+
+def run_task(task, quick=False, timing=True):
+    """One task: the default predictive's test NLPD, the members', the one-prior average's, and the
+    costs."""
+    import jaxrvga as jr
+
+    model, flt, members, data, theta0, h, priors, k, runs = fit_task(task, quick)
+    state, one_state, learned_state = (runs[name][2] for name in ("average", "one_prior_average", "learned_prior"))
     Xte, yte = data[2], data[3]
     out = {"task": task, "default": test_nlpd(state, model, Xte, yte), "priors": list(priors),
            "members": member_nlpds(state.members, model, Xte, yte),
@@ -180,9 +206,8 @@ def run_task(task, quick=False, timing=True):
     else:
         out["target"] = TARGETS[task.split("-")[0]]
     if timing:
-        states = {"average": (avg, s0), "one_prior_average": (avg, avg.init(one)),
-                  "learned_prior": (learned, learned_init),
-                  "one_filter": (flt, jax.tree_util.tree_map(lambda a: a[k], members))}
+        states = {name: (f, s0) for name, (f, s0, _) in runs.items()}
+        states["one_filter"] = (flt, jax.tree_util.tree_map(lambda a: a[k], members))
         out.update(costs(states, data, h, theta0, task))
     return out
 
@@ -305,9 +330,12 @@ def main(argv=None):
                         help="also write the summary per task (nlpd, cost_vs_one_filter, cost_vs_adam)")
     parser.add_argument("--prior-fit", action="store_true",
                         help="instead: one filter, then the prior precision fitted by the evidence (REPORT.md)")
+    parser.add_argument("--calibration", action="store_true",
+                        help="instead: the ECE and NLPD of each predictive of the classification tasks (REPORT.md)")
     a = parser.parse_args(argv)
-    if a.prior_fit:
-        rows = [r for t in a.tasks.split(",") for r in prior_fit_rows(t, a.quick)]
+    if a.prior_fit or a.calibration:
+        rows_of = prior_fit_rows if a.prior_fit else calibration_rows
+        rows = [r for t in a.tasks.split(",") for r in rows_of(t, a.quick)]
         print("\n".join(json.dumps(r) for r in rows))
         return rows
     results = run(a.quick, tasks=tuple(a.tasks.split(",")), timing=not a.no_timing)

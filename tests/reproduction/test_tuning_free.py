@@ -61,3 +61,15 @@ def test_summary_gives_each_task_its_nlpd_and_costs():
                              "one_prior": {"nlpd": 0.11, "cost_vs_one_filter": 3.0, "cost_vs_adam": 30.0},
                              "learned_prior": {"nlpd": 0.1, "cost_vs_one_filter": 4.0, "cost_vs_adam": 40.0}}
     assert out["linear"] == {"nlpd": 0.75, "one_prior": {"nlpd": 0.76}, "learned_prior": {"nlpd": 0.77}}
+
+
+def test_calibration_rows_read_the_same_runs(quick):
+    """``--calibration``: an ECE in [0, 1] for each predictive of the binary task, and the NLPDs of the
+    same passes as the main run's (the default, the one prior x scales, the learned prior)."""
+    binary = next(r for r in quick[0] if r["task"] == "binary")
+    rows = {r["method"]: r for r in tuning_free.calibration_rows("binary", quick=True)}
+    assert set(rows) == {"average", "one_prior_average", "learned_prior", "one_prior_plug_in", "one_prior_linearised"}
+    assert all(0.0 <= r["ece"] <= 1.0 and math.isfinite(r["nlpd"]) for r in rows.values())
+    for method, key in (("average", "default"), ("one_prior_average", "one_prior_nlpd"),
+                        ("learned_prior", "learned_nlpd")):
+        assert math.isclose(rows[method]["nlpd"], binary[key], rel_tol=1e-4), method
