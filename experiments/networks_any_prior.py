@@ -67,11 +67,12 @@ def load(task, dtype):
     return cast(Xtr), cast(ytr, label), cast(Xte), cast(yte, label)
 
 
-def mlp(sizes, dtype):
-    """``(theta0, h)``: a ReLU MLP with flat weights, ``N(0, 1/fan_in)`` weights and zero biases (key 0)."""
+def mlp(sizes, dtype, seed=0):
+    """``(theta0, h)``: a ReLU MLP with flat weights, ``N(0, 1/fan_in)`` weights and zero biases (key
+    ``seed``)."""
     from jax.flatten_util import ravel_pytree
 
-    key, params = jax.random.PRNGKey(0), []
+    key, params = jax.random.PRNGKey(seed), []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
         key, sub = jax.random.split(key)
         params.append((jax.random.normal(sub, (fan_in, fan_out), dtype) / np.sqrt(fan_in), jnp.zeros(fan_out, dtype)))

@@ -59,9 +59,10 @@ def _subset(data, n_train, n_test):
     return Xtr[:n_train], ytr[:n_train], Xte[:n_test], yte[:n_test]
 
 
-def network_task(task, quick):
+def network_task(task, quick, seed=0):
     """``(model, flt, members, data, theta0)`` of a network task: the low-rank filter and its members
-    over :data:`PRIORS` (the diabetes output learns its noise variance)."""
+    over :data:`PRIORS` (the diabetes output learns its noise variance). ``seed`` > 0: other initial
+    weights (key ``seed``) and the training stream in another order (the same split)."""
     import jaxrvga as jr
     from experiments.networks_any_prior import SIZES, initial_state, load, mlp
 
@@ -71,7 +72,10 @@ def network_task(task, quick):
     data = load(task, dtype)
     if quick:
         data = _subset(data, 120, 60)
-    theta0, h = mlp(SIZES[task] if not quick else (SIZES[task][0], 8, SIZES[task][-1]), dtype)
+    if seed:
+        order = np.random.default_rng(seed).permutation(data[0].shape[0])
+        data = (data[0][order], data[1][order], *data[2:])
+    theta0, h = mlp(SIZES[task] if not quick else (SIZES[task][0], 8, SIZES[task][-1]), dtype, seed)
     family = {"binary": jr.models.bernoulli(), "multiclass": jr.models.categorical(10),
               "diabetes": jr.models.gaussian(0.5 if known else None)}[task]
     model = jr.models.nonlinear(h, family)
@@ -142,10 +146,11 @@ def costs(states, data, h, theta0, task):
     return out
 
 
-def fit_task(task, quick=False):
+def fit_task(task, quick=False, seed=0):
     """One pass of each filter of a task: ``(model, flt, members, data, theta0, h, priors, k, runs)``, ``runs``
     ``{name: (filter, initial state, final state)}`` for the ``"average"`` (the prior grid x scales, the
-    default), the ``"one_prior_average"`` (member ``k`` x scales) and the ``"learned_prior"``."""
+    default), the ``"one_prior_average"`` (member ``k`` x scales) and the ``"learned_prior"``; ``seed``
+    as :func:`network_task`'s (the linear task has one)."""
     import jaxrvga as jr
 
     if task == "linear":
@@ -153,7 +158,7 @@ def fit_task(task, quick=False):
         h = theta0 = None
         priors = LINEAR_PRIORS
     else:
-        model, flt, members, data, theta0, h = network_task(task, quick)
+        model, flt, members, data, theta0, h = network_task(task, quick, seed)
         priors = PRIORS
     k = ONE_PRIOR.get(task, 2)
     one = jax.tree_util.tree_map(lambda a: a[k:k + 1], members)
@@ -180,6 +185,19 @@ def calibration_rows(task, quick=False):
     return [{"task": task, "method": name,
              "ece": ece(np.asarray(jr.predictive(state, Xte, model, scale=c).mean), labels),
              "nlpd": test_nlpd(state, model, Xte, yte, c)} for name, (state, c) in reads.items()]
+
+
+def seed_rows(task, quick=False, seeds=5):
+    """Test NLPD of the three averages of a network task over ``seeds`` initial weights and orders of the
+    training stream (:func:`network_task`; seed 0 is the main table's run), and the learned prior variance."""
+    rows = []
+    for seed in range(seeds):
+        model, _, _, data, _, _, _, _, runs = fit_task(task, quick, seed)
+        row = {"task": task, "seed": seed}
+        row.update({name: test_nlpd(state, model, data[2], data[3]) for name, (_, _, state) in runs.items()})
+        row["learned_prior_var"] = float(jnp.exp(-runs["learned_prior"][2].prior.log_precision[0]))
+        rows.append(row)
+    return rows
 
 
 def run_task(task, quick=False, timing=True):
@@ -332,9 +350,12 @@ def main(argv=None):
                         help="instead: one filter, then the prior precision fitted by the evidence (REPORT.md)")
     parser.add_argument("--calibration", action="store_true",
                         help="instead: the ECE and NLPD of each predictive of the classification tasks (REPORT.md)")
+    parser.add_argument("--seeds", type=int, default=0, metavar="N",
+                        help="instead: the averages' test NLPD over N initial weights and orders of the stream")
     a = parser.parse_args(argv)
-    if a.prior_fit or a.calibration:
-        rows_of = prior_fit_rows if a.prior_fit else calibration_rows
+    if a.prior_fit or a.calibration or a.seeds:
+        rows_of = (prior_fit_rows if a.prior_fit else calibration_rows if a.calibration else
+                   functools.partial(seed_rows, seeds=a.seeds))
         rows = [r for t in a.tasks.split(",") for r in rows_of(t, a.quick)]
         print("\n".join(json.dumps(r) for r in rows))
         return rows

@@ -73,3 +73,14 @@ def test_calibration_rows_read_the_same_runs(quick):
     for method, key in (("average", "default"), ("one_prior_average", "one_prior_nlpd"),
                         ("learned_prior", "learned_nlpd")):
         assert math.isclose(rows[method]["nlpd"], binary[key], rel_tol=1e-4), method
+
+
+def test_seed_rows_start_from_the_main_run(quick):
+    """``--seeds``: seed 0 is the main run (the same NLPDs), seed 1 other initial weights and order."""
+    binary = next(r for r in quick[0] if r["task"] == "binary")
+    first, second = tuning_free.seed_rows("binary", quick=True, seeds=2)
+    for method, key in (("average", "default"), ("one_prior_average", "one_prior_nlpd"),
+                        ("learned_prior", "learned_nlpd")):
+        assert math.isclose(first[method], binary[key], rel_tol=1e-4), method
+        assert math.isfinite(second[method]) and abs(second[method] - first[method]) > 1e-4, method
+    assert second["seed"] == 1 and second["learned_prior_var"] > 0
