@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -146,11 +147,26 @@ def costs(states, data, h, theta0, task):
     return out
 
 
-def fit_task(task, quick=False, seed=0):
-    """One pass of each filter of a task: ``(model, flt, members, data, theta0, h, priors, k, runs)``, ``runs``
-    ``{name: (filter, initial state, final state)}`` for the ``"average"`` (the prior grid x scales, the
-    default), the ``"one_prior_average"`` (member ``k`` x scales) and the ``"learned_prior"``; ``seed``
-    as :func:`network_task`'s (the linear task has one)."""
+class TaskFit(NamedTuple):
+    """A task's passes (:func:`fit_task`): its model, filter, members (one per prior of ``priors``),
+    ``data`` ``(Xtr, ytr, Xte, yte)``, initial weights ``theta0`` and network ``h`` (None for the linear
+    task), the index ``k`` of the one prior, and ``runs``, ``{name: (filter, initial state, final state)}``."""
+
+    model: object
+    flt: object
+    members: object
+    data: tuple
+    theta0: object
+    h: object
+    priors: tuple
+    k: int
+    runs: dict
+
+
+def fit_task(task, quick=False, seed=0) -> TaskFit:
+    """One pass of each filter of a task: the ``runs`` of :class:`TaskFit` are the ``"average"`` (the prior
+    grid x scales, the default), the ``"one_prior_average"`` (member ``k`` x scales) and the
+    ``"learned_prior"``; ``seed`` as :func:`network_task`'s (the linear task has one)."""
     import jaxrvga as jr
 
     if task == "linear":
@@ -166,7 +182,7 @@ def fit_task(task, quick=False, seed=0):
     starts = {"average": (avg, avg.init(members)), "one_prior_average": (avg, avg.init(one)),
               "learned_prior": (learned, learned.init(one, prior_precision=1.0 / priors[k]))}
     runs = {name: (f, s0, jr.run(f, s0, data[0], data[1])[0]) for name, (f, s0) in starts.items()}
-    return model, flt, members, data, theta0, h, priors, k, runs
+    return TaskFit(model, flt, members, data, theta0, h, priors, k, runs)
 
 
 def calibration_rows(task, quick=False):
@@ -176,10 +192,10 @@ def calibration_rows(task, quick=False):
     import jaxrvga as jr
     from jaxrvga.baselines.metrics import ece
 
-    model, _, _, data, _, _, _, _, runs = fit_task(task, quick)
-    Xte, yte = data[2], data[3]
-    member = jax.tree_util.tree_map(lambda a: a[0], runs["one_prior_average"][2].members)
-    reads = {name: (state, 1.0) for name, (_, _, state) in runs.items()}
+    fit = fit_task(task, quick)
+    model, (_, _, Xte, yte) = fit.model, fit.data
+    member = jax.tree_util.tree_map(lambda a: a[0], fit.runs["one_prior_average"][2].members)
+    reads = {name: (state, 1.0) for name, (_, _, state) in fit.runs.items()}
     reads.update({"one_prior_plug_in": (member, 0.0), "one_prior_linearised": (member, 1.0)})
     labels = np.asarray(yte).astype(int)
     return [{"task": task, "method": name,
@@ -192,10 +208,10 @@ def seed_rows(task, quick=False, seeds=5):
     training stream (:func:`network_task`; seed 0 is the main table's run), and the learned prior variance."""
     rows = []
     for seed in range(seeds):
-        model, _, _, data, _, _, _, _, runs = fit_task(task, quick, seed)
+        fit = fit_task(task, quick, seed)
         row = {"task": task, "seed": seed}
-        row.update({name: test_nlpd(state, model, data[2], data[3]) for name, (_, _, state) in runs.items()})
-        row["learned_prior_var"] = float(jnp.exp(-runs["learned_prior"][2].prior.log_precision[0]))
+        row.update({name: test_nlpd(state, fit.model, *fit.data[2:]) for name, (_, _, state) in fit.runs.items()})
+        row["learned_prior_var"] = float(jnp.exp(-fit.runs["learned_prior"][2].prior.log_precision[0]))
         rows.append(row)
     return rows
 
