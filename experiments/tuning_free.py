@@ -147,6 +147,16 @@ def costs(states, data, h, theta0, task):
     return out
 
 
+def predictive_costs(state, member, model, Xte, yte):
+    """Seconds per test point of the log predictive (:func:`test_nlpd`'s program, best of 3) of the
+    average ``state``, of it pruned (``jr.average.prune``) and of one ``member`` read alone."""
+    import jaxrvga as jr
+
+    states = {"average": state, "pruned": jr.average.prune(state), "member": member}
+    return {f"predictive_seconds_{name}": best_time(lambda s: _nlpd(s, Xte, yte, model, 1.0), s) / Xte.shape[0]
+            for name, s in states.items()}
+
+
 class TaskFit(NamedTuple):
     """A task's passes (:func:`fit_task`): its model, filter, members (one per prior of ``priors``),
     ``data`` ``(Xtr, ytr, Xte, yte)``, initial weights ``theta0`` and network ``h`` (None for the linear
@@ -228,6 +238,8 @@ def run_task(task, quick=False, timing=True):
            "members": member_nlpds(state.members, model, Xte, yte),
            "one_prior": priors[k], "one_prior_nlpd": test_nlpd(one_state, model, Xte, yte),
            "learned_nlpd": test_nlpd(learned_state, model, Xte, yte),
+           "pruned_nlpd": test_nlpd(jr.average.prune(state), model, Xte, yte),
+           "kept_members": int(jr.average.prune(state).log_weight.shape[0]),
            "learned_prior_var": float(jnp.exp(-learned_state.prior.log_precision[0])),
            "learned_converged": bool(learned_state.info.converged),
            "prior_weights": np.asarray(jr.average.weights(state).sum(1)).tolist(),
@@ -243,6 +255,7 @@ def run_task(task, quick=False, timing=True):
         states = {name: (f, s0) for name, (f, s0, _) in runs.items()}
         states["one_filter"] = (flt, jax.tree_util.tree_map(lambda a: a[k], members))
         out.update(costs(states, data, h, theta0, task))
+        out.update(predictive_costs(state, jax.tree_util.tree_map(lambda a: a[k], members), model, Xte, yte))
     return out
 
 
@@ -326,7 +339,8 @@ def summary(results) -> dict:
     """Per task: ``nlpd``, the test NLPD of the documented default (the model average over the prior
     grid and the predictive scales), and with timing ``cost_vs_one_filter`` and ``cost_vs_adam``, its
     time per observation over one filter's and over optax Adam's (measured in one process); the same
-    three for the cheaper one-prior average under ``one_prior``."""
+    three for the cheaper one-prior average under ``one_prior``; with timing, ``predictive_cost_vs_member``,
+    the default's log predictive per test point, pruned (``jr.average.prune``), over one member's."""
     def entry(r, nlpd, seconds):
         out = {"nlpd": r[nlpd]}
         if seconds in r:
@@ -335,7 +349,11 @@ def summary(results) -> dict:
                 out["cost_vs_adam"] = r[seconds] / r["seconds_adam"]
         return out
 
-    return {r["task"]: {**entry(r, "default", "seconds_average"),
+    def predictive(r):
+        key = "predictive_seconds_pruned"
+        return {"predictive_cost_vs_member": r[key] / r["predictive_seconds_member"]} if key in r else {}
+
+    return {r["task"]: {**entry(r, "default", "seconds_average"), **predictive(r),
                         "one_prior": entry(r, "one_prior_nlpd", "seconds_one_prior_average"),
                         "learned_prior": entry(r, "learned_nlpd", "seconds_learned_prior")}
             for r in results}

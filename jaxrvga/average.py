@@ -170,6 +170,26 @@ def check_log_weight(name: str, log_weight):
     return log_weight
 
 
+def each_member(fn, *stacked):
+    """``fn`` of each member's slice of ``stacked`` (trees whose leaves share a leading axis K; None
+    leaves none), outputs stacked along K. The members go one at a time (``jax.lax.map``; K = 1 without
+    a loop): on CPU a low-rank network step vmapped over K members cost 1.3-2x K steps of one member
+    (batched kernels; experiments/REPORT.md, "Where that time goes").
+
+    Args:
+      fn: ``fn(*slices) -> pytree``, one member's slices of ``stacked``.
+      *stacked: pytrees stacked along a leading axis K.
+
+    Returns:
+      ``fn``'s outputs, each leaf with a leading axis of K.
+    """
+    K = jax.tree_util.tree_leaves(stacked)[0].shape[0]
+    if K == 1:
+        out = fn(*jax.tree_util.tree_map(lambda a: a[0], stacked))
+        return jax.tree_util.tree_map(lambda a: a[None], out)
+    return jax.lax.map(lambda args: fn(*args), stacked)
+
+
 def _member_prior(flt: Filter, member):
     """The member's predicted belief: the prior its next update conditions on."""
     return member if flt.predict is None else flt.predict(member)
@@ -184,15 +204,16 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
     def scores(member):
         return jax.vmap(lambda c: log_predictive(member, x, y, flt.model, num_points=num_points, scale=c))(state.scales)
 
-    if state.prior is None:
-        lp = jax.vmap(lambda member: scores(_member_prior(flt, member)))(state.members)
-        members, prior, moved = state.members, None, True
-    else:
-        members, lp, prior, moved = jax.vmap(lambda *a: _move_prior(scores, *a))(state.members, state.log_weight,
-                                                                             state.prior)
-        prior = LearnedPrior(*prior)
+    def one(member, log_weight, prior):  # one member: its forecasters' scores, then its step
+        if prior is None:
+            moved, lp, ok = member, scores(_member_prior(flt, member)), jnp.array(True)
+        else:
+            moved, lp, prior, ok = _move_prior(scores, member, log_weight, prior)
+            prior = LearnedPrior(*prior)
+        return flt.update(moved, x, y), lp, prior, ok
+
+    members, lp, prior, moved = each_member(one, state.members, state.log_weight, state.prior)
     lp = jnp.where(jnp.isnan(lp), -jnp.inf, lp)
-    members = jax.vmap(lambda member: flt.update(member, x, y))(members)
     log_weight = state.log_weight + lp.astype(state.log_weight.dtype)
     ok = usable_log_weight(state.log_weight) & jnp.any(jnp.isfinite(log_weight))
     log_weight = jnp.where(ok, log_weight, state.log_weight)
@@ -231,7 +252,7 @@ def _move_prior(scores, member, log_weight, prior):
 
 def _predict(flt: Filter, state: AverageState) -> AverageState:
     """Every member's prediction step (the weights are those of the last observation)."""
-    return state._replace(members=jax.vmap(flt.predict)(state.members))
+    return state._replace(members=each_member(flt.predict, state.members))
 
 
 def _check(flt: Filter, state: AverageState, xs, ys):
@@ -374,6 +395,34 @@ def weights(state: AverageState) -> jax.Array:
     return jax.nn.softmax(state.log_weight.ravel()).reshape(state.log_weight.shape)
 
 
+def prune(state: AverageState, min_weight: float = 1e-12) -> AverageState:
+    """The average without the members whose weight (summed over their forecasters) is at most
+    ``min_weight``: the same mixture but for that mass, at the cost of the members kept. After a pass the
+    weights are concentrated (one or two of six priors above 1e-12 on the networks of
+    experiments/REPORT.md), so a test set's predictive then costs one or two members'. A pruned state is an
+    average like any other (its weights renormalised over the members kept) and can go on learning.
+
+    Args:
+      state: a concrete :class:`AverageState`.
+      min_weight: the largest member weight dropped, in ``[0, 1)``; the heaviest member is always kept.
+
+    Returns:
+      An :class:`AverageState` of the members kept, in their order.
+    """
+    min_weight = float(min_weight)
+    if not 0.0 <= min_weight < 1.0:
+        raise ValueError(f"min_weight must be in [0, 1), got {min_weight}")
+    if not is_concrete(state.log_weight):
+        raise ValueError("prune needs a concrete state (it changes the number of members): call it outside jit")
+    check_log_weight("state.log_weight", state.log_weight)
+    w = np.asarray(weights(state).sum(1))
+    keep = np.flatnonzero((w > min_weight) | (w == w.max()))
+    take = lambda a: a[keep]  # noqa: E731
+    prior = None if state.prior is None else jax.tree_util.tree_map(take, state.prior)
+    return state._replace(members=jax.tree_util.tree_map(take, state.members), log_weight=state.log_weight[keep],
+                          prior=prior)
+
+
 def each_forecaster(state: AverageState, fn):
     """``fn(member, scale)`` for every member and scale: outputs stacked along a leading axis of K S.
 
@@ -384,7 +433,7 @@ def each_forecaster(state: AverageState, fn):
     Returns:
       ``fn``'s outputs, each leaf with a leading axis of K S entries (member-major).
     """
-    out = jax.vmap(lambda m: jax.vmap(lambda c: fn(m, c))(state.scales))(state.members)
+    out = each_member(lambda m: jax.vmap(lambda c: fn(m, c))(state.scales), state.members)
     return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), out)
 
 
@@ -553,5 +602,5 @@ io.register(LearnedPrior, _check_learned_prior)
 
 
 __all__ = ["AverageState", "LearnedPrior", "PREDICTIVE_SCALES", "model_average", "member_filter", "with_member_filter",
-           "weights", "each_forecaster", "mixture_moments", "mixture_log_density", "usable_log_weight",
+           "weights", "prune", "each_member", "each_forecaster", "mixture_moments", "mixture_log_density", "usable_log_weight",
            "check_log_weight", "check_members"]

@@ -188,3 +188,58 @@ def test_evidence_of_the_mixture_is_the_chain_of_its_predictives():
     np.testing.assert_allclose(ev, logsumexp(out.log_weight) - logsumexp(s0.log_weight), rtol=1e-10)
     best = jnp.max(out.log_weight - s0.log_weight)
     assert best - np.log(out.log_weight.size) <= ev <= best
+
+
+@pytest.mark.parametrize("K", [1, 3])
+def test_each_member_maps_the_members_one_at_a_time(K):
+    """``each_member(fn, *stacked)`` equals ``fn`` of each member's slices stacked along K (K = 1 takes
+    the path without a loop); a one-member average's step is the member's own step."""
+    flt = jr.kalman(None)
+    members = _members(flt, PRIORS[:K])
+    X, y = _data(n=2)
+    out = jr.average.each_member(lambda m, v: (flt.update(m, X[0], y[0]).mean * v, v + 1.0), members, PRIORS[:K])
+    for k in range(K):
+        alone = flt.update(jax.tree_util.tree_map(lambda a, k=k: a[k], members), X[0], y[0])
+        np.testing.assert_allclose(out[0][k], alone.mean * PRIORS[k], rtol=1e-12)
+    np.testing.assert_allclose(out[1], PRIORS[:K] + 1.0)
+    avg = jr.model_average(flt, scales=(1.0,))
+    stepped = avg.update(avg.init(members), X[1], y[1])
+    np.testing.assert_allclose(stepped.members.cov[0], flt.update(jax.tree_util.tree_map(lambda a: a[0], members),
+                                                                  X[1], y[1]).cov, rtol=1e-12)
+
+
+def test_prune_drops_the_members_of_negligible_weight():
+    """``prune`` keeps the members of weight above ``min_weight`` (and always the heaviest): the pruned
+    mixture's predictive equals the whole one up to the mass dropped, and the pruned state goes on
+    learning as its members would."""
+    flt = jr.kalman(None)
+    X, y = _data()
+    avg = jr.model_average(flt)
+    state, _ = jr.run(avg, avg.init(_members(flt), log_prior=jnp.array([0.0, -60.0, 0.0])), X[:-2], y[:-2])
+    w = jr.average.weights(state).sum(1)
+    assert w[1] < 1e-20 < w[0] and w[2] > 1e-20
+    pruned = jr.average.prune(state)
+    np.testing.assert_array_equal(pruned.members.mean, state.members.mean[jnp.array([0, 2])])
+    np.testing.assert_allclose(jr.log_predictive(pruned, X[-1], y[-1], flt.model),
+                               jr.log_predictive(state, X[-1], y[-1], flt.model), rtol=1e-12)
+    np.testing.assert_allclose(jr.predictive(pruned, X[-2:], flt.model).var,
+                               jr.predictive(state, X[-2:], flt.model).var, rtol=1e-12)
+    stepped = avg.update(pruned, X[-2], y[-2])
+    np.testing.assert_allclose(stepped.members.mean, avg.update(state, X[-2], y[-2]).members.mean[jnp.array([0, 2])],
+                               rtol=1e-12)
+    assert jr.average.prune(state, 1.0 - 1e-9).log_weight.shape[0] == 1
+    with pytest.raises(ValueError, match="min_weight"):
+        jr.average.prune(state, 1.0)
+    with pytest.raises(ValueError, match="concrete"):
+        jax.jit(jr.average.prune)(state)
+
+
+def test_prune_keeps_a_learned_prior_with_its_members():
+    flt = jr.kalman(0.25)
+    X, y = _data(n=10)
+    avg = jr.model_average(flt, scales=(1.0,), learn_prior=4.0)
+    state, _ = jr.run(avg, avg.init(_members(flt), log_prior=jnp.array([-60.0, 0.0, 0.0]),
+                                    prior_precision=1.0 / PRIORS), X, y)
+    pruned = jr.average.prune(state)
+    np.testing.assert_array_equal(pruned.prior.log_precision, state.prior.log_precision[1:])
+    np.testing.assert_array_equal(pruned.prior.mean, state.prior.mean[1:])

@@ -29,6 +29,8 @@ def test_every_task_runs_and_is_written(quick):
         assert math.isclose(sum(r["prior_weights"]), 1.0, rel_tol=1e-4)
         assert math.isclose(sum(r["scale_weights"]), 1.0, rel_tol=1e-4)
         assert len(r["members"]) == len(r["priors"])
+        assert 1 <= r["kept_members"] <= len(r["priors"])
+        assert math.isclose(r["pruned_nlpd"], r["default"], rel_tol=1e-5), r["task"]  # 1e-12 of the mass dropped
 
 
 def test_linear_regression_as_good_as_the_true_hyper_parameters(quick):
@@ -54,10 +56,11 @@ def test_summary_gives_each_task_its_nlpd_and_costs():
     the same for the one-prior average and the learned prior; without timing, the NLPDs alone."""
     timed = {"task": "binary", "default": 0.09, "one_prior_nlpd": 0.11, "learned_nlpd": 0.1, "seconds_average": 6.0,
              "seconds_one_prior_average": 1.5, "seconds_learned_prior": 2.0, "seconds_one_filter": 0.5,
-             "seconds_adam": 0.05}
+             "seconds_adam": 0.05, "predictive_seconds_pruned": 3e-4, "predictive_seconds_member": 2e-4}
     untimed = {"task": "linear", "default": 0.75, "one_prior_nlpd": 0.76, "learned_nlpd": 0.77}
     out = tuning_free.summary([timed, untimed])
     assert out["binary"] == {"nlpd": 0.09, "cost_vs_one_filter": 12.0, "cost_vs_adam": 120.0,
+                             "predictive_cost_vs_member": pytest.approx(1.5),
                              "one_prior": {"nlpd": 0.11, "cost_vs_one_filter": 3.0, "cost_vs_adam": 30.0},
                              "learned_prior": {"nlpd": 0.1, "cost_vs_one_filter": 4.0, "cost_vs_adam": 40.0}}
     assert out["linear"] == {"nlpd": 0.75, "one_prior": {"nlpd": 0.76}, "learned_prior": {"nlpd": 0.77}}
