@@ -172,9 +172,9 @@ def check_log_weight(name: str, log_weight):
 
 def each_member(fn, *stacked):
     """``fn`` of each member's slice of ``stacked`` (trees whose leaves share a leading axis K; None
-    leaves none), outputs stacked along K. The members go one at a time (``jax.lax.map``; K = 1 without
-    a loop): on CPU a low-rank network step vmapped over K members cost 1.3-2x K steps of one member
-    (batched kernels; experiments/REPORT.md, "Where that time goes").
+    leaves none), outputs stacked along K: ``jax.vmap``, and for K = 1 ``fn`` of the member itself. On
+    CPU a low-rank network step vmapped over one member cost 1.4-1.9x the member's own step (batched
+    kernels; experiments/REPORT.md, "One member without a batch axis").
 
     Args:
       fn: ``fn(*slices) -> pytree``, one member's slices of ``stacked``.
@@ -183,11 +183,10 @@ def each_member(fn, *stacked):
     Returns:
       ``fn``'s outputs, each leaf with a leading axis of K.
     """
-    K = jax.tree_util.tree_leaves(stacked)[0].shape[0]
-    if K == 1:
-        out = fn(*jax.tree_util.tree_map(lambda a: a[0], stacked))
-        return jax.tree_util.tree_map(lambda a: a[None], out)
-    return jax.lax.map(lambda args: fn(*args), stacked)
+    if jax.tree_util.tree_leaves(stacked)[0].shape[0] != 1:
+        return jax.vmap(fn)(*stacked)
+    out = fn(*jax.tree_util.tree_map(lambda a: a[0], stacked))
+    return jax.tree_util.tree_map(lambda a: a[None], out)
 
 
 def _member_prior(flt: Filter, member):

@@ -191,9 +191,9 @@ def test_evidence_of_the_mixture_is_the_chain_of_its_predictives():
 
 
 @pytest.mark.parametrize("K", [1, 3])
-def test_each_member_maps_the_members_one_at_a_time(K):
+def test_each_member_maps_fn_over_the_members(K):
     """``each_member(fn, *stacked)`` equals ``fn`` of each member's slices stacked along K (K = 1 takes
-    the path without a loop); a one-member average's step is the member's own step."""
+    the path without a batch axis); a one-member average's step is the member's own step."""
     flt = jr.kalman(None)
     members = _members(flt, PRIORS[:K])
     X, y = _data(n=2)
