@@ -171,10 +171,13 @@ def check_log_weight(name: str, log_weight):
 
 
 def each_member(fn, *stacked):
-    """``fn`` of each member's slice of ``stacked`` (trees whose leaves share a leading axis K; None
-    leaves none), outputs stacked along K: ``jax.vmap``, and for K = 1 ``fn`` of the member itself. On
-    CPU a low-rank network step vmapped over one member cost 1.4-1.9x the member's own step (batched
-    kernels; experiments/REPORT.md, "One member without a batch axis").
+    """``fn`` of each member's slice of ``stacked`` (trees whose leaves share a leading axis K, the first
+    the members; None leaves none), outputs stacked along K. Dense members are vmapped (batched products
+    of small matrices); others (low-rank, diagonal: large ``d``) go one at a time (``jax.lax.map``), and
+    K = 1 takes ``fn`` of the member itself. On CPU, vmapped over K, a low-rank network member's step
+    cost 1.4-1.9x its own step at K = 1, and a grid of six up to 1.5x six steps, while a dense Kalman
+    grid of six at d = 20-200 was 1.5-2.6x faster vmapped (experiments/REPORT.md, "Members without a
+    batch axis").
 
     Args:
       fn: ``fn(*slices) -> pytree``, one member's slices of ``stacked``.
@@ -183,10 +186,12 @@ def each_member(fn, *stacked):
     Returns:
       ``fn``'s outputs, each leaf with a leading axis of K.
     """
-    if jax.tree_util.tree_leaves(stacked)[0].shape[0] != 1:
+    if jax.tree_util.tree_leaves(stacked)[0].shape[0] == 1:
+        out = fn(*jax.tree_util.tree_map(lambda a: a[0], stacked))
+        return jax.tree_util.tree_map(lambda a: a[None], out)
+    if isinstance(stacked[0], GaussianState):
         return jax.vmap(fn)(*stacked)
-    out = fn(*jax.tree_util.tree_map(lambda a: a[0], stacked))
-    return jax.tree_util.tree_map(lambda a: a[None], out)
+    return jax.lax.map(lambda args: fn(*args), stacked)
 
 
 def _member_prior(flt: Filter, member):
@@ -274,13 +279,14 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     the state are the weighted mixture; :func:`weights` gives ``softmax(log_weight)``. It is a
     filter as any other: :func:`jaxrvga.run`, traces, :mod:`jaxrvga.io`, ``jax.vmap``. Its cost
     per observation: the members' updates plus one log predictive per member (a Jacobian and a
-    ``J P J^T``; the scales share them).
+    ``J P J^T``; the scales share them). Before a test set's predictive, :func:`prune` drops the
+    members the stream has ruled out.
 
     With ``learn_prior=v``, each member's prior precision is learned on the stream (module docstring,
     "The prior learned on the stream"): ``init(members, prior_precision=a0)`` then names the precision
     ``a0`` (a scalar or (K,)) each member's initial state was built with, around its initial mean, and
     ``v`` is the variance of the Gaussian hyper-prior of ``log a`` centred on ``log a0``. It needs a filter
-    without dynamics (a static parameter's prior) and costs 1.7-1.8x the average with fixed priors on the
+    without dynamics (a static parameter's prior) and costs 1.9-2.3x the average with fixed priors on the
     networks of experiments/REPORT.md: the derivative along the move's tangent
     (:func:`jaxrvga.evidence.shift_prior_tangent`) and the move after it
     (:func:`jaxrvga.evidence.shift_prior`; REPORT.md, "Where that time goes").

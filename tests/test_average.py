@@ -208,6 +208,22 @@ def test_each_member_maps_fn_over_the_members(K):
                                                                   X[1], y[1]).cov, rtol=1e-12)
 
 
+def test_low_rank_members_one_at_a_time_are_each_member_alone():
+    """Low-rank members go one at a time (``lax.map``): a model average of three low-rank members steps
+    and scores each as the member alone would."""
+    flt = jr.lrvga(jr.models.logistic(), rank=2)
+    starts = [flt.init(jnp.zeros(D), *jr.lowrank.init_factors(jax.random.PRNGKey(k), D, 2, v))
+              for k, v in enumerate(PRIORS)]
+    members = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *starts)
+    X, y = _data(n=6)
+    y = (y > 0).astype(float)
+    avg = jr.model_average(flt, scales=(1.0,))
+    out, _ = jr.run(avg, avg.init(members), X, y)
+    for k, start in enumerate(starts):
+        np.testing.assert_allclose(out.members.mean[k], jr.run(flt, start, X, y)[0].mean, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(out.log_weight[k, 0], jr.log_evidence(flt, start, X, y), rtol=1e-9)
+
+
 def test_prune_drops_the_members_of_negligible_weight():
     """``prune`` keeps the members of weight above ``min_weight`` (and always the heaviest): the pruned
     mixture's predictive equals the whole one up to the mass dropped, and the pruned state goes on
