@@ -403,9 +403,10 @@ def weights(state: AverageState) -> jax.Array:
 def prune(state: AverageState, min_weight: float = 1e-12) -> AverageState:
     """The average without the members whose weight (summed over their forecasters) is at most
     ``min_weight``: the same mixture but for that mass, at the cost of the members kept. After a pass the
-    weights are concentrated (one or two of six priors above 1e-12 on the networks of
-    experiments/REPORT.md), so a test set's predictive then costs one or two members'. A pruned state is an
-    average like any other (its weights renormalised over the members kept) and can go on learning.
+    weights are concentrated (one to four of six priors above 1e-12 on the networks of
+    experiments/REPORT.md, "Members without a batch axis"), so a test set's predictive then costs those
+    members'. A pruned state is an average like any other (its weights renormalised over the members kept)
+    and can go on learning.
 
     Args:
       state: a concrete :class:`AverageState`.
@@ -607,5 +608,5 @@ io.register(LearnedPrior, _check_learned_prior)
 
 
 __all__ = ["AverageState", "LearnedPrior", "PREDICTIVE_SCALES", "model_average", "member_filter", "with_member_filter",
-           "weights", "prune", "each_member", "each_forecaster", "mixture_moments", "mixture_log_density", "usable_log_weight",
-           "check_log_weight", "check_members"]
+           "weights", "prune", "each_member", "each_forecaster", "mixture_moments", "mixture_log_density",
+           "usable_log_weight", "check_log_weight", "check_members"]
