@@ -420,6 +420,9 @@ def prune(state: AverageState, min_weight: float = 1e-12) -> AverageState:
         raise ValueError(f"min_weight must be in [0, 1), got {min_weight}")
     if not is_concrete(state.log_weight):
         raise ValueError("prune needs a concrete state (it changes the number of members): call it outside jit")
+    if jnp.ndim(state.log_weight) != 2:
+        raise ValueError(f"prune takes one average, a log_weight of shape (K, S), got {jnp.shape(state.log_weight)} "
+                         "(a batch of averages: prune each one)")
     check_log_weight("state.log_weight", state.log_weight)
     w = np.asarray(weights(state).sum(1))
     keep = np.flatnonzero((w > min_weight) | (w == w.max()))

@@ -248,6 +248,9 @@ def test_prune_drops_the_members_of_negligible_weight():
         jr.average.prune(state, 1.0)
     with pytest.raises(ValueError, match="concrete"):
         jax.jit(jr.average.prune)(state)
+    batch = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), state)  # two averages stacked: refused
+    with pytest.raises(ValueError, match="one average"):
+        jr.average.prune(batch)
 
 
 def test_prune_keeps_a_learned_prior_with_its_members():
