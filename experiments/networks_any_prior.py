@@ -75,7 +75,8 @@ def mlp(sizes, dtype, seed=0):
     key, params = jax.random.PRNGKey(seed), []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
         key, sub = jax.random.split(key)
-        params.append((jax.random.normal(sub, (fan_in, fan_out), dtype) / np.sqrt(fan_in), jnp.zeros(fan_out, dtype)))
+        scale = jnp.asarray(1.0 / np.sqrt(fan_in), dtype)  # a NumPy float64 would promote the weights under x64
+        params.append((jax.random.normal(sub, (fan_in, fan_out), dtype) * scale, jnp.zeros(fan_out, dtype)))
     theta0, unravel = ravel_pytree(params)
     scalar = sizes[-1] == 1
 

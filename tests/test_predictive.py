@@ -201,6 +201,25 @@ def test_categorical_closed_form_properties():
     assert np.allclose(pb, jnp.stack([p, p]), rtol=1e-14) and np.allclose(vb, jnp.stack([var, var]), rtol=1e-13)
 
 
+def test_softmax_probit_logits_stay_finite_where_a_probability_underflows():
+    """``softmax_probit_logits``: their log-softmax is the log of ``softmax_probit``'s ``p``; with ``V = 0``
+    in float32 and logits 88 apart (a class probability below float32's smallest normal) the categorical
+    log predictive is ``log_softmax(m)[y]``, finite, where ``log(p)`` was not."""
+    rng = np.random.default_rng(4)
+    m = jnp.asarray(rng.normal(size=4))
+    A = rng.normal(size=(4, 4))
+    V = jnp.asarray(A @ A.T)
+    p, _ = special.softmax_probit(m, V)
+    np.testing.assert_allclose(jax.nn.log_softmax(special.softmax_probit_logits(m, V)), jnp.log(p), rtol=1e-12)
+    m32 = jnp.asarray([-0.02, -12.6, 57.4, -30.6], jnp.float32)
+    V32 = jnp.zeros((4, 4), jnp.float32)
+    family = jr.models.categorical(4)
+    for y in range(4):
+        out = family.log_predictive(family, jnp.asarray(y), m32, V32)
+        assert out.dtype == jnp.float32 and np.isfinite(out), y
+        np.testing.assert_allclose(out, jax.nn.log_softmax(np.asarray(m32, np.float64))[y], rtol=1e-5, atol=1e-6)
+
+
 # ----------------------------------------------------------------------------- Monte Carlo
 
 

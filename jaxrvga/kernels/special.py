@@ -241,10 +241,7 @@ def softmax_probit(m, V):
       ``(p, var)``, each (..., K).
     """
     def mean(m, V):
-        d = m[:, None] - m[None, :]
-        s = jnp.diagonal(V)[:, None] + jnp.diagonal(V)[None, :] - 2.0 * V
-        log_p = -jax.scipy.special.logsumexp(-probit_k(jnp.maximum(s, 0.0)) * d, axis=-1)
-        return jax.nn.softmax(log_p)
+        return jax.nn.softmax(_probit_logits(m, V))
 
     def moments(m, V):
         p = mean(m, V)
@@ -252,6 +249,29 @@ def softmax_probit(m, V):
         return p, jnp.maximum(p - p**2 - slope, 0.0)
 
     return jnp.vectorize(moments, signature="(k),(k,k)->(k),(k)")(m, V)
+
+
+def _probit_logits(m, V):
+    """One input's logits whose softmax is :func:`softmax_probit`'s mean: ``-log sum_j exp(-k_kj (m_k -
+    m_j))``, finite for finite ``m`` (no probability formed)."""
+    d = m[:, None] - m[None, :]
+    s = jnp.diagonal(V)[:, None] + jnp.diagonal(V)[None, :] - 2.0 * V
+    return -jax.scipy.special.logsumexp(-probit_k(jnp.maximum(s, 0.0)) * d, axis=-1)
+
+
+def softmax_probit_logits(m, V):
+    """Logits of :func:`softmax_probit`'s mean probabilities (its softmax), computed without forming a
+    probability: ``log p`` of a class whose probability underflows stays finite (``log_softmax(m)`` for
+    ``V = 0``, where the probabilities of logits 88 apart underflow in float32).
+
+    Args:
+      m: the logits' means, (..., K).
+      V: their covariances, (..., K, K).
+
+    Returns:
+      The (..., K) logits; ``log_softmax`` of them is the log of :func:`softmax_probit`'s ``p``.
+    """
+    return jnp.vectorize(_probit_logits, signature="(k),(k,k)->(k)")(m, V)
 
 
 def log_softmax(eta):
@@ -323,7 +343,7 @@ def gamma_draws(key, a, dtype):
     return jnp.where(a < 1, g * boost, g)
 
 
-__all__ = ["PROBIT_BETA", "MAX_GAUSS_HERMITE", "sigmoid", "sig1", "sig2", "jj_lambda", "probit_k",
-           "probit_moments", "logistic_predictive", "check_num_points", "gauss_hermite", "sqrt0",
-           "gaussian_expectation_1d", "probit_predictive", "softmax_probit", "log_softmax", "GAMMA_PROPOSALS",
+__all__ = ["PROBIT_BETA", "MAX_GAUSS_HERMITE", "sigmoid", "sig1", "sig2", "jj_lambda", "probit_k", "probit_moments",
+           "logistic_predictive", "check_num_points", "gauss_hermite", "sqrt0", "gaussian_expectation_1d",
+           "probit_predictive", "softmax_probit", "softmax_probit_logits", "log_softmax", "GAMMA_PROPOSALS",
            "gamma_draws"]

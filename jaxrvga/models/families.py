@@ -175,9 +175,8 @@ def _categorical_predictive(family, m, V):  # the pairwise inverse probit
     return p, var, p * (1.0 - p)
 
 
-def _categorical_log_predictive(family, y, m, V):
-    p, _ = special.softmax_probit(m, V)
-    return family.log_prob(y, jnp.log(p))
+def _categorical_log_predictive(family, y, m, V):  # in log space: a probability that underflows is not log(0)
+    return family.log_prob(y, special.softmax_probit_logits(m, V))
 
 
 def _any_y(name, y):
