@@ -218,6 +218,9 @@ def test_softmax_probit_logits_stay_finite_where_a_probability_underflows():
         out = family.log_predictive(family, jnp.asarray(y), m32, V32)
         assert out.dtype == jnp.float32 and np.isfinite(out), y
         np.testing.assert_allclose(out, jax.nn.log_softmax(np.asarray(m32, np.float64))[y], rtol=1e-5, atol=1e-6)
+    log_p = jnp.log(jnp.asarray([0.0, 0.3, 0.7, 0.0], jnp.float32))  # probabilities 0: log 0 = -inf
+    np.testing.assert_allclose([family.log_prob(jnp.asarray(y), log_p) for y in (1, 2)], np.log([0.3, 0.7]), rtol=1e-6)
+    assert family.log_prob(jnp.asarray(0), log_p) == -np.inf  # not NaN
 
 
 # ----------------------------------------------------------------------------- Monte Carlo

@@ -310,8 +310,9 @@ def _check_class_labels(num_classes: int, name, y):
     return y
 
 
-def _categorical_log_prob(y, eta):
-    return jnp.sum(_one_hot(y, eta) * special.log_softmax(eta), axis=-1)
+def _categorical_log_prob(y, eta):  # a class of label weight 0 adds nothing, even a probability 0 (log 0)
+    w = _one_hot(y, eta)
+    return jnp.sum(jnp.where(w == 0, 0.0, w * special.log_softmax(eta)), axis=-1)
 
 
 def _categorical_parts(eta):
