@@ -147,12 +147,9 @@ def costs(states, data, h, theta0, task):
     return out
 
 
-def predictive_costs(state, member, model, Xte, yte):
-    """Seconds per test point of the log predictive (:func:`test_nlpd`'s program, best of 3) of the
-    average ``state``, of it pruned (``jr.average.prune``) and of one ``member`` read alone."""
-    import jaxrvga as jr
-
-    states = {"average": state, "pruned": jr.average.prune(state), "member": member}
+def predictive_costs(states, model, Xte, yte):
+    """``{"predictive_seconds_" + name: seconds}``: the time per test point of the log predictive
+    (:func:`test_nlpd`'s program, best of 3) of each state of ``states`` (``{name: state}``)."""
     return {f"predictive_seconds_{name}": best_time(lambda s: _nlpd(s, Xte, yte, model, 1.0), s) / Xte.shape[0]
             for name, s in states.items()}
 
@@ -234,12 +231,12 @@ def run_task(task, quick=False, timing=True):
     model, flt, members, data, theta0, h, priors, k, runs = fit_task(task, quick)
     state, one_state, learned_state = (runs[name][2] for name in ("average", "one_prior_average", "learned_prior"))
     Xte, yte = data[2], data[3]
+    pruned, member = jr.average.prune(state), jax.tree_util.tree_map(lambda a: a[k], members)
     out = {"task": task, "default": test_nlpd(state, model, Xte, yte), "priors": list(priors),
            "members": member_nlpds(state.members, model, Xte, yte),
            "one_prior": priors[k], "one_prior_nlpd": test_nlpd(one_state, model, Xte, yte),
            "learned_nlpd": test_nlpd(learned_state, model, Xte, yte),
-           "pruned_nlpd": test_nlpd(jr.average.prune(state), model, Xte, yte),
-           "kept_members": int(jr.average.prune(state).log_weight.shape[0]),
+           "pruned_nlpd": test_nlpd(pruned, model, Xte, yte), "kept_members": int(pruned.log_weight.shape[0]),
            "learned_prior_var": float(jnp.exp(-learned_state.prior.log_precision[0])),
            "learned_converged": bool(learned_state.info.converged),
            "prior_weights": np.asarray(jr.average.weights(state).sum(1)).tolist(),
@@ -253,9 +250,9 @@ def run_task(task, quick=False, timing=True):
         out["target"] = TARGETS[task.split("-")[0]]
     if timing:
         states = {name: (f, s0) for name, (f, s0, _) in runs.items()}
-        states["one_filter"] = (flt, jax.tree_util.tree_map(lambda a: a[k], members))
+        states["one_filter"] = (flt, member)
         out.update(costs(states, data, h, theta0, task))
-        out.update(predictive_costs(state, jax.tree_util.tree_map(lambda a: a[k], members), model, Xte, yte))
+        out.update(predictive_costs({"average": state, "pruned": pruned, "member": member}, model, Xte, yte))
     return out
 
 
