@@ -56,7 +56,8 @@ from .beliefs.dense import GaussianState, sqrt_factor
 from .beliefs.reading import sample_of
 from .core import Filter, SolverInfo, check_solver_info, solver_info
 from .kernels.special import check_num_points
-from .posterior_predictive import Predictive, log_predictive, log_predictive_of, predictive, predictive_of
+from .posterior_predictive import (Predictive, Scores, log_predictive, log_predictive_of, predictive, predictive_of,
+                                   scores_of)
 from .evidence import shift_prior, shift_prior_tangent
 from .validation import check_positive, is_concrete
 
@@ -530,6 +531,19 @@ def _log_predictive(state: AverageState, x, y, model, *, key, num_samples: int, 
     each = each_forecaster(state, lambda m, c: log_predictive(
         m, x, y, model, key=key, num_samples=num_samples, num_points=num_points, scale=scale * c))
     return mixture_log_density(state.log_weight, each)
+
+
+@scores_of.register
+def _scores(state: AverageState, X, y, model, scale) -> Scores:
+    """:func:`jaxrvga.predictive_scores` of an average's chunk: its forecasters' scores mixed, the moments
+    by :func:`mixture_moments` and each point's log density by :func:`mixture_log_density` (log space)."""
+    check_members(state)
+    each = each_forecaster(state, lambda m, c: scores_of(m, X, y, model, scale * c))
+    w = weights(state)
+    mean, var = mixture_moments(w, each.mean, each.var)
+    param_var = mixture_moments(w, each.mean, each.param_var)[1]
+    log_density = jax.vmap(lambda lp: mixture_log_density(state.log_weight, lp), in_axes=1)(each.log_density)
+    return Scores(mean, var, log_density, param_var, var - param_var)
 
 
 @sample_of.register

@@ -163,6 +163,17 @@ def predictive_of(state, X, model: models.Model, *, key, num_samples: int, obser
     Returns:
       :class:`Predictive`, as :func:`predictive`.
     """
+    model, belief, st, stats, X = _read_inputs(state, X, model, hint)
+    if key is not None:
+        return _monte_carlo(model, belief, st, stats, X, check_key(key), positive_int("num_samples", num_samples),
+                            observation_noise, scale)
+    m, v = _predictor_moments(model, belief, st, X, scale)
+    return _output_moments(model, st, X, m, v, stats, observation_noise)
+
+
+def _read_inputs(state, X, model, hint: str = ""):
+    """``(model, belief, st, stats, X)``: a minibatch model read as the model of one input, the belief and
+    the noise statistics of ``state``, and a GLM's ``X`` checked (sparse rows made dense)."""
     if model.per_input is not None:  # X is a batch of inputs already
         model = model._replace(predict=model.per_input, per_input=None)
     belief, st = beliefs.of_state(state)  # the predictions ask the belief
@@ -174,14 +185,24 @@ def predictive_of(state, X, model: models.Model, *, key, num_samples: int, obser
         X = check_float_array("X", X)
         if X.ndim not in (1, 2) or X.shape[-1] != d:
             raise ValueError(f"X must have shape ({d},) or (n, {d}) to match the state, got {X.shape}{hint}")
-    if key is not None:
-        return _monte_carlo(model, belief, st, stats, X, check_key(key), positive_int("num_samples", num_samples),
-                            observation_noise, scale)
+    return model, belief, st, stats, X
+
+
+def _predictor_moments(model, belief, st, X, scale):
+    """``(m, v)`` of ``eta`` at each input under ``N(mean, scale P)``: a GLM's exact marginal, a nonlinear
+    predictor's linearisation (:func:`_linearised`; ``v`` (n, k, k) for a vector output)."""
     if model.is_glm:
         m, v = belief.marginal(st, X)
-        return _scaled(_gaussian_moments(model.family, m, scale * v, observation_noise), stats)
-    m, v = _linearised(model, belief, st, X, scale=scale)
+        return m, scale * v
+    return _linearised(model, belief, st, X, scale=scale)
+
+
+def _output_moments(model, st, X, m, v, stats, observation_noise: bool) -> Predictive:
+    """:func:`predictive`'s closed form from the predictor's moments ``(m, v)`` (a scalar nonlinear
+    predictor's (n, 1) read as (n,))."""
     out = _scaled(_gaussian_moments(model.family, m, v, observation_noise), stats)
+    if model.is_glm:
+        return out
     x0 = jax.tree_util.tree_map(lambda a: a[0], X)
     if jax.eval_shape(model.predict, st.mean, x0).shape == ():  # scalar predictor: (n,)
         return Predictive(out.mean[:, 0], out.var[:, 0])
@@ -363,7 +384,7 @@ def _padded(a, size: int):
 
 
 def _chunk_program(model, scale):
-    """The compiled :func:`_scores` of ``model`` and ``scale``: made once per hashable model and
+    """The compiled :func:`scores_of` of ``model`` and ``scale``: made once per hashable model and
     concrete scale, so that a second call of :func:`predictive_scores` (another state, other test
     points of the chunk's shape) compiles nothing; made anew otherwise (a traced scale, a model
     holding an array)."""
@@ -376,21 +397,38 @@ def _chunk_program(model, scale):
 
 
 def _new_chunk_program(model, scale):
-    return jax.jit(lambda st, x, t: _scores(st, x, t, model, scale))
+    return jax.jit(lambda st, x, t: scores_of(st, x, t, model, scale))
 
 
 _cached_chunk_program = functools.lru_cache(maxsize=64)(_new_chunk_program)
 
 
-def _scores(state, X, y, model, scale) -> Scores:
-    """:func:`predictive_scores` of one chunk."""
-    mean, var = predictive(state, X, model, observation_noise=True, scale=scale)
-    param_var = predictive(state, X, model, scale=scale).var  # shares the Jacobians under jit
+@functools.singledispatch
+def scores_of(state, X, y, model: models.Model, scale) -> Scores:
+    """:func:`predictive_scores` of one chunk, dispatched on the type of ``state`` as :func:`predictive_of`
+    (this one reads a belief; a mixture registers its own). The moments and a class's log probability
+    come from one predictor moment ``(m, v)`` per input: a binary output's ``log sig(+-k(v) m)`` and a
+    categorical one's ``log_softmax`` of :func:`~jaxrvga.kernels.special.softmax_probit_logits`, in log
+    space (a probability that rounds to 0 or 1 gives a finite log density, not ``log 0``).
+
+    Args:
+      state: a filter's state (a belief's state here; other kinds by their registered function).
+      X, y: a chunk's inputs and outputs, as :func:`predictive_scores`'.
+      model: the checked observation model.
+      scale: the checked covariance scale of the belief.
+
+    Returns:
+      :class:`Scores` of the chunk.
+    """
+    checked_model, belief, st, stats, inputs = _read_inputs(state, X, model)
+    m, v = _predictor_moments(checked_model, belief, st, inputs, scale)
+    mean, var = _output_moments(checked_model, st, inputs, m, v, stats, True)
+    param_var = _output_moments(checked_model, st, inputs, m, v, stats, False).var
     family = model.family
-    if family.name == "bernoulli":  # the log probability of the label under the probit predictive
-        log_density = family.log_prob(y, jnp.log(mean) - jnp.log1p(-mean))
+    if family.name == "bernoulli":  # log sig(k m) or log sig(-k m): the probit predictive of the label
+        log_density = family.log_prob(jnp.reshape(y, (-1,)), jnp.reshape(special.probit_k(v) * m, (-1,)))
     elif family.name == "categorical":
-        log_density = jax.vmap(family.log_prob)(y, jnp.log(mean))
+        log_density = jax.vmap(family.log_prob)(y, special.softmax_probit_logits(m, v))
     else:
         log_density = jax.vmap(lambda x, t: log_predictive(state, x, t, model, scale=scale))(X, y)
     return Scores(mean, var, jnp.reshape(log_density, (-1,)), param_var, var - param_var)
@@ -406,4 +444,4 @@ def _check_scale(scale):
 
 
 __all__ = ["Predictive", "predictive", "log_predictive", "predictive_of", "log_predictive_of", "Scores",
-           "predictive_scores"]
+           "predictive_scores", "scores_of"]

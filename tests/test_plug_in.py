@@ -116,3 +116,42 @@ def test_predictive_scores_compile_once_per_model_and_scale():
     np.testing.assert_allclose(jr.predictive_scores(gs, X, y, array_noise).log_density,
                                jr.predictive_scores(gs, X, y, jr.models.linear_gaussian(0.3)).log_density,
                                rtol=1e-12)
+
+
+def _sure_states(dtype):
+    """A logistic belief sure of ``x^T theta = 30`` at ``x = (1, 0)``, a two-member average of it and of a
+    belief at 8, and a three-class softmax belief of logits (0, 60, -60) there: float32 rounds their
+    probabilities to 0 and 1."""
+    logistic = jr.rvga(jr.models.logistic())
+    sure = logistic.init(jnp.asarray([30.0, 0.0], dtype), jnp.asarray(1e-6 * np.eye(2), dtype))
+    avg = jr.model_average(logistic, scales=(1.0, 0.0))
+    members = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), sure, logistic.init(
+        jnp.asarray([8.0, 0.0], dtype), jnp.asarray(np.eye(2), dtype)))
+    softmax = jr.models.softmax_regression(2, 3)
+    Theta = np.array([[0.0, 60.0, -60.0], [0.0, 0.0, 0.0]])
+    cat = jr.ekf(softmax).init(jnp.asarray(Theta.ravel(), dtype), jnp.asarray(1e-6 * np.eye(6), dtype))
+    return sure, avg.init(members, log_prior=jnp.log(jnp.asarray([0.3, 0.7], dtype))), cat, softmax
+
+
+def test_predictive_scores_stay_finite_where_a_probability_rounds_to_zero_or_one():
+    """The classes' log densities are taken in log space (``log sig(+-k m)``, the log-softmax of the probit
+    logits, a mixture's log-sum-exp): in float32 a probability that rounds to 1 gave ``log(1 - p) = -inf``
+    and a NaN for both labels. Each float32 density equals the float64 one, a plain belief's, a model
+    average's and a categorical's."""
+    X = jnp.asarray([[1.0, 0.0], [1.0, 0.0]])
+    for y, labels in (((0.0, 1.0), None), ((0, 1, 2), "categorical")):
+        for scale in (0.0, 1.0):
+            out = {}
+            for dtype in (jnp.float32, jnp.float64):
+                sure, avg, cat, softmax = _sure_states(dtype)
+                states = ((cat, softmax),) if labels else ((sure, None), (avg, None))
+                out[dtype] = [jr.predictive_scores(s, jnp.asarray(X[:1].repeat(len(y), 0), dtype),
+                                                   jnp.asarray(y, None if labels else dtype), model,
+                                                   scale=scale).log_density
+                              for s, model in states]
+            for low, high in zip(out[jnp.float32], out[jnp.float64]):
+                assert low.dtype == jnp.float32 and np.all(np.isfinite(low))
+                np.testing.assert_allclose(low, high, rtol=1e-5, atol=1e-6)
+    sure, avg, *_ = _sure_states(jnp.float64)
+    np.testing.assert_allclose(jr.predictive_scores(sure, X, jnp.asarray([0.0, 1.0]), scale=0.0).log_density,
+                               [-30.0 - np.log1p(np.exp(-30.0)), -np.log1p(np.exp(-30.0))], rtol=1e-12, atol=1e-14)
