@@ -210,33 +210,69 @@ def test_standardize_keeps_welford_statistics_of_the_seen_rewards():
     assert np.abs(np.asarray(out.state.beliefs.mean)).max() < 5
 
 
+def _scaled_contexts(X, c=4.0):
+    """Each context scaled to the mean squared norm ``c`` of the contexts up to and including it."""
+    norm2 = np.sum(X**2, axis=1)
+    return X * np.sqrt(c / (np.cumsum(norm2) / np.arange(1, len(X) + 1)))[:, None]
+
+
 def test_default_agent_is_the_normal_inverse_gamma_posterior_of_the_standardised_rewards():
     """jr.bandits.linear's default (noise="learned"): each arm's belief is the normal-inverse-gamma
-    posterior, in closed form, of the rounds it was pulled in, with the rewards standardised by the
-    mean and sd of the rewards seen up to and including that round: precision ``I + X^T X``, mean
-    ``P X^T y``, shape ``1 + n / 2``, rate ``1 + (y^T y - m^T P^{-1} m) / 2`` (prior InvGamma(1, 1))."""
+    posterior, in closed form, of the rounds it was pulled in, with every reward standardised by the
+    mean and sd of all the rewards seen (the whole history restandardised each round, not each reward
+    in the units of its own round): precision ``I + X^T X``, mean ``P X^T y``, shape ``1 + n / 2``, rate
+    ``1 + (y^T y - m^T P^{-1} m) / 2`` (prior InvGamma(1, 1))."""
     agent, state = jr.bandits.linear(K, D)
     assert agent.standardize and jr.bandits.NOISE_PRIOR == (1.0, 1.0) and agent.rule == jr.bandits.DEFAULT_RULE
     assert agent.context_scale == jr.bandits.CONTEXT_SCALE == 4.0
+    assert jr.bandits.restandardizes(agent, state.beliefs)
     out = jr.bandits.run(agent, state, jax.random.PRNGKey(4), X, 50.0 * R + 3.0)
     seen, arms = np.asarray(out.rewards), np.asarray(out.arms)
-    y = np.array([(seen[t] - seen[:t + 1].mean()) / (seen[:t + 1].std(ddof=1) if t else 1.0) for t in range(T)])
-    # each context scaled to the mean squared norm 4 of the contexts up to and including it
-    norm2 = np.sum(X**2, axis=1)
-    scaled = X * np.sqrt(4.0 / (np.cumsum(norm2) / np.arange(1, T + 1)))[:, None]
+    y = (seen - seen.mean()) / seen.std(ddof=1)
+    scaled = _scaled_contexts(X)
     stats = jr.noise.stats_of(out.state.beliefs)
     for k in range(K):
         xs, ys = scaled[arms == k], y[arms == k]
         prec = np.eye(D) + xs.T @ xs
         mean = np.linalg.solve(prec, xs.T @ ys)
-        np.testing.assert_allclose(out.state.beliefs.mean[k], mean, rtol=1e-8, atol=1e-8)
-        np.testing.assert_allclose(out.state.beliefs.cov[k], np.linalg.inv(prec), rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(out.state.beliefs.mean[k], mean, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(out.state.beliefs.cov[k], np.linalg.inv(prec), rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(stats.shape[k], 1.0 + len(ys) / 2, rtol=1e-12)
-        np.testing.assert_allclose(stats.rate[k], 1.0 + 0.5 * (ys @ ys - mean @ prec @ mean), rtol=1e-8)
+        np.testing.assert_allclose(stats.rate[k], 1.0 + 0.5 * (ys @ ys - mean @ prec @ mean), rtol=1e-10)
+        np.testing.assert_allclose(out.state.offsets.ones_mean[k], np.linalg.solve(prec, xs.T @ np.ones(len(ys))),
+                                   rtol=1e-10, atol=1e-12)
     # greedy play of the default is that of the unit-noise model: the mean does not depend on s2
     g_learned = jr.bandits.run(*jr.bandits.linear(K, D, "greedy"), jax.random.PRNGKey(0), X, R)
     g_unit = jr.bandits.run(*jr.bandits.linear(K, D, "greedy", noise="standardize"), jax.random.PRNGKey(0), X, R)
     np.testing.assert_array_equal(g_learned.arms, g_unit.arms)
+
+
+def test_restandardised_fleet_equals_each_arm_filtered_anew_in_the_final_units():
+    """With fading memory (``process_noise``) and in float32 too: each arm's state after a run equals
+    ``jr.kalman(None, eta)`` run from the prior over the arm's own rounds, its rewards standardised by
+    the statistics of the whole run (the recursions are linear in the rewards, their residual sums
+    quadratic). A fleet that cannot restandardise (a nonzero prior mean, a filter other than the
+    exact Kalman step) standardises each reward in the units of its round, as before."""
+    eta = 0.05
+    for dtype, tol in ((jnp.float64, 1e-10), (jnp.float32, 2e-4)):
+        agent, state = jr.bandits.linear(K, D, "thompson", process_noise=eta, dtype=dtype)
+        out = jr.bandits.run(agent, state, jax.random.PRNGKey(1), X.astype(dtype), (20.0 * R - 7.0).astype(dtype))
+        seen, arms = np.asarray(out.rewards, np.float64), np.asarray(out.arms)
+        y = (seen - seen.mean()) / seen.std(ddof=1)
+        flt = jr.kalman(None, eta)
+        for k in range(K):
+            alone = flt.init(jnp.zeros(D), jnp.eye(D), noise=(1.0, 1.0))
+            alone, _ = jr.run(flt, alone, _scaled_contexts(X)[arms == k], y[arms == k])
+            for field in ("mean", "cov"):
+                np.testing.assert_allclose(getattr(out.state.beliefs, field)[k], getattr(alone, field),
+                                           rtol=tol, atol=tol)
+            np.testing.assert_allclose(out.state.beliefs.noise.rate[k], alone.noise.rate, rtol=tol)
+            np.testing.assert_allclose(out.state.beliefs.noise.shape[k], alone.noise.shape, rtol=1e-6)
+    flt = jr.kalman(None)
+    shifted = jr.bandits.init(agent, flt.init(jnp.full(D, 0.1), jnp.eye(D), noise=(1.0, 1.0)))
+    assert shifted.offsets is None and not jr.bandits.restandardizes(agent, shifted.beliefs)
+    logistic = jr.bandits.thompson(jr.bandits.per_arm(jr.rvga(jr.models.logistic()), K), standardize=True)
+    assert not jr.bandits.restandardizes(logistic, state.beliefs)
 
 
 def test_process_noise_fades_the_memory_of_each_pulled_arm_only():

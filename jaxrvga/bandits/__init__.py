@@ -29,10 +29,18 @@ GLM link, so the arg max is the same):
 Reward scale: a model of known noise variance assumes rewards of that scale. Either learn it
 (``jr.kalman(None)``, ``linear_gaussian(None)``, ``gaussian(None)``: the normal-inverse-gamma
 belief of :mod:`jaxrvga.noise`), or pass ``standardize=True``: the agent keeps the Welford
-statistics of the rewards it has seen in its state and feeds the model ``(r - mean) / sd`` of the
-rewards so far (``sd = 1`` before two rewards; rounds already absorbed are not rescaled, so this
-is a heuristic for streams whose scale settles early), or both: the default of :func:`linear`, which
-learns the noise variance in the standardised units. Nothing looks at the whole stream.
+statistics of the rewards it has seen in its state and its model learns ``(r - mean) / sd`` of the
+rewards so far (``sd = 1`` before two), or both: the default of :func:`linear`, which learns the noise
+variance in the standardised units. Nothing looks at the whole stream. A per-arm fleet of exact
+Kalman steps of prior mean 0 (:func:`linear`'s; :func:`restandardizes`) keeps its whole history in
+the units of the rewards seen so far: when a reward moves the statistics, every reward already
+absorbed becomes ``a y + c`` (``a = sd_old / sd_new``, ``c = (mean_old - mean_new) / sd_new``), and
+since each arm's posterior mean is linear in its rewards and its noise's rate quadratic, the fleet
+moves exactly with the regression of a constant 1 that each arm carries beside its own
+(:class:`~jaxrvga.bandits.agents.Offsets`, O(K d) a round): each arm's belief is the posterior of
+all its rewards standardised by today's statistics. Other models (a network, a GLM) absorb each
+reward in the units of its round and are not rescaled, a heuristic for streams whose scale settles
+early.
 
 :func:`run` plays a whole logged full-feedback data set (``rewards[t, k]`` for every arm, the agent
 seeing that of the arm it pulls) in one jitted ``lax.scan``, and reports the expected regret
@@ -41,12 +49,14 @@ A round whose pulled reward or context is NaN or inf, or whose arm is out of ran
 belief kept) and flagged.
 """
 from . import agents, play
-from .agents import (RULES, PerArm, Shared, Agent, Welford, AgentState, BanditRun, per_arm, heads, shared, thompson,
-                     greedy, ucb, ids, regret_and_gain, information_ratio_scores, init, scores, act)
+from .agents import (RULES, PerArm, Shared, Agent, Welford, Offsets, AgentState, BanditRun, per_arm, heads, shared,
+                     thompson, greedy, ucb, ids, regret_and_gain, information_ratio_scores, init, restandardizes, scores,
+                     act)
 from .play import (update, run, linear, DEFAULT_RULE, CONTEXT_SCALE, THOMPSON_SCALE, NOISE_PRIOR)
 from .play import _run_jit  # the compiled run, which the benchmark compiles ahead
 
-__all__ = ["RULES", "PerArm", "Shared", "Agent", "Welford", "AgentState", "BanditRun", "per_arm", "heads", "shared",
-           "thompson", "greedy", "ucb", "ids", "regret_and_gain", "information_ratio_scores", "init", "scores", "act",
+__all__ = ["RULES", "PerArm", "Shared", "Agent", "Welford", "Offsets", "AgentState", "BanditRun", "per_arm", "heads",
+           "shared", "thompson", "greedy", "ucb", "ids", "regret_and_gain", "information_ratio_scores", "init",
+           "restandardizes", "scores", "act",
            "update", "run", "linear",
            "DEFAULT_RULE", "CONTEXT_SCALE", "THOMPSON_SCALE", "NOISE_PRIOR"]

@@ -17,7 +17,7 @@ from ..beliefs.dense import sqrt_factor
 from ..core import Filter
 from ..kernels import special
 from ..posterior_predictive import predictive
-from ..validation import positive_int
+from ..validation import is_concrete, positive_int
 
 #: The rules of an :class:`Agent`.
 RULES = ("thompson", "greedy", "ucb", "ids")
@@ -74,17 +74,33 @@ class Welford(NamedTuple):
     m2: jax.Array
 
 
+class Offsets(NamedTuple):
+    """What a change of the rewards' units moves in each arm of a fleet that restandardises its whole
+    history (:func:`restandardizes`; module docstring, "Reward scale"): ``ones_mean`` (K, d), the
+    posterior mean of regressing a constant 1 on the arm's contexts (``P X^T 1``); ``cross`` and
+    ``ones`` (K,), the residual products ``y^T S 1`` and ``1^T S 1`` of the standardised rewards ``y``
+    and of 1 (``S = I - X P X^T``, whose ``y^T S y / 2`` the noise's rate adds); ``prior_rate`` (K,),
+    the noise prior's rate (0 for a known noise variance)."""
+
+    ones_mean: jax.Array
+    cross: jax.Array
+    ones: jax.Array
+    prior_rate: jax.Array
+
+
 class AgentState(NamedTuple):
     """An agent's state: ``beliefs`` (the stacked fleet of :class:`PerArm`, or the one state of
     :class:`Shared`), the ``rewards`` statistics (:class:`Welford`), the rounds played (``step``)
-    and skipped (``skipped``), and the statistics of the squared norms of the contexts learned from
-    (``contexts``, a :class:`Welford` kept where the agent has a ``context_scale``)."""
+    and skipped (``skipped``), the statistics of the squared norms of the contexts learned from
+    (``contexts``, a :class:`Welford` kept where the agent has a ``context_scale``) and, for a fleet
+    that restandardises its history, its :class:`Offsets` (``None`` otherwise)."""
 
     beliefs: Any
     rewards: Welford
     step: jax.Array
     skipped: jax.Array
     contexts: Welford
+    offsets: Optional[Offsets] = None
 
 
 class BanditRun(NamedTuple):
@@ -317,8 +333,36 @@ def init(agent: Agent, state, *, stacked: bool = False) -> AgentState:
             state = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (K,) + jnp.shape(a)), state)
     dtype = jnp.result_type(state.mean) if hasattr(state, "mean") else jnp.result_type(float)
     zero = jnp.zeros((), dtype)
+    offsets = None
+    if restandardizes(agent, state):
+        none = jnp.zeros((K,), dtype)
+        stats = noise_belief.stats_of(state)
+        offsets = Offsets(jnp.zeros_like(state.mean), none, none, none if stats is None else stats.rate)
     return AgentState(state, Welford(zero, zero, zero), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32),
-                      Welford(zero, zero, zero))
+                      Welford(zero, zero, zero), offsets)
+
+
+def restandardizes(agent: Agent, fleet) -> bool:
+    """Whether an agent with ``standardize`` keeps its whole history in the units of the rewards seen so
+    far (module docstring, "Reward scale"): a :func:`per_arm` fleet of exact Kalman steps
+    (``jr.kalman``: a dense belief, a linear-Gaussian model of unit or learned noise variance, no
+    dynamics but ``process_noise`` and ``additive_noise``) whose prior mean is a concrete 0.
+
+    Args:
+      agent: an :class:`Agent`.
+      fleet: the arms' stacked states.
+
+    Returns:
+      A Python bool.
+    """
+    spec = agent.arms.flt.spec if isinstance(agent.arms, PerArm) else None
+    if not (agent.standardize and spec is not None and spec.scheme.name == "exact"
+            and isinstance(fleet, GaussianState) and spec.model.is_glm and spec.model.family.name == "gaussian"):
+        return False
+    family, dyn = spec.model.family, spec.dynamics
+    unit = family.learned_noise or float(family.variance(jnp.zeros(()))) == 1.0
+    static = dyn.decay is None and dyn.decay_to is None and dyn.noise_discount is None
+    return unit and static and is_concrete(fleet.mean) and not np.any(np.asarray(fleet.mean))
 
 
 # --------------------------------------------------------------------------- statistics of the stream
@@ -515,5 +559,5 @@ def act(agent: Agent, state: AgentState, key, x):
     return jnp.argmax(scores(agent, state, key, x)).astype(jnp.int32)
 
 
-__all__ = ["RULES", "PerArm", "Shared", "Agent", "Welford", "AgentState", "BanditRun", "per_arm", "heads", "shared",
-           "thompson", "greedy", "ucb", "ids", "regret_and_gain", "init", "scores", "act"]
+__all__ = ["RULES", "PerArm", "Shared", "Agent", "Welford", "Offsets", "AgentState", "restandardizes", "BanditRun",
+           "per_arm", "heads", "shared", "thompson", "greedy", "ucb", "ids", "regret_and_gain", "init", "scores", "act"]

@@ -9,18 +9,54 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..validation import check_key, is_concrete, positive_int
-from .agents import (NUM_DRAWS, RULES, Agent, AgentState, BanditRun, PerArm, Welford, _context_stats, _nonnegative,
-                     _scaled_context, _welford, act, greedy, ids, init, per_arm, thompson, ucb)
+from .agents import (NUM_DRAWS, RULES, Agent, AgentState, BanditRun, Offsets, PerArm, Welford, _context_stats,
+                     _nonnegative, _scaled_context, _welford, act, greedy, ids, init, per_arm, thompson, ucb)
 
 
 # --------------------------------------------------------------------------- learning
 
-def _standardized(stats: Welford, r):
-    """``(r - mean) / sd`` of the rewards seen so far, ``r`` included (``sd = 1`` before two, and
-    floored at ``sqrt(eps)`` times the mean's size)."""
+def _units(stats: Welford):
+    """``(mean, sd)`` of the rewards of ``stats`` (``sd = 1`` before two, and floored at ``sqrt(eps)``
+    times the mean's size)."""
     var = jnp.where(stats.count > 1, stats.m2 / jnp.maximum(stats.count - 1, 1), 1.0)
     floor = jnp.sqrt(jnp.finfo(var.dtype).eps) * (1.0 + jnp.abs(stats.mean))
-    return (r - stats.mean) / jnp.maximum(jnp.sqrt(var), floor)
+    return stats.mean, jnp.maximum(jnp.sqrt(var), floor)
+
+
+def _standardized(stats: Welford, r):
+    """``(r - mean) / sd`` of the rewards seen so far, ``r`` included (:func:`_units`)."""
+    mean, sd = _units(stats)
+    return (r - mean) / sd
+
+
+def _restandardized(fleet, offsets: Offsets, before: Welford, after: Welford):
+    """The fleet and its :class:`Offsets` with every reward absorbed so far moved from the units of
+    ``before`` to those of ``after``: ``y -> a y + c``, ``a = sd_0 / sd_1``, ``c = (mean_0 - mean_1) /
+    sd_1``. Each arm's posterior mean is linear in its rewards (``m -> a m + c P X^T 1``) and its
+    residual sum of squares quadratic (``y^T S y -> a^2 y^T S y + 2 a c y^T S 1 + c^2 1^T S 1``), so the
+    result is the posterior of the whole history standardised anew, exactly."""
+    (mean0, sd0), (mean1, sd1) = _units(before), _units(after)
+    a, c = sd0 / sd1, (mean0 - mean1) / sd1
+    fleet = fleet._replace(mean=a * fleet.mean + c * offsets.ones_mean)
+    if fleet.noise is not None:
+        rss = 2.0 * (fleet.noise.rate - offsets.prior_rate)
+        rss = jnp.maximum(a * a * rss + 2.0 * a * c * offsets.cross + c * c * offsets.ones, 0.0)
+        fleet = fleet._replace(noise=fleet.noise._replace(rate=offsets.prior_rate + 0.5 * rss))
+    return fleet, offsets._replace(cross=a * offsets.cross + c * offsets.ones)
+
+
+def _absorbed_ones(offsets: Offsets, arm, prior, posterior, x, y):
+    """``offsets`` after the pulled ``arm``'s exact step from ``prior`` to ``posterior`` on ``(x, y)``,
+    the regression of a constant 1 taking the same step: its gain ``g = P x / s`` is ``P_post x`` (unit
+    noise variance) and ``1 / s = 1 - x^T g``. A step the filter's guard skipped moves nothing."""
+    x, y = (jnp.asarray(a, offsets.ones_mean.dtype) for a in (x, y))
+    g = posterior.cov @ x
+    inv_s = 1.0 - x @ g
+    e_y, e_1 = y - x @ prior.mean, 1.0 - x @ offsets.ones_mean[arm]
+    kept = posterior.info.converged
+    return Offsets(offsets.ones_mean.at[arm].add(jnp.where(kept, g * e_1, 0.0)),
+                   offsets.cross.at[arm].add(jnp.where(kept, e_y * e_1 * inv_s, 0.0)),
+                   offsets.ones.at[arm].add(jnp.where(kept, e_1 * e_1 * inv_s, 0.0)), offsets.prior_rate)
 
 
 def update(agent: Agent, state: AgentState, x, arm, reward):
@@ -65,8 +101,10 @@ def _update(agent: Agent, state: AgentState, x, arm, reward):
     ok = jnp.isfinite(reward) & _finite(x) & (arm >= 0) & (arm < agent.num_arms)
     flt = agent.arms.flt
 
-    def learn(beliefs, rewards, contexts):
-        rewards = _welford(rewards, reward)
+    def learn(beliefs, rewards, contexts, offsets):
+        before, rewards = rewards, _welford(rewards, reward)
+        if offsets is not None:  # the whole history in the new units
+            beliefs, offsets = _restandardized(beliefs, offsets, before, rewards)
         y = _standardized(rewards, reward) if agent.standardize else reward
         contexts = _context_stats(agent, contexts, x)
         xs = _scaled_context(agent, contexts, x)
@@ -74,13 +112,15 @@ def _update(agent: Agent, state: AgentState, x, arm, reward):
             member = jax.tree_util.tree_map(lambda a: a[arm], beliefs)
             new = flt.update(member, xs, y)
             beliefs = jax.tree_util.tree_map(lambda a, b: a.at[arm].set(b), beliefs, new)
+            if offsets is not None:
+                offsets = _absorbed_ones(offsets, arm, flt.predict(member) if flt.predict else member, new, xs, y)
         else:
             beliefs = flt.update(beliefs, (xs, arm), y)
-        return beliefs, rewards, contexts
+        return beliefs, rewards, contexts, offsets
 
-    beliefs, rewards, contexts = jax.lax.cond(ok, learn, lambda *kept: kept, state.beliefs, state.rewards,
-                                              state.contexts)
-    out = AgentState(beliefs, rewards, state.step + 1, state.skipped + (~ok).astype(jnp.int32), contexts)
+    kept = (state.beliefs, state.rewards, state.contexts, state.offsets)
+    beliefs, rewards, contexts, offsets = jax.lax.cond(ok, learn, lambda *kept: kept, *kept)
+    out = AgentState(beliefs, rewards, state.step + 1, state.skipped + (~ok).astype(jnp.int32), contexts, offsets)
     return out, ~ok
 
 
