@@ -56,8 +56,9 @@ from .beliefs.dense import GaussianState, sqrt_factor
 from .beliefs.reading import sample_of
 from .core import Filter, SolverInfo, check_solver_info, solver_info
 from .kernels.special import check_num_points
-from .posterior_predictive import (Predictive, Scores, log_predictive, log_predictive_of, predictive, predictive_of,
-                                   scores_of)
+from .models import check_observation, linearize
+from .posterior_predictive import (Predictive, Scores, joint_log_density, log_predictive, log_predictive_of, predictive,
+                                   predictive_of, scores_of)
 from .evidence import shift_prior, shift_prior_tangent
 from .validation import check_positive, is_concrete
 
@@ -188,7 +189,9 @@ def each_member(fn, *stacked):
       ``fn``'s outputs, each leaf with a leading axis of K.
     """
     if jax.tree_util.tree_leaves(stacked)[0].shape[0] == 1:
-        out = fn(*jax.tree_util.tree_map(lambda a: a[0], stacked))
+        # behind a barrier: XLA otherwise fused the slice of a low-rank member's psi into its consumers
+        # and the member's step cost 1.3x its own (experiments/REPORT.md, "One member behind a barrier")
+        out = fn(*jax.lax.optimization_barrier(jax.tree_util.tree_map(lambda a: a[0], stacked)))
         return jax.tree_util.tree_map(lambda a: a[None], out)
     if isinstance(stacked[0], GaussianState):
         return jax.vmap(fn)(*stacked)
@@ -213,7 +216,10 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
         if prior is None:
             moved, lp, ok = member, scores(_member_prior(flt, member)), jnp.array(True)
         else:
-            moved, lp, prior, ok = _move_prior(scores, member, log_weight, prior)
+            direction = jnp.broadcast_to(jnp.exp(prior.log_precision), prior.mean.shape)
+            lp, slope = _scores_and_slopes(flt.model, scores, member, x, y, state.scales, direction, prior.mean,
+                                           num_points)
+            moved, prior, ok = _move_prior(member, lp, slope, log_weight, prior)
             prior = LearnedPrior(*prior)
         return flt.update(moved, x, y), lp, prior, ok
 
@@ -227,32 +233,58 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
     return state._replace(members=members, log_weight=log_weight, step=state.step + 1, info=info, prior=prior)
 
 
-def _move_prior(scores, member, log_weight, prior):
+def _scores_and_slopes(model, scores, member, x, y, scales, direction, m0, num_points: int):
+    """The forecasters' log predictives of ``(x, y)`` (S,) and their derivatives along the move of the
+    member's prior precision by ``t direction`` at ``t = 0`` (:func:`jaxrvga.evidence.shift_prior`, the
+    Gauss-Newton form: the model linear in ``theta`` at the mean).
+
+    For one joint predictor ``eta ~ N(mu, V)`` (:func:`jaxrvga.models.linearize`: a GLM, a nonlinear
+    model, a minibatch model with a learned noise variance) in closed form: with ``D = diag(direction)``
+    and ``U = P J^T``, the move changes ``dmu = U^T D (m0 - m)``, ``dV = -U^T D U`` and a learned noise's
+    rate by ``(m - m0)^T D (m - m0) / 2``, and the slopes are one forward-mode derivative of
+    :func:`~jaxrvga.posterior_predictive.joint_log_density` in those k-dimensional moments (O(k d) past
+    the scores). Otherwise (a minibatch model's inputs each their own predictor) by a forward-mode
+    derivative of ``scores`` along :func:`jaxrvga.evidence.shift_prior_tangent`."""
+    stats = noise.stats_of(member, model.family.learned_noise)
+    if model.per_input is not None and stats is None:
+        return jax.jvp(scores, (member,), (shift_prior_tangent(member, direction, m0),))
+    belief, st = beliefs.of_state(member)
+    x, y = check_observation(st, x, y, model)
+    eta, J = linearize(model, st.mean, x)
+    U = jax.vmap(lambda row: belief.solve(st, row))(J)  # (k, d): the rows of (P J^T)^T
+    u = st.mean - m0
+
+    def log_densities(eta, V, rate):
+        moved = None if stats is None else stats._replace(rate=rate)
+        return jax.vmap(lambda c: joint_log_density(model, moved, y, eta, c * V, num_points))(scales)
+
+    rate = None if stats is None else stats.rate
+    d_rate = None if stats is None else 0.5 * jnp.sum(direction * u * u).astype(rate.dtype)
+    return jax.jvp(log_densities, (eta, belief.sandwich(st, J), rate),
+                   (-U @ (direction * u), -(U * direction) @ U.T, d_rate))
+
+
+def _move_prior(member, lp, slope, log_weight, prior):
     """One member's prior moved by one Fisher-scoring step of its forecasters' prequential evidence.
 
     With ``lam = log a`` the log prior precision and ``q(lam)`` the member's belief under the prior moved
     in its own form (:func:`jaxrvga.evidence.shift_prior`), ``g = d/dlam log sum_s w_s p_s(y | x)`` (the
-    forecasters' mixture, weights ``w`` of ``log_weight``) is one forward-mode derivative along
-    ``dq/dlam``; then ``I <- I + g^2``, ``lam <- lam + g / I`` (the Gaussian belief over ``lam`` of a
-    Gauss-Newton filter, started from the hyper-prior ``N(lam0, learn_prior)``) and the member is moved to
-    the new prior. A step whose gradient is not finite, or whose move breaks the belief, keeps the prior
-    and is flagged. Returns ``(member, log predictives (S,), prior fields, ok)``."""
+    forecasters' mixture, weights ``w`` of ``log_weight``) is the mixture of the forecasters' ``slope``
+    (:func:`_scores_and_slopes`, along ``a``); then ``I <- I + g^2``, ``lam <- lam + g / I`` (the Gaussian
+    belief over ``lam`` of a Gauss-Newton filter, started from the hyper-prior ``N(lam0, learn_prior)``)
+    and the member is moved to the new prior. A step whose gradient is not finite, or whose move breaks
+    the belief, keeps the prior and is flagged. Returns ``(member, prior fields, ok)``."""
     lam, m0 = prior.log_precision, prior.mean
-    a = jnp.exp(lam)
-
-    # d/dt of the member under the prior precision a e^t, at t = 0
-    tangent = shift_prior_tangent(member, jnp.broadcast_to(a, m0.shape), m0)
-    lp, dlp = jax.jvp(scores, (member,), (tangent,))
     post = jax.nn.softmax(log_weight + jnp.where(jnp.isnan(lp), -jnp.inf, lp))
-    g = jnp.sum(jnp.where(post > 0, post * dlp, 0.0))
+    g = jnp.sum(jnp.where(post > 0, post * slope, 0.0))
     information = prior.information + g * g
     step = g / information
-    new, ok = shift_prior(member, jnp.broadcast_to(a * jnp.expm1(step), m0.shape), m0)
+    new, ok = shift_prior(member, jnp.broadcast_to(jnp.exp(lam) * jnp.expm1(step), m0.shape), m0)
     ok = ok & jnp.isfinite(step) & jnp.all(jnp.isfinite(new.mean))
     keep = lambda new_leaf, old_leaf: jnp.where(ok, new_leaf, old_leaf)  # noqa: E731
     member = jax.tree_util.tree_map(keep, new, member)
     prior = (jnp.where(ok, lam + step, lam), jnp.where(ok, information, prior.information), m0)
-    return member, lp, prior, ok
+    return member, prior, ok
 
 
 def _predict(flt: Filter, state: AverageState) -> AverageState:

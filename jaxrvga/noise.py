@@ -37,6 +37,7 @@ import numpy as np
 
 from .core import NoiseStats
 from .kernels import special
+from .models import linearize
 from .validation import is_concrete, is_plug_in
 
 #: The default ``(shape, rate)`` of the inverse-gamma prior on an unknown noise variance.
@@ -122,14 +123,7 @@ def residual(model, belief, state, x, y, scale=1.0):
       ``(r, S)``, (k,) and (k, k), k the number of outputs.
     """
     plug_in = is_plug_in(scale)  # S = I: no Jacobian needed
-    if model.is_glm:
-        J, eta = x, x @ state.mean
-    else:
-        def eta_fn(theta):
-            return jnp.ravel(model.predict(theta, x))
-
-        eta = eta_fn(state.mean)
-        J = None if plug_in else (jax.jacrev if eta.shape[0] <= state.mean.shape[0] else jax.jacfwd)(eta_fn)(state.mean)
+    eta, J = linearize(model, state.mean, x, jacobian=not plug_in)
     eye = jnp.eye(eta.shape[0], dtype=eta.dtype)
     if plug_in:
         return jnp.ravel(y) - eta, eye

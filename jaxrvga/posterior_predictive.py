@@ -305,22 +305,49 @@ def log_predictive_of(state, x, y, model: models.Model, *, key, num_samples: int
     if key is not None:
         return _log_density_monte_carlo(model, belief, st, stats, x, y, check_key(key),
                                         positive_int("num_samples", num_samples), scale)
-    if stats is not None:  # the Student-t of a learned noise variance, jointly over a minibatch
-        return noise.log_student_t(stats, *noise.residual(model, belief, st, x, y, scale))
     num_points = special.check_num_points(num_points)
-    family = model.family
-    if model.is_glm:
-        X = x
-        m = X @ st.mean
-        if family.log_predictive is not None:  # jointly over the minibatch: one observation of k components
-            return family.log_predictive(family, y, m, scale * belief.sandwich(st, X))
-        return jnp.sum(_quadrature_log_density(family, y, m, scale * belief.marginal(st, X)[1], num_points))
-    if model.per_input is not None:  # a minibatch model: x is a batch already
+    if stats is None and model.per_input is not None:  # a minibatch model: each input its own predictor
         model = model._replace(predict=model.per_input, per_input=None)
+        m, V = _linearised(model, belief, st, x, full=True, scale=scale)
+        return _log_density_given_eta(model.family, y, m, V, num_points)
+    eta, J = models.linearize(model, st.mean, x, jacobian=not is_plug_in(scale))
+    if J is None:
+        V = jnp.zeros(eta.shape * 2, eta.dtype)
+    elif stats is None and model.is_glm and model.family.log_predictive is None:  # the marginals suffice
+        V = scale * belief.marginal(st, J)[1]
     else:
-        x, y = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], (x, y))
-    m, V = _linearised(model, belief, st, x, full=True, scale=scale)
-    return _log_density_given_eta(family, y, m, V, num_points)
+        V = scale * belief.sandwich(st, J)
+    return joint_log_density(model, stats, y, eta, V, num_points)
+
+
+def joint_log_density(model: models.Model, stats, y, eta, V, num_points: int = 32):
+    """``log E[p(y | eta)]`` of one observation whose k predictor components are ``eta ~ N(eta, V)``
+    jointly (:func:`jaxrvga.models.linearize`: a GLM's minibatch rows, or a nonlinear model's output):
+    with a learned noise variance the Student-t of :func:`jaxrvga.noise.log_student_t` (``V`` in units
+    of ``s2``), else the family's closed form (``Family.log_predictive``) or Gauss-Hermite quadrature of
+    each component. :func:`log_predictive`'s deterministic forms are this of the belief's moments.
+
+    Args:
+      model: the observation model.
+      stats: the noise statistics, or None for a known noise variance.
+      y: the observation's output.
+      eta: the predictor's mean, (k,).
+      V: its covariance, (k, k) (or its diagonal (k,) where only the marginals are needed).
+      num_points: the quadrature's nodes.
+
+    Returns:
+      The scalar log density.
+    """
+    family = model.family
+    if stats is not None:
+        S = (jnp.diag(V) if V.ndim == 1 else V) + jnp.eye(eta.shape[0], dtype=eta.dtype)
+        return noise.log_student_t(stats, jnp.ravel(y) - eta, S)
+    if not model.is_glm:
+        V = jnp.diag(V) if V.ndim == 1 else V
+        return _log_density_given_eta(family, jnp.asarray(y)[None], eta[None], V[None], num_points)
+    if family.log_predictive is not None:  # jointly over the minibatch: one observation of k components
+        return family.log_predictive(family, y, eta, jnp.diag(V) if V.ndim == 1 else V)
+    return jnp.sum(_quadrature_log_density(family, y, eta, V if V.ndim == 1 else jnp.diagonal(V), num_points))
 
 
 class Scores(NamedTuple):
@@ -444,4 +471,4 @@ def _check_scale(scale):
 
 
 __all__ = ["Predictive", "predictive", "log_predictive", "predictive_of", "log_predictive_of", "Scores",
-           "predictive_scores", "scores_of"]
+           "predictive_scores", "scores_of", "joint_log_density"]

@@ -65,6 +65,34 @@ def glm_inputs(state, x, y, model):
     return jnp.atleast_2d(X), jnp.reshape(jnp.asarray(y, dtype), (-1,))
 
 
+def linearize(model: Model, theta, x, jacobian: bool = True):
+    """``(eta, J)``: the predictor of one checked observation (:func:`check_observation`) at ``theta``,
+    flattened to its k components, and its Jacobian ``d eta / d theta`` (k, d): a GLM's rows ``x``
+    themselves, a nonlinear model's by autodiff (reverse mode where k <= d). ``jacobian=False``: ``J``
+    is None (the plug-in needs none).
+
+    Args:
+      model: the observation model.
+      theta: the parameters, (d,).
+      x: one checked observation's input (a GLM's (m, d); a minibatch model's batch, whose m
+        predictions are the k components).
+      jacobian: whether to compute ``J``.
+
+    Returns:
+      ``(eta, J)``, (k,) and (k, d) or None.
+    """
+    if model.is_glm:
+        return x @ theta, x
+
+    def eta_fn(t):
+        return jnp.ravel(model.predict(t, x))
+
+    eta = eta_fn(theta)
+    if not jacobian:
+        return eta, None
+    return eta, (jax.jacrev if eta.shape[0] <= theta.shape[0] else jax.jacfwd)(eta_fn)(theta)
+
+
 def check_y_shape(model: Model, name: str, y, eta_shape, time_axis: bool = False):
     """``y`` of a nonlinear model has the shape of the predictor's output ``eta`` (one per output; a
     single output may be a scalar): no silent broadcasting. A categorical family takes labels
@@ -132,4 +160,4 @@ def check_data(model: Model, state, xs, ys):
         check_y_shape(model, "ys", ys, tuple(jnp.shape(ys)[:1]) + eta, time_axis=True)
 
 
-__all__ = ["check_observation", "glm_inputs", "check_y_shape", "check_data"]
+__all__ = ["check_observation", "glm_inputs", "linearize", "check_y_shape", "check_data"]
