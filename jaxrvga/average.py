@@ -235,24 +235,28 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
 
 def _scores_and_slopes(model, scores, member, x, y, scales, direction, m0, num_points: int):
     """The forecasters' log predictives of ``(x, y)`` (S,) and their derivatives along the move of the
-    member's prior precision by ``t direction`` at ``t = 0`` (:func:`jaxrvga.evidence.shift_prior`, the
-    Gauss-Newton form: the model linear in ``theta`` at the mean).
+    member's prior precision by ``t direction`` at ``t = 0`` (:func:`jaxrvga.evidence.shift_prior`).
 
-    For one joint predictor ``eta ~ N(mu, V)`` (:func:`jaxrvga.models.linearize`: a GLM, a nonlinear
-    model, a minibatch model with a learned noise variance) in closed form: with ``D = diag(direction)``
-    and ``U = P J^T``, the move changes ``dmu = U^T D (m0 - m)``, ``dV = -U^T D U`` and a learned noise's
-    rate by ``(m - m0)^T D (m - m0) / 2``, and the slopes are one forward-mode derivative of
-    :func:`~jaxrvga.posterior_predictive.joint_log_density` in those k-dimensional moments (O(k d) past
-    the scores). Otherwise (a minibatch model's inputs each their own predictor) by a forward-mode
-    derivative of ``scores`` along :func:`jaxrvga.evidence.shift_prior_tangent`."""
+    For one joint predictor ``eta ~ N(h(m), J P J^T)`` (:func:`jaxrvga.models.linearize`: a GLM, a
+    nonlinear model, a minibatch model with a learned noise variance) from its moments: the move changes
+    the mean by ``dm = P D (m0 - m)`` (``D = diag(direction)``), ``h`` and ``J`` by their forward-mode
+    derivatives along ``dm`` (``dJ`` 0 for a GLM), the precision by ``D`` (``dP = -P D P``), so ``dV =
+    dJ U + U^T dJ^T - U^T D U`` with ``U = P J^T``, and a learned noise's rate by ``(m - m0)^T D (m - m0) /
+    2``; the slopes are one forward-mode derivative of
+    :func:`~jaxrvga.posterior_predictive.joint_log_density` in those moments. This is the derivative of
+    ``scores`` through the moved belief without differentiating the belief's own factors. Otherwise (a
+    minibatch model's inputs each their own predictor), forward mode through ``scores`` along
+    :func:`jaxrvga.evidence.shift_prior_tangent`."""
     stats = noise.stats_of(member, model.family.learned_noise)
     if model.per_input is not None and stats is None:
         return jax.jvp(scores, (member,), (shift_prior_tangent(member, direction, m0),))
     belief, st = beliefs.of_state(member)
     x, y = check_observation(st, x, y, model)
-    eta, J = linearize(model, st.mean, x)
-    U = jax.vmap(lambda row: belief.solve(st, row))(J)  # (k, d): the rows of (P J^T)^T
     u = st.mean - m0
+    dm = belief.solve(st, -direction * u)
+    (eta, J), (d_eta, dJ) = jax.jvp(lambda t: linearize(model, t, x), (st.mean,), (dm,))
+    U = jax.vmap(lambda row: belief.solve(st, row))(J)  # (k, d): the rows of (P J^T)^T
+    dJU = dJ @ U.T
 
     def log_densities(eta, V, rate):
         moved = None if stats is None else stats._replace(rate=rate)
@@ -261,7 +265,7 @@ def _scores_and_slopes(model, scores, member, x, y, scales, direction, m0, num_p
     rate = None if stats is None else stats.rate
     d_rate = None if stats is None else 0.5 * jnp.sum(direction * u * u).astype(rate.dtype)
     return jax.jvp(log_densities, (eta, belief.sandwich(st, J), rate),
-                   (-U @ (direction * u), -(U * direction) @ U.T, d_rate))
+                   (d_eta, dJU + dJU.T - (U * direction) @ U.T, d_rate))
 
 
 def _move_prior(member, lp, slope, log_weight, prior):
