@@ -169,8 +169,10 @@ class LowRank(NamedTuple):
         return X @ state.mean, lowrank.factorize(state.W, state.psi, state.gram).quad_form(X.T)
 
     def sandwich(self, state, J):
-        """``J P J^T`` (k, k) for ``J`` (k, d) by Woodbury, symmetrised."""
-        return symmetrize(J @ self.solve(state, J.T))
+        """``J P J^T`` (k, k) for ``J`` (k, d) by Woodbury, symmetrised; ``P J^T`` a row of ``J`` at a time
+        (vmapped): with the k rows as one (d, k) right-hand side, the 10-class digits network's log
+        predictive cost 1.5x on CPU (experiments/REPORT.md, "The learned prior's slopes")."""
+        return symmetrize(J @ jax.vmap(lambda row: self.solve(state, row))(J).T)
 
     def solve(self, state, g):
         """``P g`` by Woodbury ([LRVGA] eq. 27), O(d p^2) (O(d p) with a cached Gram); where ``W`` has at
