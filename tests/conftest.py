@@ -223,3 +223,22 @@ def pytest_terminal_summary(terminalreporter):
     if _FILE_SECONDS:
         rows = sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])
         terminalreporter.write_line("seconds per test file: " + ", ".join(f"{k.split('/')[-1]} {v:.0f}" for k, v in rows))
+
+
+def small_mlp(num_outputs):
+    """A 3-4-k tanh network ``h(theta, x)`` on a flat vector, k = ``num_outputs`` (a scalar for k = 1),
+    and its weight count."""
+    sizes = [(3, 4), (4,), (4, num_outputs), (num_outputs,)]
+    count = sum(int(np.prod(s)) for s in sizes)
+
+    def h(theta, x):
+        parts, i = [], 0
+        for s in sizes:
+            n = int(np.prod(s))
+            parts.append(theta[i:i + n].reshape(s))
+            i += n
+        W1, b1, W2, b2 = parts
+        out = jnp.tanh(x @ W1 + b1) @ W2 + b2
+        return out[0] if num_outputs == 1 else out
+
+    return h, count

@@ -217,18 +217,9 @@ def test_shift_prior_tangent_is_the_derivative_of_the_move(kind):
 
 def _mlp_states(k):
     """A 3-4-k tanh network's low-rank state (its model of k outputs), and one observation."""
-    sizes = [(3, 4), (4,), (4, k), (k,)]
-    d = sum(int(np.prod(s)) for s in sizes)
+    from conftest import small_mlp
 
-    def h(theta, x):
-        parts, i = [], 0
-        for s in sizes:
-            n = int(np.prod(s))
-            parts.append(theta[i:i + n].reshape(s))
-            i += n
-        out = jnp.tanh(x @ parts[0] + parts[1]) @ parts[2] + parts[3]
-        return out[0] if k == 1 else out
-
+    h, d = small_mlp(k)
     family = jr.models.bernoulli() if k == 1 else jr.models.categorical(k)
     model = jr.models.nonlinear(h, family)
     rng = np.random.default_rng(3)

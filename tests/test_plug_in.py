@@ -5,24 +5,7 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
-
-
-def _mlp(num_outputs):
-    """A one-hidden-layer network ``h(theta, x)`` with ``num_outputs`` outputs, and its weight count."""
-    sizes = [(3, 4), (4,), (4, num_outputs), (num_outputs,)]
-    count = sum(int(np.prod(s)) for s in sizes)
-
-    def h(theta, x):
-        parts, i = [], 0
-        for s in sizes:
-            n = int(np.prod(s))
-            parts.append(theta[i:i + n].reshape(s))
-            i += n
-        W1, b1, W2, b2 = parts
-        out = jnp.tanh(x @ W1 + b1) @ W2 + b2
-        return out[0] if num_outputs == 1 else out
-
-    return h, count
+from conftest import small_mlp as _mlp
 
 
 @pytest.mark.parametrize("family, k", [(jr.models.bernoulli(), 1), (jr.models.categorical(3), 3),
