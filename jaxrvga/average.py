@@ -190,7 +190,8 @@ def each_member(fn, *stacked):
     """
     if jax.tree_util.tree_leaves(stacked)[0].shape[0] == 1:
         # behind a barrier: XLA otherwise fused the slice of a low-rank member's psi into its consumers
-        # and the member's step cost 1.3x its own (experiments/REPORT.md, "One member behind a barrier")
+        # and the member's step cost 1.3x its own (experiments/REPORT.md, "The learned prior's slopes
+        # from the moments, one member behind a barrier")
         out = fn(*jax.lax.optimization_barrier(jax.tree_util.tree_map(lambda a: a[0], stacked)))
         return jax.tree_util.tree_map(lambda a: a[None], out)
     if isinstance(stacked[0], GaussianState):

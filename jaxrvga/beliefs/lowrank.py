@@ -171,7 +171,7 @@ class LowRank(NamedTuple):
     def sandwich(self, state, J):
         """``J P J^T`` (k, k) for ``J`` (k, d) by Woodbury, symmetrised; ``P J^T`` a row of ``J`` at a time
         (vmapped): with the k rows as one (d, k) right-hand side, the 10-class digits network's log
-        predictive cost 1.5x on CPU (experiments/REPORT.md, "The learned prior's slopes")."""
+        predictive cost 1.7x on CPU (experiments/REPORT.md, "The learned prior's slopes from the moments")."""
         return symmetrize(J @ jax.vmap(lambda row: self.solve(state, row))(J).T)
 
     def solve(self, state, g):
