@@ -389,3 +389,49 @@ def test_a_family_brings_its_own_predictive():
     np.testing.assert_allclose(quad.var, want_moments.var, rtol=1e-8)
     np.testing.assert_allclose(jr.log_predictive(dense, X[0], y[0], jr.models.nonlinear(h, bare), num_points=64),
                                want_log, rtol=1e-8)
+
+
+def test_linearize_is_the_predictor_and_its_jacobian():
+    """``jr.models.linearize``: a GLM's rows themselves; a nonlinear model's flattened output and its
+    Jacobian (forward-mode autodiff as the oracle); a minibatch model's m predictions as the k components;
+    ``jacobian=False`` gives no Jacobian."""
+    from conftest import small_mlp
+
+    rng = np.random.default_rng(5)
+    theta = jnp.asarray(rng.normal(size=4))
+    X = jnp.asarray(rng.normal(size=(3, 4)))
+    eta, J = jr.models.linearize(jr.models.logistic(), theta, X)
+    np.testing.assert_allclose(eta, X @ theta, rtol=1e-12)
+    assert J is X
+    h, d = small_mlp(3)
+    model = jr.models.nonlinear(h, jr.models.categorical(3))
+    theta = jnp.asarray(rng.normal(size=d))
+    x = jnp.asarray(rng.normal(size=3))
+    eta, J = jr.models.linearize(model, theta, x)
+    np.testing.assert_allclose(eta, h(theta, x), rtol=1e-12)
+    np.testing.assert_allclose(J, jax.jacfwd(h)(theta, x), rtol=1e-12)
+    assert jr.models.linearize(model, theta, x, jacobian=False)[1] is None
+    batch = jnp.asarray(rng.normal(size=(2, 3)))
+    eta, J = jr.models.linearize(jr.models.minibatch(model), theta, batch)
+    assert eta.shape == (6,) and J.shape == (6, d)
+    np.testing.assert_allclose(J[3:], jax.jacfwd(h)(theta, batch[1]), rtol=1e-12)
+
+
+def test_joint_log_density_is_the_log_predictive_of_the_moments():
+    """``posterior_predictive.joint_log_density`` of ``eta ~ N(m, V)``: the Gaussian ``N(y; m, V + s2 I)``,
+    the Student-t of a learned noise variance, and, for the logistic GLM, what ``jr.log_predictive`` gives
+    the belief whose moments they are."""
+    from jaxrvga.posterior_predictive import joint_log_density
+
+    m, V, y = jnp.array([0.3, -1.0]), jnp.array([[0.5, 0.1], [0.1, 0.4]]), jnp.array([0.0, -0.5])
+    want = jax.scipy.stats.multivariate_normal.logpdf(y, m, V + 0.25 * jnp.eye(2))
+    np.testing.assert_allclose(joint_log_density(jr.models.linear_gaussian(0.25), None, y, m, V), want, rtol=1e-12)
+    stats = jr.noise.check_noise((3.0, 2.0), jnp.float64)
+    np.testing.assert_allclose(joint_log_density(jr.models.linear_gaussian(None), stats, y, m, V),
+                               jr.noise.log_student_t(stats, y - m, V + jnp.eye(2)), rtol=1e-12)
+    state = jr.rvga(jr.models.logistic()).init(jnp.array([0.5, -1.0]), jnp.array([[1.0, 0.2], [0.2, 0.5]]))
+    x = jnp.array([1.0, 2.0])
+    v = x @ state.cov @ x
+    np.testing.assert_allclose(joint_log_density(jr.models.logistic(), None, jnp.array([1.0]), (x @ state.mean)[None],
+                                                 v[None, None]),
+                               jr.log_predictive(state, x, 1.0), rtol=1e-12)
