@@ -138,3 +138,23 @@ def test_predictive_scores_stay_finite_where_a_probability_rounds_to_zero_or_one
     sure, avg, *_ = _sure_states(jnp.float64)
     np.testing.assert_allclose(jr.predictive_scores(sure, X, jnp.asarray([0.0, 1.0]), scale=0.0).log_density,
                                [-30.0 - np.log1p(np.exp(-30.0)), -np.log1p(np.exp(-30.0))], rtol=1e-12, atol=1e-14)
+
+
+def test_predictive_scores_of_an_average_are_its_mixture():
+    """A model average's scores: the moments equal ``jr.predictive`` of the average (with and without the
+    observation noise), and each log density is ``jr.log_predictive`` of the average at that point (the
+    mixture of its forecasters' densities, a Gaussian's exact ones here)."""
+    rng = np.random.default_rng(2)
+    X, y = jnp.asarray(rng.normal(size=(6, 3))), jnp.asarray(rng.normal(size=6))
+    flt = jr.kalman(None)
+    members = jax.vmap(lambda v: flt.init(jnp.zeros(3), v * jnp.eye(3), noise=(3.0, 2.0)))(jnp.array([0.3, 3.0]))
+    avg = jr.model_average(flt, scales=(0.0, 1.0))
+    state, _ = jr.run(avg, avg.init(members), X, y)
+    model = jr.models.linear_gaussian(None)
+    scores = jr.predictive_scores(state, X, y, model)
+    total = jr.predictive(state, X, model, observation_noise=True)
+    np.testing.assert_allclose(scores.mean, total.mean, rtol=1e-12)
+    np.testing.assert_allclose(scores.var, total.var, rtol=1e-12)
+    np.testing.assert_allclose(scores.param_var, jr.predictive(state, X, model).var, rtol=1e-12)
+    np.testing.assert_allclose(scores.log_density, [jr.log_predictive(state, X[i], y[i], model) for i in range(6)],
+                               rtol=1e-12)
