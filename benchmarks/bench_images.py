@@ -78,6 +78,7 @@ METHODS = [
      {"scheme": "ekf", "curvature": "empirical", "batch": 16, "buffer": 16}),
     ("diagonal default (moment_ekf)", "diag", {}),
     ("diagonal ekf, batch 16", "diag", {"scheme": "ekf", "batch": 16}),
+    ("L-RVGA default, prior learned", "lrvga", {"average": "learned"}),
 ]
 
 
@@ -134,7 +135,8 @@ def make_filter(h, theta0, kind, options):
     """``(filter, state, model)``: the filter of ``kind`` ("lrvga" or "diag") with ``options``
     (``scheme``, ``batch``, ``average`` and the filter's keywords), its prior state and the
     one-image model. ``average``: :func:`jaxrvga.model_average` of the one filter over its
-    predictive scales (the predictive that the uncertainty guide recommends)."""
+    predictive scales (the predictive that the uncertainty guide recommends); ``"learned"``: the same
+    with its prior precision learned on the stream (``learn_prior=4``, from ``1 / PRIOR_VAR``)."""
     options = dict(options)
     scheme, batch = options.pop("scheme", None), options.pop("batch", 1)
     average = options.pop("average", False)
@@ -149,8 +151,10 @@ def make_filter(h, theta0, kind, options):
                                            PRIOR_VAR, dtype=theta0.dtype)
         state = flt.init(theta0, W0, psi0)
     if average:
-        flt = jr.model_average(flt)
-        state = flt.init(jax.tree_util.tree_map(lambda a: a[None], state))
+        learned = average == "learned"
+        flt = jr.model_average(flt, learn_prior=4.0 if learned else None)
+        one = jax.tree_util.tree_map(lambda a: a[None], state)
+        state = flt.init(one, prior_precision=1.0 / PRIOR_VAR) if learned else flt.init(one)
     return flt, state, model
 
 
