@@ -55,6 +55,7 @@ from ._values import Bound
 from .beliefs.dense import GaussianState, sqrt_factor
 from .beliefs.reading import sample_of
 from .core import Filter, SolverInfo, check_solver_info, solver_info
+from .kernels.lowrank import symmetrize
 from .kernels.special import check_num_points
 from .models import check_observation, linearize
 from .posterior_predictive import (Predictive, Scores, joint_log_density, log_predictive, log_predictive_of, predictive,
@@ -199,11 +200,6 @@ def each_member(fn, *stacked):
     return jax.lax.map(lambda args: fn(*args), stacked)
 
 
-def _member_prior(flt: Filter, member):
-    """The member's predicted belief: the prior its next update conditions on."""
-    return member if flt.predict is None else flt.predict(member)
-
-
 def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageState:
     """Every member updated, each log weight plus its forecaster's one-step-ahead log predictive
     (the member's Jacobian computed once for all its scales). A forecaster whose log predictive is
@@ -215,7 +211,7 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
 
     def one(member, log_weight, prior):  # one member: its forecasters' scores, then its step
         if prior is None:
-            moved, lp, ok = member, scores(_member_prior(flt, member)), jnp.array(True)
+            moved, lp, ok = member, scores(flt.predicted(member)), jnp.array(True)
         else:
             direction = jnp.broadcast_to(jnp.exp(prior.log_precision), prior.mean.shape)
             lp, slope = _scores_and_slopes(flt.model, scores, member, x, y, state.scales, direction, prior.mean,
@@ -258,6 +254,7 @@ def _scores_and_slopes(model, scores, member, x, y, scales, direction, m0, num_p
     (eta, J), (d_eta, dJ) = jax.jvp(lambda t: linearize(model, t, x), (st.mean,), (dm,))
     U = jax.vmap(lambda row: belief.solve(st, row))(J)  # (k, d): the rows of (P J^T)^T
     dJU = dJ @ U.T
+    V = symmetrize(J @ U.T)  # J P J^T from the same solves
 
     def log_densities(eta, V, rate):
         moved = None if stats is None else stats._replace(rate=rate)
@@ -265,7 +262,7 @@ def _scores_and_slopes(model, scores, member, x, y, scales, direction, m0, num_p
 
     rate = None if stats is None else stats.rate
     d_rate = None if stats is None else 0.5 * jnp.sum(direction * u * u).astype(rate.dtype)
-    return jax.jvp(log_densities, (eta, belief.sandwich(st, J), rate),
+    return jax.jvp(log_densities, (eta, V, rate),
                    (d_eta, dJU + dJU.T - (U * direction) @ U.T, d_rate))
 
 
@@ -324,10 +321,10 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     "The prior learned on the stream"): ``init(members, prior_precision=a0)`` then names the precision
     ``a0`` (a scalar or (K,)) each member's initial state was built with, around its initial mean, and
     ``v`` is the variance of the Gaussian hyper-prior of ``log a`` centred on ``log a0``. It needs a filter
-    without dynamics (a static parameter's prior) and costs 1.9-2.3x the average with fixed priors on the
-    networks of experiments/REPORT.md: the derivative along the move's tangent
-    (:func:`jaxrvga.evidence.shift_prior_tangent`) and the move after it
-    (:func:`jaxrvga.evidence.shift_prior`; REPORT.md, "Where that time goes").
+    without dynamics (a static parameter's prior) and costs 1.8-1.9x one filter (about 1.5x the average
+    with fixed priors) on the networks of experiments/REPORT.md: the slopes of the forecasters' scores
+    from the predictor's moments (:func:`_scores_and_slopes`) and the move after them
+    (:func:`jaxrvga.evidence.shift_prior`; REPORT.md, "The learned prior's slopes from the moments").
 
     Args:
       flt: the members' filter (a :class:`~jaxrvga.Filter` with an observation model, ``flt.model``).

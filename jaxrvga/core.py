@@ -59,6 +59,18 @@ class Filter(NamedTuple):
         """Hashable as a static ``jit`` argument, consistently with ``==``."""
         return hash(value_key(tuple(self)))
 
+    def predicted(self, state):
+        """The prior that the next ``update`` conditions on (:mod:`jaxrvga.dynamics`): ``predict(state)``, or
+        ``state`` itself for a filter without dynamics.
+
+        Args:
+          state: a state of this filter.
+
+        Returns:
+          The predicted state.
+        """
+        return state if self.predict is None else self.predict(state)
+
     def program(self) -> "Filter":
         """The parts of the filter a run compiles (``update`` and ``predict``): two filters built from
         the same model and options have equal programs, and :func:`run` compiles them once.
@@ -175,7 +187,7 @@ def _trace(flt: Filter, trace_fn, before, after, x, y):
 
     def prior():
         if not predicted:
-            predicted.append(before if flt.predict is None else flt.predict(before))
+            predicted.append(flt.predicted(before))
         return predicted[0]
 
     def evaluate(fn):

@@ -241,3 +241,17 @@ def test_step_fn_follows_the_update_one_observation_at_a_time(name):
             u, v = jax.random.key_data(u), jax.random.key_data(v)
         np.testing.assert_allclose(np.asarray(u, float), np.asarray(v, float), rtol=tol, atol=tol)
     assert int(out.step) == len(y)
+
+
+def test_predicted_is_the_prediction_step_or_the_state_itself():
+    """``Filter.predicted``: a filter without dynamics conditions on the state itself; with fading memory
+    on ``(1 + eta) P`` (the prediction step, float64)."""
+    static, fading = jr.kalman(1.0), jr.kalman(1.0, process_noise=0.25)
+    state = static.init(jnp.array([0.5, -1.0]), jnp.eye(2))
+    bare = jr.Filter(static.init, static.update)  # no prediction step at all
+    assert bare.predict is None and bare.predicted(state) is state
+    for a, b in zip(jax.tree_util.tree_leaves(static.predicted(state)), jax.tree_util.tree_leaves(state)):
+        np.testing.assert_array_equal(a, b)  # identity dynamics
+    moved = fading.predicted(state)
+    np.testing.assert_allclose(moved.cov, 1.25 * np.eye(2), rtol=1e-15)
+    np.testing.assert_array_equal(moved.mean, state.mean)

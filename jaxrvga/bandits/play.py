@@ -113,7 +113,7 @@ def _update(agent: Agent, state: AgentState, x, arm, reward):
             new = flt.update(member, xs, y)
             beliefs = jax.tree_util.tree_map(lambda a, b: a.at[arm].set(b), beliefs, new)
             if offsets is not None:
-                offsets = _absorbed_ones(offsets, arm, flt.predict(member) if flt.predict else member, new, xs, y)
+                offsets = _absorbed_ones(offsets, arm, flt.predicted(member), new, xs, y)
         else:
             beliefs = flt.update(beliefs, (xs, arm), y)
         return beliefs, rewards, contexts, offsets
