@@ -71,16 +71,11 @@ def _linearised(model, belief, st, X, full=None, scale=1.0):
     """``(m, v)`` of ``eta = h(theta, x) ~ N(h(mean, x), scale J P J^T)`` for each leading-axis entry of
     ``X``; ``v`` the diagonal, or the whole matrix where ``full`` (default: for a vector output)."""
     full = model.family.vector_output if full is None else full
-    d = st.mean.shape[0]
 
     def one(x):
-        def eta_fn(theta):
-            return jnp.atleast_1d(model.predict(theta, x))
-
-        m = eta_fn(st.mean)
-        if is_plug_in(scale):  # N(h(mean, x), 0): a forward pass, no Jacobian
+        m, J = models.linearize(model, st.mean, x, jacobian=not is_plug_in(scale))
+        if J is None:  # the plug-in N(h(mean, x), 0): a forward pass, no Jacobian
             return m, jnp.zeros(m.shape * (2 if full else 1), m.dtype)
-        J = (jax.jacrev if m.shape[0] <= d else jax.jacfwd)(eta_fn)(st.mean)
         return m, scale * (belief.sandwich(st, J) if full else belief.marginal(st, J)[1])
 
     return jax.vmap(one)(X)
@@ -339,15 +334,14 @@ def joint_log_density(model: models.Model, stats, y, eta, V, num_points: int = 3
       The scalar log density.
     """
     family = model.family
+    if stats is None and model.is_glm and family.log_predictive is None:  # each component by quadrature
+        return jnp.sum(_quadrature_log_density(family, y, eta, V if V.ndim == 1 else jnp.diagonal(V), num_points))
+    V = jnp.diag(V) if V.ndim == 1 else V
     if stats is not None:
-        S = (jnp.diag(V) if V.ndim == 1 else V) + jnp.eye(eta.shape[0], dtype=eta.dtype)
-        return noise.log_student_t(stats, jnp.ravel(y) - eta, S)
+        return noise.log_student_t(stats, jnp.ravel(y) - eta, V + jnp.eye(eta.shape[0], dtype=eta.dtype))
     if not model.is_glm:
-        V = jnp.diag(V) if V.ndim == 1 else V
         return _log_density_given_eta(family, jnp.asarray(y)[None], eta[None], V[None], num_points)
-    if family.log_predictive is not None:  # jointly over the minibatch: one observation of k components
-        return family.log_predictive(family, y, eta, jnp.diag(V) if V.ndim == 1 else V)
-    return jnp.sum(_quadrature_log_density(family, y, eta, V if V.ndim == 1 else jnp.diagonal(V), num_points))
+    return family.log_predictive(family, y, eta, V)  # jointly over the minibatch: one observation of k components
 
 
 class Scores(NamedTuple):
