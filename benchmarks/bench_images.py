@@ -136,7 +136,8 @@ def make_filter(h, theta0, kind, options):
     (``scheme``, ``batch``, ``average`` and the filter's keywords), its prior state and the
     one-image model. ``average``: :func:`jaxrvga.model_average` of the one filter over its
     predictive scales (the predictive that the uncertainty guide recommends); ``"learned"``: the same
-    with its prior precision learned on the stream (``learn_prior=4``, from ``1 / PRIOR_VAR``)."""
+    with its prior precision learned on the stream (``learn_prior=jr.average.LEARN_PRIOR``, from
+    ``1 / PRIOR_VAR``)."""
     options = dict(options)
     scheme, batch = options.pop("scheme", None), options.pop("batch", 1)
     average = options.pop("average", False)
@@ -152,7 +153,7 @@ def make_filter(h, theta0, kind, options):
         state = flt.init(theta0, W0, psi0)
     if average:
         learned = average == "learned"
-        flt = jr.model_average(flt, learn_prior=4.0 if learned else None)
+        flt = jr.model_average(flt, learn_prior=jr.average.LEARN_PRIOR if learned else None)
         one = jax.tree_util.tree_map(lambda a: a[None], state)
         state = flt.init(one, prior_precision=1.0 / PRIOR_VAR) if learned else flt.init(one)
     return flt, state, model

@@ -27,19 +27,19 @@ the rank ``p`` could not keep, so its linearised predictive ``J P J^T`` is far t
 (experiments/REPORT.md, "Uncertainty with nothing to tune"); which fraction of it to trust is
 decided by the stream itself, through the forecasters' prequential scores.
 
-**The prior learned on the stream** (``learn_prior``). Each member's prior precision ``a`` (of
-``N(m0, I / a)``, ``m0`` its initial mean) is learned in the same pass, without a grid. With
-``lam = log a``, the member's belief under another prior is the belief moved in its own form
-(:func:`jaxrvga.evidence.shift_prior`: exact for the linear-Gaussian and normal-inverse-gamma models,
-the Gauss-Newton form otherwise), so each step's prequential score has a derivative
-``g = d/dlam log sum_s w_s p_s(y_t | x_t)`` (the member's forecasters, their weights held), one
-forward-mode derivative of the log predictives. ``lam`` then has the Gaussian belief of a
-Gauss-Newton filter, from the hyper-prior ``N(log a0, learn_prior)``: ``I <- I + g^2``,
-``lam <- lam + g / I``, and the member is moved to the new prior before it absorbs the observation.
-The sum of the squared gradients stands for the evidence's curvature, so a prior far too tight for
-the data (whose gradients are large) moves slowly: from 1000 times too tight it moves a factor 2.5 in
-60 observations of a d = 20 regression, from 1000 times too broad to within a factor 4 of the
-evidence's maximum (tests/test_learned_prior.py).
+**The prior learned on the stream** (``learn_prior``): each member's prior precision learned in the
+same pass, without a grid (:mod:`jaxrvga.learned_prior`).
+
+**The noise variance of each forecaster.** Where the members learn their noise variance (the
+normal-inverse-gamma belief of :mod:`jaxrvga.noise`), a forecaster is a whole predictive,
+``t_{2a}(h(m, x), (b_s / a) (I + c_s J P J^T))``, with its own inverse-gamma rate ``b_s``: each residual
+``r = y - h(m, x)`` of the predicted member is absorbed in the forecaster's own width,
+``b_s <- b_s + r^T (I + c_s J P J^T)^{-1} r / 2``. At ``c = 1`` this is the member's own conjugate step, so
+that forecaster's score stays the member's evidence; a narrower forecaster, whose ``J P J^T`` no longer
+explains the residuals, learns a larger noise variance instead of inheriting one that the member's too
+wide ``J P J^T`` made too small (experiments/REPORT.md, "The noise variance of each forecaster"). The
+state keeps each rate over its member's (``rate_ratio``), which the member's prior moves and a variance
+discount leave unchanged.
 """
 from __future__ import annotations
 
@@ -55,14 +55,12 @@ from ._values import Bound
 from .beliefs.dense import GaussianState, sqrt_factor
 from .beliefs.reading import sample_of
 from .core import Filter, SolverInfo, check_solver_info, solver_info
-from .kernels.lowrank import symmetrize
 from .kernels.special import check_num_points
+from .learned_prior import LEARN_PRIOR, LearnedPrior, check_learn_prior, initial_prior, move_prior, scores_and_slopes
 from .models import check_observation, linearize
-from .posterior_predictive import (Predictive, Scores, joint_log_density, log_predictive, log_predictive_of, predictive,
-                                   predictive_of, scores_of)
-from .evidence import shift_prior, shift_prior_tangent
-from .validation import check_positive, is_concrete
-
+from .posterior_predictive import (Predictive, Scores, log_predictive, log_predictive_of, predictive, predictive_of,
+                                   scores_of)
+from .validation import is_concrete
 
 #: The default covariance scales of the forecasters of each member: the plug-in (0), the belief's
 #: own predictive (1) and five between, a factor 4 apart (the test-optimal scales of the network
@@ -75,26 +73,19 @@ class AverageState(NamedTuple):
     along a leading axis K; ``log_weight`` (K, S), the log prior weight plus the prequential log
     score of each forecaster (member ``k`` read with covariance scale ``scales[s]``) so far;
     ``scales`` (S,); ``step`` and ``info`` (``converged``: every member's step converged and a
-    weight was updated); ``prior``, the members' learned priors (:class:`LearnedPrior`), None where
-    they are fixed."""
+    weight was updated); ``prior``, the members' learned priors
+    (:class:`~jaxrvga.learned_prior.LearnedPrior`), None where
+    they are fixed; ``rate_ratio`` (K, S), where the members learn their noise variance, each
+    forecaster's inverse-gamma rate over its member's (module docstring, "The noise variance of each
+    forecaster"; None: every forecaster reads its member's own, as in files written before it)."""
 
     members: Any
     log_weight: jax.Array
     scales: jax.Array
     step: jax.Array
     info: SolverInfo
-    prior: Optional["LearnedPrior"] = None
-
-
-class LearnedPrior(NamedTuple):
-    """The members' priors learned on the stream (:func:`model_average` with ``learn_prior``): each
-    member's log prior precision ``log_precision`` (K,), its information ``information`` (K,) (the
-    hyper-prior's ``1 / learn_prior`` plus the squared evidence gradients so far), and its prior mean
-    ``mean`` (K, d) (the member's initial mean)."""
-
-    log_precision: jax.Array
-    information: jax.Array
-    mean: jax.Array
+    prior: Optional[LearnedPrior] = None
+    rate_ratio: Optional[jax.Array] = None
 
 
 def _num_members(members) -> int:
@@ -111,7 +102,7 @@ def _init(flt: Filter, scales, learn_prior, members, log_prior=None, prior_preci
     forecasters; where the prior is learned, ``prior_precision`` (a scalar or (K,)) the prior
     precision each member was built with, its mean the prior mean."""
     K, S = _num_members(members), len(scales)
-    prior = None if learn_prior is None else _learned_prior(learn_prior, members, prior_precision, K)
+    prior = None if learn_prior is None else initial_prior(learn_prior, members, prior_precision, K)
     dtype = jnp.result_type(members.mean) if hasattr(members, "mean") else jnp.result_type(float)
     log_prior = jnp.zeros(K, dtype) if log_prior is None else jnp.asarray(log_prior, dtype)
     if log_prior.shape not in ((K,), (K, S)):
@@ -120,26 +111,10 @@ def _init(flt: Filter, scales, learn_prior, members, log_prior=None, prior_preci
     check_log_weight("log_prior", log_prior)
     if log_prior.ndim == 1:
         log_prior = jnp.broadcast_to(log_prior[:, None], (K, S)) - jnp.log(jnp.asarray(S, dtype))
+    stats = noise.stats_of(members)
+    ratio = None if stats is None else jnp.ones((K, S), jnp.result_type(stats.rate))
     return AverageState(members, log_prior, jnp.asarray(scales, dtype), jnp.zeros((), jnp.int32), solver_info(dtype),
-                        prior)
-
-
-def _learned_prior(learn_prior, members, prior_precision, K) -> LearnedPrior:
-    """The members' :class:`LearnedPrior` at the start: ``log(prior_precision)``, information
-    ``1 / learn_prior``, the members' means as the prior means."""
-    if prior_precision is None:
-        raise ValueError("prior_precision is needed where the prior is learned (model_average(..., learn_prior=v)): "
-                         "the prior precision each member's initial state was built with, a scalar or (K,)")
-    mean = getattr(members, "mean", None)
-    if mean is None or jnp.ndim(mean) != 2:
-        raise ValueError("learn_prior needs members with a (K, d) mean (a dense, low-rank or diagonal belief)")
-    a0 = jnp.asarray(prior_precision, mean.dtype)
-    if a0.shape not in ((), (K,)):
-        raise ValueError(f"prior_precision must be a scalar or have shape ({K},), one per member, got {a0.shape}")
-    if is_concrete(a0):
-        check_positive("prior_precision", a0)
-    log_a = jnp.broadcast_to(jnp.log(a0), (K,))
-    return LearnedPrior(log_a, jnp.full((K,), 1.0 / learn_prior, mean.dtype), mean)
+                        prior, ratio)
 
 
 def usable_log_weight(log_weight):
@@ -202,91 +177,69 @@ def each_member(fn, *stacked):
 
 def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageState:
     """Every member updated, each log weight plus its forecaster's one-step-ahead log predictive
-    (the member's Jacobian computed once for all its scales). A forecaster whose log predictive is
-    not finite gets weight 0 (``-inf``); where no weight is finite (non-finite data), the weights
-    stay and the step is flagged. Where the prior is learned, each member's prior moves first
-    (:func:`_move_prior`)."""
-    def scores(member):
-        return jax.vmap(lambda c: log_predictive(member, x, y, flt.model, num_points=num_points, scale=c))(state.scales)
+    (the member's Jacobian computed once for all its scales), each forecaster's noise rate moved by its
+    own residual (:func:`_next_ratio`). A forecaster whose log predictive is not finite gets weight 0
+    (``-inf``); where no weight is finite (non-finite data), the weights stay and the step is flagged.
+    Where the prior is learned, each member's prior moves first (:func:`jaxrvga.learned_prior.move_prior`)."""
+    def scores(member, ratio):
+        return jax.vmap(lambda c, q: log_predictive(_forecaster(member, q), x, y, flt.model, num_points=num_points,
+                                                    scale=c))(state.scales, ratio)
 
-    def one(member, log_weight, prior):  # one member: its forecasters' scores, then its step
+    def one(member, log_weight, prior, ratio):  # one member: its forecasters' scores, then its step
         if prior is None:
-            moved, lp, ok = member, scores(flt.predicted(member)), jnp.array(True)
+            moved, ok, predicted = member, jnp.array(True), flt.predicted(member)
+            lp, next_ratio = scores(predicted, ratio), _next_ratio(flt.model, predicted, x, y, state.scales, ratio)
         else:
             direction = jnp.broadcast_to(jnp.exp(prior.log_precision), prior.mean.shape)
-            lp, slope = _scores_and_slopes(flt.model, scores, member, x, y, state.scales, direction, prior.mean,
-                                           num_points)
-            moved, prior, ok = _move_prior(member, lp, slope, log_weight, prior)
+            lp, slope, moments = scores_and_slopes(flt.model, scores, member, x, y, state.scales, direction,
+                                                   prior.mean, num_points, ratio)
+            next_ratio = _next_ratio(flt.model, member, x, y, state.scales, ratio, moments)
+            moved, prior, ok = move_prior(member, lp, slope, log_weight, prior)
             prior = LearnedPrior(*prior)
-        return flt.update(moved, x, y), lp, prior, ok
+        new = flt.update(moved, x, y)
+        if ratio is not None:  # a flagged step keeps its member's rate, and so its forecasters'
+            ratio = jnp.where(new.info.converged & jnp.all(jnp.isfinite(next_ratio)), next_ratio, ratio)
+        return new, lp, prior, ok, ratio
 
-    members, lp, prior, moved = each_member(one, state.members, state.log_weight, state.prior)
+    members, lp, prior, moved, ratio = each_member(one, state.members, state.log_weight, state.prior,
+                                                   state.rate_ratio)
     lp = jnp.where(jnp.isnan(lp), -jnp.inf, lp)
     log_weight = state.log_weight + lp.astype(state.log_weight.dtype)
     ok = usable_log_weight(state.log_weight) & jnp.any(jnp.isfinite(log_weight))
     log_weight = jnp.where(ok, log_weight, state.log_weight)
     converged = ok & jnp.all(moved) & (jnp.all(members.info.converged) if hasattr(members, "info") else True)
     info = state.info._replace(converged=converged)
-    return state._replace(members=members, log_weight=log_weight, step=state.step + 1, info=info, prior=prior)
+    return state._replace(members=members, log_weight=log_weight, step=state.step + 1, info=info, prior=prior,
+                          rate_ratio=ratio)
 
 
-def _scores_and_slopes(model, scores, member, x, y, scales, direction, m0, num_points: int):
-    """The forecasters' log predictives of ``(x, y)`` (S,) and their derivatives along the move of the
-    member's prior precision by ``t direction`` at ``t = 0`` (:func:`jaxrvga.evidence.shift_prior`).
-
-    For one joint predictor ``eta ~ N(h(m), J P J^T)`` (:func:`jaxrvga.models.linearize`: a GLM, a
-    nonlinear model, a minibatch model with a learned noise variance) from its moments: the move changes
-    the mean by ``dm = P D (m0 - m)`` (``D = diag(direction)``), ``h`` and ``J`` by their forward-mode
-    derivatives along ``dm`` (``dJ`` 0 for a GLM), the precision by ``D`` (``dP = -P D P``), so ``dV =
-    dJ U + U^T dJ^T - U^T D U`` with ``U = P J^T``, and a learned noise's rate by ``(m - m0)^T D (m - m0) /
-    2``; the slopes are one forward-mode derivative of
-    :func:`~jaxrvga.posterior_predictive.joint_log_density` in those moments. This is the derivative of
-    ``scores`` through the moved belief without differentiating the belief's own factors. Otherwise (a
-    minibatch model's inputs each their own predictor), forward mode through ``scores`` along
-    :func:`jaxrvga.evidence.shift_prior_tangent`."""
-    stats = noise.stats_of(member, model.family.learned_noise)
-    if model.per_input is not None and stats is None:
-        return jax.jvp(scores, (member,), (shift_prior_tangent(member, direction, m0),))
-    belief, st = beliefs.of_state(member)
-    x, y = check_observation(st, x, y, model)
-    u = st.mean - m0
-    dm = belief.solve(st, -direction * u)
-    (eta, J), (d_eta, dJ) = jax.jvp(lambda t: linearize(model, t, x), (st.mean,), (dm,))
-    U = jax.vmap(lambda row: belief.solve(st, row))(J)  # (k, d): the rows of (P J^T)^T
-    dJU = dJ @ U.T
-    V = symmetrize(J @ U.T)  # J P J^T from the same solves
-
-    def log_densities(eta, V, rate):
-        moved = None if stats is None else stats._replace(rate=rate)
-        return jax.vmap(lambda c: joint_log_density(model, moved, y, eta, c * V, num_points))(scales)
-
-    rate = None if stats is None else stats.rate
-    d_rate = None if stats is None else 0.5 * jnp.sum(direction * u * u).astype(rate.dtype)
-    return jax.jvp(log_densities, (eta, V, rate),
-                   (d_eta, dJU + dJU.T - (U * direction) @ U.T, d_rate))
+def _forecaster(member, ratio):
+    """The member as one of its forecasters reads it: its noise rate times the forecaster's ``ratio``
+    (None: the member itself)."""
+    if ratio is None:
+        return member
+    stats = noise.stats_of(member)
+    return member._replace(noise=stats._replace(rate=ratio * stats.rate))
 
 
-def _move_prior(member, lp, slope, log_weight, prior):
-    """One member's prior moved by one Fisher-scoring step of its forecasters' prequential evidence.
-
-    With ``lam = log a`` the log prior precision and ``q(lam)`` the member's belief under the prior moved
-    in its own form (:func:`jaxrvga.evidence.shift_prior`), ``g = d/dlam log sum_s w_s p_s(y | x)`` (the
-    forecasters' mixture, weights ``w`` of ``log_weight``) is the mixture of the forecasters' ``slope``
-    (:func:`_scores_and_slopes`, along ``a``); then ``I <- I + g^2``, ``lam <- lam + g / I`` (the Gaussian
-    belief over ``lam`` of a Gauss-Newton filter, started from the hyper-prior ``N(lam0, learn_prior)``)
-    and the member is moved to the new prior. A step whose gradient is not finite, or whose move breaks
-    the belief, keeps the prior and is flagged. Returns ``(member, prior fields, ok)``."""
-    lam, m0 = prior.log_precision, prior.mean
-    post = jax.nn.softmax(log_weight + jnp.where(jnp.isnan(lp), -jnp.inf, lp))
-    g = jnp.sum(jnp.where(post > 0, post * slope, 0.0))
-    information = prior.information + g * g
-    step = g / information
-    new, ok = shift_prior(member, jnp.broadcast_to(jnp.exp(lam) * jnp.expm1(step), m0.shape), m0)
-    ok = ok & jnp.isfinite(step) & jnp.all(jnp.isfinite(new.mean))
-    keep = lambda new_leaf, old_leaf: jnp.where(ok, new_leaf, old_leaf)  # noqa: E731
-    member = jax.tree_util.tree_map(keep, new, member)
-    prior = (jnp.where(ok, lam + step, lam), jnp.where(ok, information, prior.information), m0)
-    return member, prior, ok
+def _next_ratio(model, member, x, y, scales, ratio, moments=None):
+    """The forecasters' rate ratios after ``(x, y)``: forecaster ``s``'s rate ``q_s b`` absorbs its residual
+    in its own width, ``q_s b + r^T (I + c_s V)^{-1} r / 2`` (:func:`jaxrvga.noise.absorb`), over the member's
+    ``b + r^T (I + V)^{-1} r / 2`` (the member's own step; ``r = y - h(m, x)``, ``V = J P J^T`` of the predicted
+    ``member``, or ``moments = (eta, V)`` given). None where ``ratio`` is None."""
+    if ratio is None:
+        return None
+    stats = noise.stats_of(member)
+    if moments is None:
+        belief, st = beliefs.of_state(member)
+        x, y = check_observation(st, x, y, model)
+        eta, J = linearize(model, st.mean, x)
+        moments = eta, belief.sandwich(st, J)
+    eta, V = moments
+    r, eye = jnp.ravel(y) - eta, jnp.eye(eta.shape[0], dtype=eta.dtype)
+    rates = jax.vmap(lambda c, q: noise.absorb(stats._replace(rate=q * stats.rate), r, c * V + eye).rate)(
+        jnp.append(scales.astype(stats.rate.dtype), 1.0), jnp.append(ratio, 1.0))
+    return rates[:-1] / rates[-1]
 
 
 def _predict(flt: Filter, state: AverageState) -> AverageState:
@@ -323,7 +276,7 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     ``v`` is the variance of the Gaussian hyper-prior of ``log a`` centred on ``log a0``. It needs a filter
     without dynamics (a static parameter's prior) and costs 1.8-1.9x one filter (about 1.5x the average
     with fixed priors) on the networks of experiments/REPORT.md: the slopes of the forecasters' scores
-    from the predictor's moments (:func:`_scores_and_slopes`) and the move after them
+    from the predictor's moments (:func:`jaxrvga.learned_prior.scores_and_slopes`) and the move after them
     (:func:`jaxrvga.evidence.shift_prior`; REPORT.md, "The learned prior's slopes from the moments").
 
     Args:
@@ -332,7 +285,7 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
         :data:`PREDICTIVE_SCALES`).
       num_points: Gauss-Hermite nodes of the log predictives that integrate numerically.
       learn_prior: None (the members' priors fixed) or ``v > 0``, the variance of the hyper-prior of each
-        member's log prior precision (e.g. 4: a factor ``e^2`` either side at one standard deviation).
+        member's log prior precision (:data:`LEARN_PRIOR`, 0.5, recommended).
 
     Returns:
       A :class:`~jaxrvga.Filter` whose state is an :class:`AverageState`.
@@ -358,7 +311,7 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     num_points = check_num_points(num_points)
     scales = _check_scales(scales)
     if learn_prior is not None:
-        learn_prior = _check_learn_prior(learn_prior, flt)
+        learn_prior = check_learn_prior(learn_prior, flt)
     check = None if flt.check is None else Bound(_check, flt)
     predict = None if flt.predict is None else Bound(_predict, flt)
     return Filter(Bound(_init, flt, scales, learn_prior), Bound(_update, flt, num_points), check, predict, flt.model)
@@ -394,21 +347,6 @@ def with_member_filter(avg: Filter, fn) -> Filter:
         raise ValueError("avg must be a filter of jaxrvga.model_average")
     flt, scales, learn_prior = avg.init.args
     return model_average(fn(flt), scales=scales, num_points=avg.update.args[1], learn_prior=learn_prior)
-
-
-def _check_learn_prior(learn_prior, flt: Filter) -> float:
-    """A finite float ``> 0``, for a filter without dynamics."""
-    try:
-        v = float(learn_prior)
-    except (TypeError, ValueError):
-        raise ValueError(f"learn_prior must be None or a variance > 0, got {learn_prior!r}") from None
-    if isinstance(learn_prior, bool) or not (np.isfinite(v) and v > 0):
-        raise ValueError(f"learn_prior must be None or a finite variance > 0, got {learn_prior!r}")
-    spec = getattr(flt, "spec", None)
-    if flt.predict is not None and not (spec is not None and spec.dynamics.is_identity):
-        raise ValueError("learn_prior needs a filter without dynamics: the prior it learns is that of a static "
-                         "parameter")
-    return v
 
 
 def _check_scales(scales) -> tuple:
@@ -462,13 +400,14 @@ def prune(state: AverageState, min_weight: float = 1e-12) -> AverageState:
     w = np.asarray(weights(state).sum(1))
     keep = np.flatnonzero((w > min_weight) | (w == w.max()))
     take = lambda a: a[keep]  # noqa: E731
-    prior = None if state.prior is None else jax.tree_util.tree_map(take, state.prior)
-    return state._replace(members=jax.tree_util.tree_map(take, state.members), log_weight=state.log_weight[keep],
-                          prior=prior)
+    kept = jax.tree_util.tree_map(take, (state.members, state.prior, state.rate_ratio))
+    return state._replace(members=kept[0], log_weight=state.log_weight[keep], prior=kept[1], rate_ratio=kept[2])
 
 
 def each_forecaster(state: AverageState, fn):
-    """``fn(member, scale)`` for every member and scale: outputs stacked along a leading axis of K S.
+    """``fn(member, scale)`` for every member and scale: outputs stacked along a leading axis of K S. The
+    member is given as the forecaster reads it: with a learned noise variance, its rate times the
+    forecaster's ``state.rate_ratio``.
 
     Args:
       state: an :class:`AverageState` of K members and S scales.
@@ -477,7 +416,8 @@ def each_forecaster(state: AverageState, fn):
     Returns:
       ``fn``'s outputs, each leaf with a leading axis of K S entries (member-major).
     """
-    out = each_member(lambda m: jax.vmap(lambda c: fn(m, c))(state.scales), state.members)
+    out = each_member(lambda m, ratio: jax.vmap(lambda c, q: fn(_forecaster(m, q), c))(state.scales, ratio),
+                      state.members, state.rate_ratio)
     return jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), out)
 
 
@@ -584,7 +524,8 @@ def _scores(state: AverageState, X, y, model, scale) -> Scores:
 def _sample_average(state: AverageState, key, num: int):
     """:func:`sample` of a :func:`jaxrvga.model_average` state: a forecaster ``(k, s)`` drawn by its
     weight ``w_ks = softmax(log_weight)``, then ``theta ~ N(mean_k, c_s P_k)`` (a draw of the mixture
-    ``sum_ks w_ks N(mean_k, c_s P_k)``). Dense members share one batched :func:`~jaxrvga.beliefs.dense.sqrt_factor`
+    ``sum_ks w_ks N(mean_k, c_s P_k)``; with a learned noise variance, ``s2`` from the forecaster's own
+    inverse-gamma first). Dense members share one batched :func:`~jaxrvga.beliefs.dense.sqrt_factor`
     (one Cholesky per member, not per draw); other beliefs draw from the member gathered per draw."""
     check_members(state)
     check_log_weight("state.log_weight", state.log_weight)
@@ -594,22 +535,24 @@ def _sample_average(state: AverageState, key, num: int):
     pick = jax.random.categorical(k_pick, logits, shape=(num,))
     member, scale = pick // S, state.scales[pick % S]
     members = state.members
-    stats = noise.stats_of(members)
+    ratio = None if state.rate_ratio is None else state.rate_ratio.ravel()[pick]  # each draw's forecaster's
     if isinstance(members, GaussianState):
         mean = members.mean[member]
         R = sqrt_factor(members.cov)[member]  # (num, d, d)
         z = jax.random.normal(k_z, mean.shape, mean.dtype)
+        stats = noise.stats_of(members)
+        rate = None if stats is None else stats.rate[member] * (1.0 if ratio is None else ratio)
         spread = scale if stats is None else scale * jax.vmap(
             lambda a, b, k: noise.sample_variance((a, b), k, 1)[0])(
-                stats.shape[member], stats.rate[member], jax.random.split(k_s2, num))
+                stats.shape[member], rate, jax.random.split(k_s2, num))
         return mean + jnp.sqrt(spread)[:, None] * jnp.einsum("nij,nj->ni", R, z)
 
-    def one(k, c, key):
-        one_member = jax.tree_util.tree_map(lambda a: a[k], members)
+    def one(k, q, c, key):
+        one_member = _forecaster(jax.tree_util.tree_map(lambda a: a[k], members), q)
         belief, st = beliefs.of_state(one_member)
         return beliefs.draws(belief, st, noise.stats_of(one_member), key, 1, c)[0][0]
 
-    return jax.vmap(one)(member, scale, jax.random.split(k_z, num))
+    return jax.vmap(one)(member, ratio, scale, jax.random.split(k_z, num))
 
 
 def _check_average(st):
@@ -632,32 +575,20 @@ def _check_average(st):
           "log_weight, scales and info.residual must share one dtype")
     fc.need(fc.is_array(st.step) and fc.shape_of(st.step) == () and fc.dtype_of(st.step) == np.dtype(np.int32),
           "step must be an int32 scalar")
+    if st.rate_ratio is not None:
+        fc.floating("rate_ratio", st.rate_ratio)
+        ratio = fc.values(st.rate_ratio)
+        fc.need(fc.shape_of(st.rate_ratio) == KS and np.all(np.isfinite(ratio)) and np.all(ratio > 0),
+                f"rate_ratio must be a {KS} array of finite values > 0, one per forecaster")
     if st.prior is not None:
         fc.need(isinstance(st.prior, LearnedPrior), "prior must be None or a LearnedPrior")
         fc.need(fc.shape_of(st.prior.log_precision) == KS[:1] and fc.shape_of(st.prior.information) == KS[:1],
                 f"prior.log_precision and prior.information must have shape {KS[:1]}, one per member")
 
 
-def _check_learned_prior(p):
-    """``LearnedPrior``: ``log_precision`` (K,) finite, ``information`` (K,) finite and > 0, ``mean`` (K, d)
-    finite, all of one floating dtype."""
-    for name in LearnedPrior._fields:
-        fc.floating(name, getattr(p, name))
-    lam, info, mean = (fc.values(a) for a in p)
-    K = fc.shape_of(p.log_precision)
-    fc.need(len(K) == 1 and fc.shape_of(p.information) == K and np.all(np.isfinite(lam)),
-            f"log_precision and information must be finite vectors of one shape, got {K}")
-    fc.need(np.all(np.isfinite(info)) and np.all(info > 0), "information must be finite and > 0")
-    fc.need(fc.shape_of(p.mean)[:1] == K and len(fc.shape_of(p.mean)) == 2 and np.all(np.isfinite(mean)),
-            "mean must be a finite (K, d) array, one row per member")
-    fc.need(fc.dtype_of(p.log_precision) == fc.dtype_of(p.information) == fc.dtype_of(p.mean),
-            "log_precision, information and mean must share one dtype")
-
-
 io.register(AverageState, _check_average)
-io.register(LearnedPrior, _check_learned_prior)
 
 
-__all__ = ["AverageState", "LearnedPrior", "PREDICTIVE_SCALES", "model_average", "member_filter", "with_member_filter",
+__all__ = ["AverageState", "LearnedPrior", "PREDICTIVE_SCALES", "LEARN_PRIOR", "model_average", "member_filter", "with_member_filter",
            "weights", "prune", "each_member", "each_forecaster", "mixture_moments", "mixture_log_density",
            "usable_log_weight", "check_log_weight", "check_members"]

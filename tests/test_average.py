@@ -71,6 +71,38 @@ def test_forecasters_of_each_scale():
         np.testing.assert_allclose(out.log_weight[k, S - 2] + np.log(S), score, rtol=1e-10)
 
 
+def test_each_forecaster_learns_its_own_noise_rate(tmp_path):
+    """With a learned noise variance (normal-inverse-gamma members), forecaster ``(k, s)`` absorbs each
+    residual in its own width: its rate is ``b0 + sum_t r_t^2 / (2 (1 + c_s x_t^T P_t x_t))`` (at ``c = 1``
+    the member's own) and its prequential score the Student-t ``t_{2a}(r | 0, (b / a) (1 + c_s x^T P x))`` of
+    that rate; the state keeps each rate over its member's. A flagged step leaves the ratios; jr.io keeps them."""
+    from scipy import stats
+
+    flt = jr.kalman(None)
+    X, y = _data(n=12)
+    avg = jr.model_average(flt)
+    scales = np.asarray(jr.average.PREDICTIVE_SCALES)
+    out, _ = jr.run(avg, avg.init(_members(flt)), X, y)
+    for k, v in enumerate(PRIORS):
+        st = flt.init(jnp.zeros(D), v * jnp.eye(D))
+        a, b, score = float(st.noise.shape), np.full(len(scales), float(st.noise.rate)), 0.0
+        for x, t in zip(X, y):
+            r, width = t - x @ np.asarray(st.mean), 1.0 + scales * (x @ np.asarray(st.cov) @ x)
+            score = score + stats.t.logpdf(r, df=2 * a, scale=np.sqrt(b / a * width))
+            a, b = a + 0.5, b + 0.5 * r ** 2 / width
+            st = flt.update(st, x, t)
+        np.testing.assert_allclose(out.rate_ratio[k] * out.members.noise.rate[k], b, rtol=1e-10)
+        np.testing.assert_allclose(out.log_weight[k] + np.log(len(scales)), score, rtol=1e-10)
+    np.testing.assert_allclose(out.rate_ratio[:, -1], 1.0, rtol=1e-14)
+    assert bool(jnp.all(out.rate_ratio[:, 0] > 1.0))  # the plug-in's residuals are the widest in its units
+    flagged = avg.update(out, jnp.ones(D), jnp.nan)
+    np.testing.assert_array_equal(flagged.rate_ratio, out.rate_ratio)
+    jr.io.save(tmp_path / "avg.npz", out)
+    np.testing.assert_array_equal(jr.io.load(tmp_path / "avg.npz").rate_ratio, out.rate_ratio)
+    known = jr.kalman(0.25)
+    assert jr.model_average(known).init(_members(known)).rate_ratio is None  # no learned noise: nothing kept
+
+
 def test_scale_zero_is_the_plug_in():
     """``scale=0`` is the plug-in ``p(y | theta = mean)``: the Bernoulli log likelihood at the mean."""
     flt = jr.rvga(jr.models.logistic())
@@ -236,6 +268,7 @@ def test_prune_drops_the_members_of_negligible_weight():
     assert w[1] < 1e-20 < w[0] and w[2] > 1e-20
     pruned = jr.average.prune(state)
     np.testing.assert_array_equal(pruned.members.mean, state.members.mean[jnp.array([0, 2])])
+    np.testing.assert_array_equal(pruned.rate_ratio, state.rate_ratio[jnp.array([0, 2])])
     np.testing.assert_allclose(jr.log_predictive(pruned, X[-1], y[-1], flt.model),
                                jr.log_predictive(state, X[-1], y[-1], flt.model), rtol=1e-12)
     np.testing.assert_allclose(jr.predictive(pruned, X[-2:], flt.model).var,

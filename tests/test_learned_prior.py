@@ -235,8 +235,10 @@ def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case):
     by ``t direction``), taken in closed form from the predictor's moments, equal forward-mode autodiff
     of the forecasters' log predictives through ``shift_prior`` itself: exactly for the linear-Gaussian
     and normal-inverse-gamma models (dense, low-rank, diagonal beliefs), and for a network with its
-    Jacobian's own derivative along the mean's move."""
-    from jaxrvga.average import _scores_and_slopes
+    Jacobian's own derivative along the mean's move. A learned noise variance's forecasters each read
+    their own rate (``rate_ratio``), moved with the member's."""
+    from jaxrvga.average import _forecaster
+    from jaxrvga.learned_prior import scores_and_slopes
 
     scales = jnp.array([0.0, 0.25, 1.0])
     if case.startswith("network"):
@@ -247,12 +249,13 @@ def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case):
         model = jr.models.linear_gaussian(None if state.noise is not None else 0.25)
         x, y, m0 = jnp.array([0.5, -1.0, 0.3, 2.0]), jnp.asarray(0.7), jnp.array([0.1, 0.0, -0.3, 0.2])
     direction = jnp.full(state.mean.shape, 1.5)
+    ratio = None if state.noise is None else jnp.array([1.5, 0.7, 1.0], state.mean.dtype)
 
-    def scores(member):
-        return jax.vmap(lambda c: jr.log_predictive(member, x, y, model, scale=c))(scales)
+    def scores(member, ratio):
+        return jax.vmap(lambda c, q: jr.log_predictive(_forecaster(member, q), x, y, model, scale=c))(scales, ratio)
 
-    lp, slopes = _scores_and_slopes(model, scores, state, x, y, scales, direction, m0, 32)
-    moved = lambda t: scores(jr.evidence.shift_prior(state, t * direction, m0)[0])  # noqa: E731
+    lp, slopes, _ = scores_and_slopes(model, scores, state, x, y, scales, direction, m0, 32, ratio)
+    moved = lambda t: scores(jr.evidence.shift_prior(state, t * direction, m0)[0], ratio)  # noqa: E731
     want_lp, want = jax.jvp(moved, (0.0,), (1.0,))
     np.testing.assert_allclose(lp, want_lp, rtol=1e-12)
     assert float(jnp.max(jnp.abs(want))) > 1e-3

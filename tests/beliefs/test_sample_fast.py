@@ -87,10 +87,11 @@ def test_float32_draws_and_one_compile_per_shape():
 
 
 def _mixture(means, covs, w, scales):
-    """Mean and covariance of ``sum_ks w_ks N(means_k, scales_s covs_k)``."""
+    """Mean and covariance of ``sum_ks w_ks N(means_k, scales_ks covs_k)`` (``scales`` (S,) or (K, S))."""
     m = np.einsum("ks,kd->d", w, means)
-    cov = sum(w[k, s] * (scales[s] * covs[k] + np.outer(means[k] - m, means[k] - m))
-              for k in range(len(means)) for s in range(len(scales)))
+    scales = np.broadcast_to(scales, w.shape)
+    cov = sum(w[k, s] * (scales[k, s] * covs[k] + np.outer(means[k] - m, means[k] - m))
+              for k in range(len(means)) for s in range(w.shape[1]))
     return m, cov
 
 
@@ -128,6 +129,13 @@ def test_model_average_draws_have_the_mixture_moments_diagonal_and_learned_noise
     w = np.array([[0.7], [0.3]])
     _assert_moments(jr.sample(state, jax.random.PRNGKey(6), N),
                     *_mixture(means, np.stack([COV, COV]) * 10.0 / 5.0, w, np.array([1.0])))
+    # each forecaster's own rate (rate_ratio): forecaster (k, s) is N(mean_k, c_s s2 P_k), s2 ~ InvGamma(a, q_ks b)
+    ratio = np.array([[2.0, 1.0], [0.5, 1.0]])
+    state = _average_of(flt, members, np.log([[0.2, 0.3], [0.4, 0.1]]), (0.5, 1.0))._replace(
+        rate_ratio=jnp.asarray(ratio))
+    _assert_moments(jr.sample(state, jax.random.PRNGKey(7), N),
+                    *_mixture(means, np.stack([COV, COV]) * 10.0 / 5.0, np.array([[0.2, 0.3], [0.4, 0.1]]),
+                              np.array([0.5, 1.0]) * ratio))
 
 
 def test_model_average_sample_checks_its_input():
