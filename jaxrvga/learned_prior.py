@@ -1,5 +1,5 @@
-r"""The prior learned on the stream: each member of a :func:`jaxrvga.model_average` learns its prior
-precision in the same pass (``model_average(flt, learn_prior=v)``), without a grid.
+r"""The prior learned on the stream: each member of a model average learns its prior precision in the
+same pass, without a grid (``jr.model_average(flt, learn_prior=v)``).
 
 Each member's prior precision ``a`` (of
 ``N(m0, I / a)``, ``m0`` its initial mean) is learned in the same pass, without a grid. With
