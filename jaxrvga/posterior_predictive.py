@@ -368,8 +368,9 @@ def predictive_scores(state, X, y, model: models.Model | None = None, *, scale=1
         nonlinear model's batch of n inputs).
       y: the n outputs, as :func:`log_predictive` takes one each (labels or one-hot rows for a
         categorical model).
-      chunk_size: test points per compiled call (the last chunk padded), so that memory stays that of
-        ``chunk_size`` points; ``None``: all at once.
+      chunk_size: test points per step of one compiled loop over the chunks (``jax.lax.map``; the last
+        chunk padded), so that memory stays that of ``chunk_size`` points, called inside ``jit`` too;
+        ``None``: all at once.
 
     Returns:
       :class:`Scores`. For a binary or categorical output the density is the predictive
@@ -389,26 +390,23 @@ def predictive_scores(state, X, y, model: models.Model | None = None, *, scale=1
                          f"{n} and y of shape {jnp.shape(y)}")
     if chunk_size is not None:
         chunk_size = positive_int("chunk_size", chunk_size)
-    size = n if chunk_size is None else min(chunk_size, n)
-    score = _chunk_program(model, scale)
-    parts = []
-    for start in range(0, n, max(size, 1)):
-        take = min(size, n - start)
-        chunk = jax.tree_util.tree_map(lambda a: _padded(jnp.asarray(a)[start:start + take], size), (X, y))
-        parts.append(jax.tree_util.tree_map(lambda a: a[:take], score(state, *chunk)))
-    return Scores(*(jnp.concatenate(field) for field in zip(*parts)))
+    size = max(n if chunk_size is None else min(chunk_size, n), 1)
+    count = -(-n // size)
 
+    def chunked(a):  # (count, size, ...): the last row repeated to fill the last chunk
+        a = jnp.asarray(a)
+        a = jnp.concatenate([a, jnp.repeat(a[-1:], count * size - n, axis=0)]) if count * size > n else a
+        return a.reshape((count, size) + a.shape[1:])
 
-def _padded(a, size: int):
-    """``a`` with its last row repeated to ``size`` rows (a chunk of one compiled shape)."""
-    return jnp.concatenate([a, jnp.repeat(a[-1:], size - a.shape[0], axis=0)]) if a.shape[0] < size else a
+    out = _chunk_program(model, scale)(state, *jax.tree_util.tree_map(chunked, (X, y)))
+    return Scores(*(a.reshape((count * size,) + a.shape[2:])[:n] for a in out))
 
 
 def _chunk_program(model, scale):
-    """The compiled :func:`scores_of` of ``model`` and ``scale``: made once per hashable model and
-    concrete scale, so that a second call of :func:`predictive_scores` (another state, other test
-    points of the chunk's shape) compiles nothing; made anew otherwise (a traced scale, a model
-    holding an array)."""
+    """The compiled loop of :func:`scores_of` of ``model`` and ``scale`` over a stack of chunks (one
+    chunk at a time, ``jax.lax.map``): made once per hashable model and concrete scale, so that a second
+    call of :func:`predictive_scores` (another state, other test points of the same shapes) compiles
+    nothing; made anew otherwise (a traced scale, a model holding an array)."""
     if is_concrete(scale):
         try:
             return _cached_chunk_program(model, float(scale))
@@ -418,7 +416,7 @@ def _chunk_program(model, scale):
 
 
 def _new_chunk_program(model, scale):
-    return jax.jit(lambda st, x, t: scores_of(st, x, t, model, scale))
+    return jax.jit(lambda st, xs, ts: jax.lax.map(lambda c: scores_of(st, *c, model, scale), (xs, ts)))
 
 
 _cached_chunk_program = functools.lru_cache(maxsize=64)(_new_chunk_program)
