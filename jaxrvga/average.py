@@ -58,8 +58,8 @@ from .core import Filter, SolverInfo, check_solver_info, solver_info
 from .kernels.special import check_num_points
 from .learned_prior import LEARN_PRIOR, LearnedPrior, check_learn_prior, initial_prior, move_prior, scores_and_slopes
 from .models import check_observation, linearize
-from .posterior_predictive import (Predictive, Scores, log_predictive, log_predictive_of, predictive, predictive_of,
-                                   scores_of)
+from .posterior_predictive import (Predictive, Scores, joint_log_density, log_predictive, log_predictive_of,
+                                   predictive, predictive_of, scores_of)
 from .validation import is_concrete
 
 #: The default covariance scales of the forecasters of each member: the plug-in (0), the belief's
@@ -188,12 +188,14 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
     def one(member, log_weight, prior, ratio):  # one member: its forecasters' scores, then its step
         if prior is None:
             moved, ok, predicted = member, jnp.array(True), flt.predicted(member)
-            lp, next_ratio = scores(predicted, ratio), _next_ratio(flt.model, predicted, x, y, state.scales, ratio)
+            lp, next_ratio = (scores(predicted, None), None) if ratio is None else _noise_forecasts(
+                flt.model, predicted, x, y, state.scales, ratio, num_points)
         else:
             direction = jnp.broadcast_to(jnp.exp(prior.log_precision), prior.mean.shape)
             lp, slope, moments = scores_and_slopes(flt.model, scores, member, x, y, state.scales, direction,
                                                    prior.mean, num_points, ratio)
-            next_ratio = _next_ratio(flt.model, member, x, y, state.scales, ratio, moments)
+            next_ratio = None if ratio is None else _next_ratio(noise.stats_of(member), y, *moments, state.scales,
+                                                                ratio)
             moved, prior, ok = move_prior(member, lp, slope, log_weight, prior)
             prior = LearnedPrior(*prior)
         new = flt.update(moved, x, y)
@@ -222,20 +224,25 @@ def _forecaster(member, ratio):
     return member._replace(noise=stats._replace(rate=ratio * stats.rate))
 
 
-def _next_ratio(model, member, x, y, scales, ratio, moments=None):
-    """The forecasters' rate ratios after ``(x, y)``: forecaster ``s``'s rate ``q_s b`` absorbs its residual
-    in its own width, ``q_s b + r^T (I + c_s V)^{-1} r / 2`` (:func:`jaxrvga.noise.absorb`), over the member's
-    ``b + r^T (I + V)^{-1} r / 2`` (the member's own step; ``r = y - h(m, x)``, ``V = J P J^T`` of the predicted
-    ``member``, or ``moments = (eta, V)`` given). None where ``ratio`` is None."""
-    if ratio is None:
-        return None
+def _noise_forecasts(model, member, x, y, scales, ratio, num_points: int):
+    """A member with a learned noise variance: its forecasters' log predictives of ``(x, y)`` (S,), each the
+    Student-t of its own rate (:func:`~jaxrvga.posterior_predictive.joint_log_density`), and their next rate
+    ratios (:func:`_next_ratio`), from one linearisation ``(h(m, x), J P J^T)`` of the predicted member."""
+    belief, st = beliefs.of_state(member)
     stats = noise.stats_of(member)
-    if moments is None:
-        belief, st = beliefs.of_state(member)
-        x, y = check_observation(st, x, y, model)
-        eta, J = linearize(model, st.mean, x)
-        moments = eta, belief.sandwich(st, J)
-    eta, V = moments
+    x, y = check_observation(st, x, y, model)
+    eta, J = linearize(model, st.mean, x)
+    V = belief.sandwich(st, J)
+    lp = jax.vmap(lambda c, q: joint_log_density(model, stats._replace(rate=q * stats.rate), y, eta, c * V,
+                                                 num_points))(scales, ratio)
+    return lp, _next_ratio(stats, y, eta, V, scales, ratio)
+
+
+def _next_ratio(stats, y, eta, V, scales, ratio):
+    """The forecasters' rate ratios after ``y``: forecaster ``s``'s rate ``q_s b`` absorbs its residual in its
+    own width, ``q_s b + r^T (I + c_s V)^{-1} r / 2`` (:func:`jaxrvga.noise.absorb`), over the member's
+    ``b + r^T (I + V)^{-1} r / 2`` (the member's own step; ``r = y - eta``, ``eta = h(m, x)`` and ``V = J P J^T``
+    of the predicted member, whose noise statistics are ``stats``)."""
     r, eye = jnp.ravel(y) - eta, jnp.eye(eta.shape[0], dtype=eta.dtype)
     rates = jax.vmap(lambda c, q: noise.absorb(stats._replace(rate=q * stats.rate), r, c * V + eye).rate)(
         jnp.append(scales.astype(stats.rate.dtype), 1.0), jnp.append(ratio, 1.0))
