@@ -74,10 +74,10 @@ class AverageState(NamedTuple):
     score of each forecaster (member ``k`` read with covariance scale ``scales[s]``) so far;
     ``scales`` (S,); ``step`` and ``info`` (``converged``: every member's step converged and a
     weight was updated); ``prior``, the members' learned priors
-    (:class:`~jaxrvga.learned_prior.LearnedPrior`), None where
-    they are fixed; ``rate_ratio`` (K, S), where the members learn their noise variance, each
-    forecaster's inverse-gamma rate over its member's (module docstring, "The noise variance of each
-    forecaster"; None: every forecaster reads its member's own, as in files written before it)."""
+    (:class:`~jaxrvga.learned_prior.LearnedPrior`), None where they are fixed; ``rate_ratio`` (K, S),
+    where the members learn their noise variance, each forecaster's inverse-gamma rate over its
+    member's (module docstring, "The noise variance of each forecaster"; None: every forecaster reads
+    its member's own, as in files written before it)."""
 
     members: Any
     log_weight: jax.Array
