@@ -1,4 +1,4 @@
-"""Uncertainty with nothing to tune: the library's default predictive, no validation split.
+"""Uncertainty with nothing to tune: the library's averaged predictives, no validation split.
 
     python -m experiments.tuning_free [--quick] [--tasks binary,multiclass,diabetes,linear] [--json FILE]
 
@@ -15,11 +15,13 @@ linear regression with an unknown noise variance. Nothing is chosen on a validat
 * the regressions learn their noise variance (``jr.models.gaussian(None)``, ``jr.kalman(None)``)
   from the default prior ``noise=(1, 1)``.
 
-The default predictive is then ``jr.log_predictive`` of the model average's state. Reported per
-task: its test NLPD; the best validation-tuned plug-in of any method measured side by side with
+Three averages are run: the grid x scales, one prior x scales (:data:`ONE_PRIOR`) and that prior learned
+on the stream. The documented default (:data:`DEFAULT_RECIPE`) is one prior x scales for the networks
+and the grid for the linear task, whose prior scale depends on the data's units. Reported per task:
+each average's test NLPD (``jr.log_predictive`` of its state); the best validation-tuned plug-in of any method measured side by side with
 rebayes, the BONG filters and Adam (:data:`TARGETS`); the library's own members read alone, each
 prior with its plug-in and its linearised predictive (the best of them chosen on the test set:
-an oracle no method has); and the time per observation of the model average against one filter
+an oracle no method has); and the time per observation of each average against one filter
 (the member at prior 0.1) and against optax Adam (batch 1, learning rate 1e-3), in one process.
 
 The linear task: ``d = 20``, ``theta ~ N(0, I)``, ``x ~ N(0, I)``, noise standard deviation 0.5
@@ -49,9 +51,14 @@ RANK = 10
 #: prior 0.1, diabetes with minibatches of 16).
 TARGETS = {"binary": 0.102, "multiclass": 0.159, "diabetes": 1.080}
 TASKS = ("binary", "multiclass", "diabetes", "diabetes-noise-0.5", "linear")
-#: The prior of the cheaper default, one member read through the scales (index into the grid); the learned
-#: prior starts from it, with the hyper-prior variance ``jr.average.LEARN_PRIOR``.
+#: The prior of the one-member average read through the scales (index into the grid); the learned prior
+#: starts from it, with the hyper-prior variance ``jr.average.LEARN_PRIOR``.
 ONE_PRIOR = {"linear": 6}  # LINEAR_PRIORS[6] = 1; the networks: PRIORS[2] = 0.1
+#: The documented default of each task (the networks: ``"one_prior"``, the variance 0.1 around LeCun-normal
+#: initial weights, level with the grid over ten seeds at a sixth of its cost; experiments/REPORT.md, "Ten
+#: seeds, and the hyper-prior of the learned prior"): the linear task keeps the grid, since a linear model's
+#: prior scale is that of its data's units.
+DEFAULT_RECIPE = {"linear": "grid"}
 
 
 def _subset(data, n_train, n_test):
@@ -171,7 +178,7 @@ class TaskFit(NamedTuple):
 
 def fit_task(task, quick=False, seed=0) -> TaskFit:
     """One pass of each filter of a task: the ``runs`` of :class:`TaskFit` are the ``"average"`` (the prior
-    grid x scales, the default), the ``"one_prior_average"`` (member ``k`` x scales) and the
+    grid x scales), the ``"one_prior_average"`` (member ``k`` x scales) and the
     ``"learned_prior"``; ``seed`` as :func:`network_task`'s (the linear task has one)."""
     import jaxrvga as jr
 
@@ -193,7 +200,7 @@ def fit_task(task, quick=False, seed=0) -> TaskFit:
 
 def calibration_rows(task, quick=False):
     """ECE (:func:`jaxrvga.baselines.metrics.ece`) and test NLPD of a classification task's predictives:
-    the default, the one prior x scales, the learned prior, and the one prior's member read alone with
+    the grid, the one prior x scales, the learned prior, and the one prior's member read alone with
     the plug-in (scale 0) and with its own linearised predictive (scale 1)."""
     import jaxrvga as jr
     from jaxrvga.baselines.metrics import ece
@@ -223,15 +230,15 @@ def seed_rows(task, quick=False, seeds=5):
 
 
 def run_task(task, quick=False, timing=True):
-    """One task: the default predictive's test NLPD, the members', the one-prior average's, and the
-    costs."""
+    """One task: the test NLPD of the grid's, the one-prior and the learned-prior averages' predictives and
+    of the grid's members, and the costs."""
     import jaxrvga as jr
 
     model, flt, members, data, theta0, h, priors, k, runs = fit_task(task, quick)
     state, one_state, learned_state = (runs[name][2] for name in ("average", "one_prior_average", "learned_prior"))
     Xte, yte = data[2], data[3]
     pruned, member = jr.average.prune(state), jax.tree_util.tree_map(lambda a: a[k], members)
-    out = {"task": task, "default": test_nlpd(state, model, Xte, yte), "priors": list(priors),
+    out = {"task": task, "grid_nlpd": test_nlpd(state, model, Xte, yte), "priors": list(priors),
            "members": member_nlpds(state.members, model, Xte, yte),
            "one_prior": priors[k], "one_prior_nlpd": test_nlpd(one_state, model, Xte, yte),
            "learned_nlpd": test_nlpd(learned_state, model, Xte, yte),
@@ -314,9 +321,14 @@ def _cost(r, key):
     return out + (f", {r[key] / r['seconds_adam']:.0f}x" if "seconds_adam" in r else "")
 
 
+def recipe(task) -> str:
+    """The documented default of ``task``: ``"one_prior"`` or ``"grid"`` (:data:`DEFAULT_RECIPE`)."""
+    return DEFAULT_RECIPE.get(task, "one_prior")
+
+
 def report(results):
-    """The Markdown table of experiments/REPORT.md."""
-    head = ("| task | default: prior grid x scales | cost (/ one filter, / Adam) | one prior x scales | cost | "
+    """The Markdown table of experiments/REPORT.md: the documented default of each task in bold."""
+    head = ("| task | prior grid x scales | cost (/ one filter, / Adam) | one prior x scales | cost | "
             "prior learned x scales (learned v) | cost | "
             "best tuned plug-in of any method | own members: best plug-in / best linearised (test-chosen) |")
     lines = [head, "|---|---|---|---|---|---|---|---|---|"]
@@ -324,19 +336,22 @@ def report(results):
         plug = min(m[0] for m in r["members"])
         lin = min(m[1] for m in r["members"])
         ref = f"{r['target']:.3f}" if "target" in r else f"{r['reference']:.3f} (exact, true hyper-parameters)"
-        lines.append(f"| {r['task']} | **{r['default']:.3f}** | {_cost(r, 'seconds_average')} | "
-                     f"{r['one_prior_nlpd']:.3f} (v = {r['one_prior']:g}) | {_cost(r, 'seconds_one_prior_average')} | "
+        bold = {recipe(r["task"]): "**"}
+        grid, one = (f"{bold.get(k, '')}{r[key]:.3f}{bold.get(k, '')}" for k, key in
+                     (("grid", "grid_nlpd"), ("one_prior", "one_prior_nlpd")))
+        lines.append(f"| {r['task']} | {grid} | {_cost(r, 'seconds_average')} | "
+                     f"{one} (v = {r['one_prior']:g}) | {_cost(r, 'seconds_one_prior_average')} | "
                      f"{r['learned_nlpd']:.3f} ({r['learned_prior_var']:.3g}) | {_cost(r, 'seconds_learned_prior')} | "
                      f"{ref} | {plug:.3f} / {lin:.3f} |")
     return "\n".join(lines)
 
 
 def summary(results) -> dict:
-    """Per task: ``nlpd``, the test NLPD of the documented default (the model average over the prior
-    grid and the predictive scales), and with timing ``cost_vs_one_filter`` and ``cost_vs_adam``, its
-    time per observation over one filter's and over optax Adam's (measured in one process); the same
-    three for the cheaper one-prior average under ``one_prior``; with timing, ``predictive_cost_vs_member``,
-    the default's log predictive per test point, pruned (``jr.average.prune``), over one member's."""
+    """Per task: ``recipe``, the documented default (:func:`recipe`), its test NLPD ``nlpd`` and with timing
+    ``cost_vs_one_filter`` and ``cost_vs_adam``, its time per observation over one filter's and over optax
+    Adam's (measured in one process); the same three for each average under ``grid``, ``one_prior`` and
+    ``learned_prior``; with timing, the grid's ``predictive_cost_vs_member``, its log predictive per test
+    point, pruned (``jr.average.prune``), over one member's."""
     def entry(r, nlpd, seconds):
         out = {"nlpd": r[nlpd]}
         if seconds in r:
@@ -349,10 +364,17 @@ def summary(results) -> dict:
         key = "predictive_seconds_pruned"
         return {"predictive_cost_vs_member": r[key] / r["predictive_seconds_member"]} if key in r else {}
 
-    return {r["task"]: {**entry(r, "default", "seconds_average"), **predictive(r),
-                        "one_prior": entry(r, "one_prior_nlpd", "seconds_one_prior_average"),
-                        "learned_prior": entry(r, "learned_nlpd", "seconds_learned_prior")}
-            for r in results}
+    def each(r):
+        return {"grid": {**entry(r, "grid_nlpd", "seconds_average"), **predictive(r)},
+                "one_prior": entry(r, "one_prior_nlpd", "seconds_one_prior_average"),
+                "learned_prior": entry(r, "learned_nlpd", "seconds_learned_prior")}
+
+    out = {}
+    for r in results:
+        averages = each(r)
+        default = {k: v for k, v in averages[recipe(r["task"])].items() if k != "predictive_cost_vs_member"}
+        out[r["task"]] = {"recipe": recipe(r["task"]), **default, **averages}
+    return out
 
 
 def run(quick: bool, out=None, tasks=TASKS, timing=True):
