@@ -18,11 +18,12 @@ linear regression with an unknown noise variance. Nothing is chosen on a validat
 Three averages are run: the grid x scales, one prior x scales (:data:`ONE_PRIOR`) and that prior learned
 on the stream. The documented default (:data:`DEFAULT_RECIPE`) is one prior x scales for the networks
 and the grid for the linear task, whose prior scale depends on the data's units. Reported per task:
-each average's test NLPD (``jr.log_predictive`` of its state); the best validation-tuned plug-in of any method measured side by side with
-rebayes, the BONG filters and Adam (:data:`TARGETS`); the library's own members read alone, each
-prior with its plug-in and its linearised predictive (the best of them chosen on the test set:
-an oracle no method has); and the time per observation of each average against one filter
-(the member at prior 0.1) and against optax Adam (batch 1, learning rate 1e-3), in one process.
+each average's test NLPD (``jr.log_predictive`` of its state); the best validation-tuned plug-in of any
+method measured side by side with rebayes, the BONG filters and Adam (:data:`TARGETS`); the library's
+own members read alone, each prior with its plug-in and its linearised predictive (the best of them
+chosen on the test set: an oracle no method has); and the time per observation of each average against
+one filter (the member at prior 0.1) and against optax Adam (batch 1, learning rate 1e-3), in one
+process.
 
 The linear task: ``d = 20``, ``theta ~ N(0, I)``, ``x ~ N(0, I)``, noise standard deviation 0.5
 (unknown to the filter), 300 training and 5000 test points; its reference is the exact
