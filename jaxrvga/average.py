@@ -597,5 +597,5 @@ io.register(AverageState, _check_average)
 
 
 __all__ = ["AverageState", "LearnedPrior", "PREDICTIVE_SCALES", "LEARN_PRIOR", "model_average", "member_filter",
-           "with_member_filter", "weights", "prune", "each_member", "each_forecaster", "mixture_moments", "mixture_log_density",
-           "usable_log_weight", "check_log_weight", "check_members"]
+           "with_member_filter", "weights", "prune", "each_member", "each_forecaster", "mixture_moments",
+           "mixture_log_density", "usable_log_weight", "check_log_weight", "check_members"]
