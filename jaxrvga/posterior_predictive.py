@@ -368,9 +368,9 @@ def predictive_scores(state, X, y, model: models.Model | None = None, *, scale=1
         nonlinear model's batch of n inputs).
       y: the n outputs, as :func:`log_predictive` takes one each (labels or one-hot rows for a
         categorical model).
-      chunk_size: test points per step of one compiled loop over the chunks (``jax.lax.map``; the last
-        chunk padded), so that memory stays that of ``chunk_size`` points, called inside ``jit`` too;
-        ``None``: all at once.
+      chunk_size: test points per chunk (the last one padded), so that memory stays that of
+        ``chunk_size`` points: one compiled call a chunk, or inside ``jit`` one loop over them
+        (``jax.lax.map``); ``None``: all at once.
 
     Returns:
       :class:`Scores`. For a binary or categorical output the density is the predictive
@@ -398,7 +398,12 @@ def predictive_scores(state, X, y, model: models.Model | None = None, *, scale=1
         a = jnp.concatenate([a, jnp.repeat(a[-1:], count * size - n, axis=0)]) if count * size > n else a
         return a.reshape((count, size) + a.shape[1:])
 
-    out = _chunk_program(model, scale)(state, *jax.tree_util.tree_map(chunked, (X, y)))
+    program, chunks = _chunk_program(model, scale), jax.tree_util.tree_map(chunked, (X, y))
+    if is_concrete((state, chunks)):  # one call a chunk: compiled once for every n
+        parts = [program(state, *jax.tree_util.tree_map(lambda a, i=i: a[i:i + 1], chunks)) for i in range(count)]
+        out = [jnp.concatenate(field) for field in zip(*parts)] if parts else program(state, *chunks)
+    else:  # inside a trace: the loop in the program, so that memory stays one chunk's
+        out = program(state, *chunks)
     return Scores(*(a.reshape((count * size,) + a.shape[2:])[:n] for a in out))
 
 

@@ -95,17 +95,17 @@ def test_predictive_scores_take_one_chunk_at_a_time_inside_jit():
 
 
 def test_predictive_scores_compile_once_per_model_and_scale():
-    """A second call with another state and other test points of the same shapes reuses the compiled
-    chunk program; a model holding an array (unhashable) still works."""
+    """A second call with another state and another number of test points reuses the compiled chunk
+    program; a model holding an array (unhashable) still works."""
     from jaxrvga import posterior_predictive
 
     rng = np.random.default_rng(1)
     model = jr.models.logistic()
     states = [jr.rvga(model).init(jnp.asarray(rng.normal(size=3)), s * jnp.eye(3)) for s in (1.0, 2.0)]
     program = posterior_predictive._chunk_program(model, 0.5)
-    for state in states:
-        X = jnp.asarray(rng.normal(size=(6, 3)))
-        jr.predictive_scores(state, X, jnp.ones(6), model, scale=0.5, chunk_size=4)
+    for state, n in zip(states, (6, 11)):  # another number of chunks too
+        X = jnp.asarray(rng.normal(size=(n, 3)))
+        jr.predictive_scores(state, X, jnp.ones(n), model, scale=0.5, chunk_size=4)
     assert posterior_predictive._chunk_program(model, 0.5) is program
     assert program._cache_size() == 1
     array_noise = jr.models.linear_gaussian(jnp.asarray(0.3))
