@@ -120,9 +120,9 @@ def scores_and_slopes(model, scores, member, x, y, scales, direction, m0, num_po
     V = symmetrize(J @ U.T)  # J P J^T from the same solves
 
     def log_densities(eta, V, rate):
-        def one(c, q):
-            return joint_log_density(model, None if q is None else stats._replace(rate=q * rate), y, eta, c * V,
-                                     num_points)
+        def one(c, q):  # q: the forecaster's rate over the member's (None: the member's own)
+            moved = None if stats is None else stats._replace(rate=rate if q is None else q * rate)
+            return joint_log_density(model, moved, y, eta, c * V, num_points)
         return jax.vmap(one)(scales, ratio)
 
     rate = None if stats is None else stats.rate

@@ -260,3 +260,8 @@ def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case):
     np.testing.assert_allclose(lp, want_lp, rtol=1e-12)
     assert float(jnp.max(jnp.abs(want))) > 1e-3
     np.testing.assert_allclose(slopes, want, rtol=1e-8, atol=1e-12)
+    if ratio is not None:  # no ratios given: every forecaster reads the member's own rate
+        own = scores_and_slopes(model, scores, state, x, y, scales, direction, m0, 32, jnp.ones_like(ratio))
+        none = scores_and_slopes(model, scores, state, x, y, scales, direction, m0, 32, None)
+        for a, b in zip(none[:2], own[:2]):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
