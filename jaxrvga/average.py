@@ -240,12 +240,12 @@ def _noise_forecasts(model, member, x, y, scales, ratio, num_points: int):
 
 def _next_ratio(stats, y, eta, V, scales, ratio):
     """The forecasters' rate ratios after ``y``: forecaster ``s``'s rate ``q_s b`` absorbs its residual in its
-    own width, ``q_s b + r^T (I + c_s V)^{-1} r / 2`` (:func:`jaxrvga.noise.absorb`), over the member's
+    own width, ``q_s b + r^T (I + c_s V)^{-1} r / 2`` (:func:`jaxrvga.noise.quadratic_form`), over the member's
     ``b + r^T (I + V)^{-1} r / 2`` (the member's own step; ``r = y - eta``, ``eta = h(m, x)`` and ``V = J P J^T``
     of the predicted member, whose noise statistics are ``stats``)."""
     r, eye = jnp.ravel(y) - eta, jnp.eye(eta.shape[0], dtype=eta.dtype)
-    rates = jax.vmap(lambda c, q: noise.absorb(stats._replace(rate=q * stats.rate), r, c * V + eye).rate)(
-        jnp.append(scales.astype(stats.rate.dtype), 1.0), jnp.append(ratio, 1.0))
+    widths = jnp.append(scales.astype(r.dtype), 1.0)
+    rates = jnp.append(ratio, 1.0) * stats.rate + 0.5 * jax.vmap(lambda c: noise.quadratic_form(r, c * V + eye))(widths)
     return rates[:-1] / rates[-1]
 
 

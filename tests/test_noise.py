@@ -208,3 +208,16 @@ def test_diagonal_belief_keeps_its_diagonal_rule():
     np.testing.assert_allclose(out.noise.shape, A0 + 0.5)
     unit = jr.diag_rvga(jr.models.linear_gaussian(1.0), scheme="exact")
     np.testing.assert_allclose(out.mean, unit.update(unit.init(np.zeros(D), var), x, y).mean, rtol=1e-12)
+
+
+def test_quadratic_form_is_r_solve_s_r():
+    """``r^T S^{-1} r`` against a solve, for one output (no factorisation) and for three; NaN where a
+    1 x 1 ``S`` is not positive, as the Cholesky route gives for a matrix that is not positive definite."""
+    rng = np.random.default_rng(4)
+    for k in (1, 3):
+        A = rng.normal(size=(k, k))
+        S, r = A @ A.T + np.eye(k), rng.normal(size=k)
+        np.testing.assert_allclose(jr.noise.quadratic_form(jnp.asarray(r), jnp.asarray(S)), r @ np.linalg.solve(S, r),
+                                   rtol=1e-12)
+    assert np.isnan(jr.noise.quadratic_form(jnp.ones(1), -jnp.ones((1, 1))))
+    assert np.isnan(jr.noise.quadratic_form(jnp.ones(2), -jnp.eye(2)))
