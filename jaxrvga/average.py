@@ -181,19 +181,20 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
     own residual (:func:`_next_ratio`). A forecaster whose log predictive is not finite gets weight 0
     (``-inf``); where no weight is finite (non-finite data), the weights stay and the step is flagged.
     Where the prior is learned, each member's prior moves first (:func:`jaxrvga.learned_prior.move_prior`)."""
-    def scores(member, ratio):
-        return jax.vmap(lambda c, q: log_predictive(_forecaster(member, q), x, y, flt.model, num_points=num_points,
-                                                    scale=c))(state.scales, ratio)
+    def scores(member):
+        return jax.vmap(lambda c: log_predictive(member, x, y, flt.model, num_points=num_points, scale=c))(state.scales)
 
     def one(member, log_weight, prior, ratio):  # one member: its forecasters' scores, then its step
+        def densities(y, eta, V, stats):
+            return _log_densities(flt.model, y, eta, V, stats, state.scales, ratio, num_points)
+
         if prior is None:
             moved, ok, predicted = member, jnp.array(True), flt.predicted(member)
-            lp, next_ratio = (scores(predicted, None), None) if ratio is None else _noise_forecasts(
-                flt.model, predicted, x, y, state.scales, ratio, num_points)
+            lp, next_ratio = (scores(predicted), None) if ratio is None else _noise_forecasts(
+                flt.model, densities, predicted, x, y, state.scales, ratio)
         else:
             direction = jnp.broadcast_to(jnp.exp(prior.log_precision), prior.mean.shape)
-            lp, slope, moments = scores_and_slopes(flt.model, scores, member, x, y, state.scales, direction,
-                                                   prior.mean, num_points, ratio)
+            lp, slope, moments = scores_and_slopes(flt.model, scores, densities, member, x, y, direction, prior.mean)
             next_ratio = None if ratio is None else _next_ratio(noise.stats_of(member), y, *moments, state.scales,
                                                                 ratio)
             moved, prior, ok = move_prior(member, lp, slope, log_weight, prior)
@@ -215,27 +216,36 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
                           rate_ratio=ratio)
 
 
+def _forecaster_stats(stats, ratio):
+    """Noise statistics as a forecaster reads them: the rate times the forecaster's ``ratio`` (as they are
+    where either is None)."""
+    return stats if stats is None or ratio is None else stats._replace(rate=ratio * stats.rate)
+
+
 def _forecaster(member, ratio):
     """The member as one of its forecasters reads it: its noise rate times the forecaster's ``ratio``
     (None: the member itself)."""
-    if ratio is None:
-        return member
-    stats = noise.stats_of(member)
-    return member._replace(noise=stats._replace(rate=ratio * stats.rate))
+    return member if ratio is None else member._replace(noise=_forecaster_stats(noise.stats_of(member), ratio))
 
 
-def _noise_forecasts(model, member, x, y, scales, ratio, num_points: int):
-    """A member with a learned noise variance: its forecasters' log predictives of ``(x, y)`` (S,), each the
-    Student-t of its own rate (:func:`~jaxrvga.posterior_predictive.joint_log_density`), and their next rate
-    ratios (:func:`_next_ratio`), from one linearisation ``(h(m, x), J P J^T)`` of the predicted member."""
+def _log_densities(model, y, eta, V, stats, scales, ratio, num_points: int):
+    """The forecasters' log predictives of ``y`` (S,) from the predictor's moments ``eta``, ``V = J P J^T``
+    (:func:`~jaxrvga.posterior_predictive.joint_log_density`): forecaster ``s`` reads ``scales[s] V`` and the
+    noise statistics ``stats`` with its rate ratio ``ratio[s]`` (None: the member's own)."""
+    return jax.vmap(lambda c, q: joint_log_density(model, _forecaster_stats(stats, q), y, eta, c * V, num_points))(
+        scales, ratio)
+
+
+def _noise_forecasts(model, densities, member, x, y, scales, ratio):
+    """A member with a learned noise variance: its forecasters' log predictives of ``(x, y)`` (S,),
+    ``densities(y, eta, V, stats)`` (:func:`_log_densities`), and their next rate ratios (:func:`_next_ratio`),
+    from one linearisation ``(h(m, x), J P J^T)`` of the predicted member."""
     belief, st = beliefs.of_state(member)
     stats = noise.stats_of(member)
     x, y = check_observation(st, x, y, model)
     eta, J = linearize(model, st.mean, x)
     V = belief.sandwich(st, J)
-    lp = jax.vmap(lambda c, q: joint_log_density(model, stats._replace(rate=q * stats.rate), y, eta, c * V,
-                                                 num_points))(scales, ratio)
-    return lp, _next_ratio(stats, y, eta, V, scales, ratio)
+    return densities(y, eta, V, stats), _next_ratio(stats, y, eta, V, scales, ratio)
 
 
 def _next_ratio(stats, y, eta, V, scales, ratio):

@@ -32,7 +32,6 @@ from .core import Filter
 from .evidence import shift_prior, shift_prior_tangent
 from .kernels.lowrank import symmetrize
 from .models import check_observation, linearize
-from .posterior_predictive import joint_log_density
 from .validation import check_positive, is_concrete
 
 
@@ -88,13 +87,12 @@ def check_learn_prior(learn_prior, flt: Filter) -> float:
     return v
 
 
-def scores_and_slopes(model, scores, member, x, y, scales, direction, m0, num_points: int, ratio=None):
+def scores_and_slopes(model, scores, densities, member, x, y, direction, m0):
     """The forecasters' log predictives of ``(x, y)`` (S,), their derivatives along the move of the
     member's prior precision by ``t direction`` at ``t = 0`` (:func:`jaxrvga.evidence.shift_prior`), and
     the predictor's moments ``(eta, V)`` they were taken from (None where they were not formed).
-    ``scores(member, ratio)`` gives the forecasters' log predictives of a member; ``ratio`` (S,) the
-    forecasters' noise rates over the member's (:class:`jaxrvga.average.AverageState`'s ``rate_ratio``;
-    None without a learned noise variance).
+    ``scores(member)`` gives the forecasters' log predictives of a member, ``densities(y, eta, V, stats)``
+    the same from the predictor's moments and the member's noise statistics (None: a known noise).
 
     For one joint predictor ``eta ~ N(h(m), J P J^T)`` (:func:`jaxrvga.models.linearize`: a GLM, a
     nonlinear model, a minibatch model with a learned noise variance) from its moments: the move changes
@@ -108,8 +106,7 @@ def scores_and_slopes(model, scores, member, x, y, scales, direction, m0, num_po
     :func:`jaxrvga.evidence.shift_prior_tangent`."""
     stats = noise.stats_of(member, model.family.learned_noise)
     if model.per_input is not None and stats is None:
-        return (*jax.jvp(lambda m: scores(m, None), (member,), (shift_prior_tangent(member, direction, m0),)),
-                None)
+        return (*jax.jvp(scores, (member,), (shift_prior_tangent(member, direction, m0),)), None)
     belief, st = beliefs.of_state(member)
     x, y = check_observation(st, x, y, model)
     u = st.mean - m0
@@ -120,10 +117,7 @@ def scores_and_slopes(model, scores, member, x, y, scales, direction, m0, num_po
     V = symmetrize(J @ U.T)  # J P J^T from the same solves
 
     def log_densities(eta, V, rate):
-        def one(c, q):  # q: the forecaster's rate over the member's (None: the member's own)
-            moved = None if stats is None else stats._replace(rate=rate if q is None else q * rate)
-            return joint_log_density(model, moved, y, eta, c * V, num_points)
-        return jax.vmap(one)(scales, ratio)
+        return densities(y, eta, V, None if stats is None else stats._replace(rate=rate))
 
     rate = None if stats is None else stats.rate
     d_rate = None if stats is None else 0.5 * jnp.sum(direction * u * u).astype(rate.dtype)

@@ -237,7 +237,7 @@ def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case):
     and normal-inverse-gamma models (dense, low-rank, diagonal beliefs), and for a network with its
     Jacobian's own derivative along the mean's move. A learned noise variance's forecasters each read
     their own rate (``rate_ratio``), moved with the member's."""
-    from jaxrvga.average import _forecaster
+    from jaxrvga.average import _forecaster, _log_densities
     from jaxrvga.learned_prior import scores_and_slopes
 
     scales = jnp.array([0.0, 0.25, 1.0])
@@ -254,14 +254,18 @@ def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case):
     def scores(member, ratio):
         return jax.vmap(lambda c, q: jr.log_predictive(_forecaster(member, q), x, y, model, scale=c))(scales, ratio)
 
-    lp, slopes, _ = scores_and_slopes(model, scores, state, x, y, scales, direction, m0, 32, ratio)
+    def slopes_of(ratio):
+        def densities(y, eta, V, stats):
+            return _log_densities(model, y, eta, V, stats, scales, ratio, 32)
+        return scores_and_slopes(model, lambda m: scores(m, ratio), densities, state, x, y, direction, m0)
+
+    lp, slopes, _ = slopes_of(ratio)
     moved = lambda t: scores(jr.evidence.shift_prior(state, t * direction, m0)[0], ratio)  # noqa: E731
     want_lp, want = jax.jvp(moved, (0.0,), (1.0,))
     np.testing.assert_allclose(lp, want_lp, rtol=1e-12)
     assert float(jnp.max(jnp.abs(want))) > 1e-3
     np.testing.assert_allclose(slopes, want, rtol=1e-8, atol=1e-12)
     if ratio is not None:  # no ratios given: every forecaster reads the member's own rate
-        own = scores_and_slopes(model, scores, state, x, y, scales, direction, m0, 32, jnp.ones_like(ratio))
-        none = scores_and_slopes(model, scores, state, x, y, scales, direction, m0, 32, None)
+        own, none = slopes_of(jnp.ones_like(ratio)), slopes_of(None)
         for a, b in zip(none[:2], own[:2]):
             np.testing.assert_allclose(a, b, rtol=1e-12)
