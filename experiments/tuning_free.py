@@ -180,8 +180,10 @@ class TaskFit(NamedTuple):
 def fit_task(task, quick=False, seed=0) -> TaskFit:
     """One pass of each filter of a task: the ``runs`` of :class:`TaskFit` are the ``"average"`` (the prior
     grid x scales), the ``"one_prior_average"`` (member ``k`` x scales) and the
-    ``"learned_prior"``; ``seed`` as :func:`network_task`'s (the linear task has one)."""
+    ``"learned_prior"`` (one precision per layer of a network); ``seed`` as :func:`network_task`'s (the
+    linear task has one)."""
     import jaxrvga as jr
+    from experiments.networks_any_prior import SIZES
 
     if task == "linear":
         model, flt, members, data = linear_task(quick)
@@ -192,7 +194,8 @@ def fit_task(task, quick=False, seed=0) -> TaskFit:
         priors = PRIORS
     k = ONE_PRIOR.get(task, 2)
     one = jax.tree_util.tree_map(lambda a: a[k:k + 1], members)
-    avg, learned = jr.model_average(flt), jr.model_average(flt, learn_prior=LEARN_PRIOR)
+    groups = None if task == "linear" else layer_sizes(SIZES[task.split("-")[0]], quick)
+    avg, learned = jr.model_average(flt), jr.model_average(flt, learn_prior=LEARN_PRIOR, prior_groups=groups)
     starts = {"average": (avg, avg.init(members)), "one_prior_average": (avg, avg.init(one)),
               "learned_prior": (learned, learned.init(one, prior_precision=1.0 / priors[k]))}
     runs = {name: (f, s0, jr.run(f, s0, data[0], data[1])[0]) for name, (f, s0) in starts.items()}
@@ -225,7 +228,7 @@ def seed_rows(task, quick=False, seeds=5):
         fit = fit_task(task, quick, seed)
         row = {"task": task, "seed": seed}
         row.update({name: test_nlpd(state, fit.model, *fit.data[2:]) for name, (_, _, state) in fit.runs.items()})
-        row["learned_prior_var"] = float(jnp.exp(-fit.runs["learned_prior"][2].prior.log_precision[0]))
+        row["learned_prior_var"] = _prior_vars(fit.runs["learned_prior"][2])
         rows.append(row)
     return rows
 
@@ -244,7 +247,7 @@ def run_task(task, quick=False, timing=True):
            "one_prior": priors[k], "one_prior_nlpd": test_nlpd(one_state, model, Xte, yte),
            "learned_nlpd": test_nlpd(learned_state, model, Xte, yte),
            "pruned_nlpd": test_nlpd(pruned, model, Xte, yte), "kept_members": int(pruned.log_weight.shape[0]),
-           "learned_prior_var": float(jnp.exp(-learned_state.prior.log_precision[0])),
+           "learned_prior_var": _prior_vars(learned_state),
            "learned_converged": bool(learned_state.info.converged),
            "prior_weights": np.asarray(jr.average.weights(state).sum(1)).tolist(),
            "scale_weights": np.asarray(jr.average.weights(state).sum(0)).tolist(),
@@ -261,6 +264,18 @@ def run_task(task, quick=False, timing=True):
         out.update(costs(states, data, h, theta0, task))
         out.update(predictive_costs({"average": state, "pruned": pruned, "member": member}, model, Xte, yte))
     return out
+
+
+def _prior_vars(state):
+    """The learned prior variances of the one member, one per block (a list)."""
+    return np.round(np.exp(-np.asarray(state.prior.log_precision[0], np.float64)), 4).tolist()
+
+
+def layer_sizes(sizes, quick=False):
+    """The number of weights and biases of each layer of :func:`experiments.networks_any_prior.mlp` (in
+    its flat order): the learned prior's ``prior_groups``, one precision per layer."""
+    sizes = sizes if not quick else (sizes[0], 8, sizes[-1])
+    return tuple(fan_in * fan_out + fan_out for fan_in, fan_out in zip(sizes[:-1], sizes[1:]))
 
 
 def layer_groups(sizes):
@@ -327,6 +342,10 @@ def recipe(task) -> str:
     return DEFAULT_RECIPE.get(task, "one_prior")
 
 
+def _listed(values) -> str:
+    return ", ".join(f"{v:.3g}" for v in np.atleast_1d(values))
+
+
 def report(results):
     """The Markdown table of experiments/REPORT.md: the documented default of each task in bold."""
     head = ("| task | prior grid x scales | cost (/ one filter, / Adam) | one prior x scales | cost | "
@@ -342,7 +361,7 @@ def report(results):
                      (("grid", "grid_nlpd"), ("one_prior", "one_prior_nlpd")))
         lines.append(f"| {r['task']} | {grid} | {_cost(r, 'seconds_average')} | "
                      f"{one} (v = {r['one_prior']:g}) | {_cost(r, 'seconds_one_prior_average')} | "
-                     f"{r['learned_nlpd']:.3f} ({r['learned_prior_var']:.3g}) | {_cost(r, 'seconds_learned_prior')} | "
+                     f"{r['learned_nlpd']:.3f} ({_listed(r['learned_prior_var'])}) | {_cost(r, 'seconds_learned_prior')} | "
                      f"{ref} | {plug:.3f} / {lin:.3f} |")
     return "\n".join(lines)
 

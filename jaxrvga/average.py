@@ -28,7 +28,8 @@ the rank ``p`` could not keep, so its linearised predictive ``J P J^T`` is far t
 decided by the stream itself, through the forecasters' prequential scores.
 
 **The prior learned on the stream** (``learn_prior``): each member's prior precision learned in the
-same pass, without a grid (:mod:`jaxrvga.learned_prior`).
+same pass, without a grid, one for all its parameters or one per block of them, e.g. per layer
+(``prior_groups``; :mod:`jaxrvga.learned_prior`).
 
 **The noise variance of each forecaster.** Where the members learn their noise variance (the
 normal-inverse-gamma belief of :mod:`jaxrvga.noise`), a forecaster is a whole predictive,
@@ -56,7 +57,8 @@ from .beliefs.dense import GaussianState, sqrt_factor
 from .beliefs.reading import sample_of
 from .core import Filter, SolverInfo, check_solver_info, solver_info
 from .kernels.special import check_num_points
-from .learned_prior import LEARN_PRIOR, LearnedPrior, check_learn_prior, initial_prior, move_prior, scores_and_slopes
+from .learned_prior import (GROUP_SPREAD, LEARN_PRIOR, HyperPrior, LearnedPrior, check_learn_prior, initial_prior,
+                            move_prior, scores_and_slopes)
 from .models import check_observation, linearize
 from .posterior_predictive import (Predictive, Scores, joint_log_density, log_predictive, log_predictive_of,
                                    predictive, predictive_of, scores_of)
@@ -96,13 +98,14 @@ def _num_members(members) -> int:
     return sizes.pop()
 
 
-def _init(flt: Filter, scales, learn_prior, members, log_prior=None, prior_precision=None) -> AverageState:
+def _init(flt: Filter, scales, hyper: Optional[HyperPrior], members, log_prior=None,
+          prior_precision=None) -> AverageState:
     """``AverageState`` of the stacked ``members`` with log prior weights ``log_prior`` (K,) of the
     members or (K, S) of the forecasters (default 0: uniform), the members' split evenly over their
-    forecasters; where the prior is learned, ``prior_precision`` (a scalar or (K,)) the prior
-    precision each member was built with, its mean the prior mean."""
+    forecasters; where the prior is learned (``hyper``), ``prior_precision`` (a scalar, (K,) or (K, G))
+    the prior precision each member was built with, its mean the prior mean."""
     K, S = _num_members(members), len(scales)
-    prior = None if learn_prior is None else initial_prior(learn_prior, members, prior_precision, K)
+    prior = None if hyper is None else initial_prior(hyper, members, prior_precision, K)
     dtype = jnp.result_type(members.mean) if hasattr(members, "mean") else jnp.result_type(float)
     log_prior = jnp.zeros(K, dtype) if log_prior is None else jnp.asarray(log_prior, dtype)
     if log_prior.shape not in ((K,), (K, S)):
@@ -175,7 +178,7 @@ def each_member(fn, *stacked):
     return jax.lax.map(lambda args: fn(*args), stacked)
 
 
-def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageState:
+def _update(flt: Filter, num_points: int, hyper: Optional[HyperPrior], state: AverageState, x, y) -> AverageState:
     """Every member updated, each log weight plus its forecaster's one-step-ahead log predictive
     (the member's Jacobian computed once for all its scales), each forecaster's noise rate moved by its
     own residual (:func:`_next_ratio`). A forecaster whose log predictive is not finite gets weight 0
@@ -183,6 +186,8 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
     Where the prior is learned, each member's prior moves first (:func:`jaxrvga.learned_prior.move_prior`)."""
     def scores(member):
         return jax.vmap(lambda c: log_predictive(member, x, y, flt.model, num_points=num_points, scale=c))(state.scales)
+
+    index = None if state.prior is None else _prior_index(hyper, state.prior)
 
     def one(member, log_weight, prior, ratio):  # one member: its forecasters' scores, then its step
         def densities(y, eta, V, stats):
@@ -193,11 +198,12 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
             lp, next_ratio = (scores(predicted), None) if ratio is None else _noise_forecasts(
                 flt.model, densities, predicted, x, y, state.scales, ratio)
         else:
-            direction = jnp.broadcast_to(jnp.exp(prior.log_precision), prior.mean.shape)
-            lp, slope, moments = scores_and_slopes(flt.model, scores, densities, member, x, y, direction, prior.mean)
+            a = jnp.exp(prior.log_precision)[index]
+            directions = jnp.where(index == jnp.arange(hyper.num_groups)[:, None], a, 0.0)  # (G, d)
+            lp, slopes, moments = scores_and_slopes(flt.model, scores, densities, member, x, y, directions, prior.mean)
             next_ratio = None if ratio is None else _next_ratio(noise.stats_of(member), y, *moments, state.scales,
                                                                 ratio)
-            moved, prior, ok = move_prior(member, lp, slope, log_weight, prior)
+            moved, prior, ok = move_prior(member, lp, slopes, log_weight, prior, index)
             prior = LearnedPrior(*prior)
         new = flt.update(moved, x, y)
         if ratio is not None:  # a flagged step keeps its member's rate, and so its forecasters'
@@ -214,6 +220,15 @@ def _update(flt: Filter, num_points: int, state: AverageState, x, y) -> AverageS
     info = state.info._replace(converged=converged)
     return state._replace(members=members, log_weight=log_weight, step=state.step + 1, info=info, prior=prior,
                           rate_ratio=ratio)
+
+
+def _prior_index(hyper: Optional[HyperPrior], prior: LearnedPrior):
+    """The block of each parameter (d,), where the state's learned prior matches the filter's blocks."""
+    G = prior.log_precision.shape[-1]
+    if hyper is None or hyper.num_groups != G:
+        raise ValueError(f"the state's learned prior has {G} block(s) but the filter "
+                         + ("learns none (learn_prior=None)" if hyper is None else f"{hyper.num_groups}"))
+    return hyper.index(prior.mean.shape[-1])
 
 
 def _forecaster_stats(stats, ratio):
@@ -269,7 +284,8 @@ def _check(flt: Filter, state: AverageState, xs, ys):
     flt.check(jax.tree_util.tree_map(lambda a: a[0], state.members), xs, ys)
 
 
-def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32, learn_prior=None) -> Filter:
+def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32, learn_prior=None,
+                  prior_groups=None, group_spread=GROUP_SPREAD) -> Filter:
     """The Bayesian model average of the members of ``flt``, each read through the forecasters of
     ``scales`` (module docstring; ``scales=(1.0,)``: the members' own predictives alone).
 
@@ -295,6 +311,10 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     with fixed priors) on the networks of experiments/REPORT.md: the slopes of the forecasters' scores
     from the predictor's moments (:func:`jaxrvga.learned_prior.scores_and_slopes`) and the move after them
     (:func:`jaxrvga.evidence.shift_prior`; REPORT.md, "The learned prior's slopes from the moments").
+    With ``prior_groups`` (block sizes, e.g. :func:`jaxrvga.learned_prior.block_sizes` of a network's
+    layers), each block of the flat parameters learns its own precision (:mod:`jaxrvga.learned_prior`),
+    the slopes costing one tangent per block: 2.1-2.6x one filter for three layers (REPORT.md, "One prior
+    precision per layer").
 
     Args:
       flt: the members' filter (a :class:`~jaxrvga.Filter` with an observation model, ``flt.model``).
@@ -302,7 +322,12 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
         :data:`PREDICTIVE_SCALES`).
       num_points: Gauss-Hermite nodes of the log predictives that integrate numerically.
       learn_prior: None (the members' priors fixed) or ``v > 0``, the variance of the hyper-prior of each
-        member's log prior precision (:data:`LEARN_PRIOR`, 0.5, recommended).
+        member's log prior precision (:data:`LEARN_PRIOR`, 0.5, recommended; with blocks, that of their
+        mean).
+      prior_groups: None (one prior precision) or the sizes of the contiguous blocks of the flat
+        parameters that learn a precision each (positive ints summing to d; only with ``learn_prior``).
+      group_spread: the variance of each block's log precision about the blocks' mean, ``> 0``
+        (:data:`~jaxrvga.learned_prior.GROUP_SPREAD`).
 
     Returns:
       A :class:`~jaxrvga.Filter` whose state is an :class:`AverageState`.
@@ -327,11 +352,18 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
         raise ValueError("model_average needs a filter with an observation model (flt.model) to score its members")
     num_points = check_num_points(num_points)
     scales = _check_scales(scales)
+    hyper = None
     if learn_prior is not None:
-        learn_prior = check_learn_prior(learn_prior, flt)
+        hyper = check_learn_prior(learn_prior, flt, prior_groups, group_spread)
+    elif prior_groups is not None:
+        raise ValueError("prior_groups: the blocks of a learned prior need learn_prior=v (e.g. LEARN_PRIOR)")
+    return _average(flt, scales, num_points, hyper)
+
+
+def _average(flt: Filter, scales: tuple, num_points: int, hyper: Optional[HyperPrior]) -> Filter:
     check = None if flt.check is None else Bound(_check, flt)
     predict = None if flt.predict is None else Bound(_predict, flt)
-    return Filter(Bound(_init, flt, scales, learn_prior), Bound(_update, flt, num_points), check, predict, flt.model)
+    return Filter(Bound(_init, flt, scales, hyper), Bound(_update, flt, num_points, hyper), check, predict, flt.model)
 
 
 def member_filter(flt) -> Optional[Filter]:
@@ -362,8 +394,8 @@ def with_member_filter(avg: Filter, fn) -> Filter:
     """
     if member_filter(avg) is None:
         raise ValueError("avg must be a filter of jaxrvga.model_average")
-    flt, scales, learn_prior = avg.init.args
-    return model_average(fn(flt), scales=scales, num_points=avg.update.args[1], learn_prior=learn_prior)
+    flt, scales, hyper = avg.init.args
+    return _average(fn(flt), scales, avg.update.args[1], hyper)
 
 
 def _check_scales(scales) -> tuple:
@@ -599,8 +631,8 @@ def _check_average(st):
                 f"rate_ratio must be a {KS} array of finite values > 0, one per forecaster")
     if st.prior is not None:
         fc.need(isinstance(st.prior, LearnedPrior), "prior must be None or a LearnedPrior")
-        fc.need(fc.shape_of(st.prior.log_precision) == KS[:1] and fc.shape_of(st.prior.information) == KS[:1],
-                f"prior.log_precision and prior.information must have shape {KS[:1]}, one per member")
+        fc.need(fc.shape_of(st.prior.log_precision)[:1] == KS[:1],
+                f"prior.log_precision must have a leading axis of {KS[0]}, one row per member")
 
 
 io.register(AverageState, _check_average)

@@ -15,12 +15,20 @@ the data (whose gradients are large) moves slowly: from 1000 times too tight it 
 60 observations of a d = 20 regression, from 1000 times too broad to within a factor 4 of the
 evidence's maximum (tests/test_learned_prior.py).
 
+**One precision per layer** (``prior_groups``): the flat parameters split into G contiguous blocks
+(:func:`block_sizes`: a network's layers), block ``g`` of prior precision ``a_g``. ``lam = log a`` (G,) then
+has a Gaussian belief with the information ``I <- I + g g^T`` (G x G) and ``lam <- lam + I^{-1} g``, from a
+hierarchical hyper-prior: the blocks' mean log precision ``N(log a0, learn_prior)``, each block's
+deviation from it of variance ``spread`` (:data:`GROUP_SPREAD`), so that a block the stream says little
+about stays near the others (experiments/REPORT.md, "One prior precision per layer"). One block is the
+scalar case above.
+
 The forecasters, their scales and their weights are :mod:`jaxrvga.average`'s; this module holds the
 learned prior's state, its hyper-prior, the slopes of the forecasters' scores and the move.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -42,55 +50,133 @@ from .validation import check_positive, is_concrete
 #: 4's on all three, with a smaller spread.
 LEARN_PRIOR = 0.5
 
+#: The recommended variance of each block's log prior precision about the blocks' mean, where the
+#: prior is learned per block (``model_average(flt, learn_prior=LEARN_PRIOR, prior_groups=sizes)``): a
+#: factor ``e^0.45 = 1.56`` at one standard deviation before any data. Chosen over 0.05 on seeds 5-9 of the
+#: digits and diabetes networks (experiments/REPORT.md, "One prior precision per layer").
+GROUP_SPREAD = 0.2
+
+
+class HyperPrior(NamedTuple):
+    """The hyper-prior of the learned log prior precisions (static): ``variance`` that of the blocks'
+    mean log precision, ``sizes`` the lengths of the G contiguous blocks of the flat parameters with a
+    precision each (None: one), ``spread`` the variance of each block's deviation from the mean."""
+
+    variance: float
+    sizes: Optional[tuple]
+    spread: float
+
+    @property
+    def num_groups(self) -> int:
+        """G, the number of blocks."""
+        return 1 if self.sizes is None else len(self.sizes)
+
+    def information(self, dtype):
+        """The hyper-prior's information (G, G): ``Sigma0 = variance 1 1^T + spread (I - 1 1^T / G)``
+        inverted in closed form (the mean's variance is ``variance`` whatever G)."""
+        G = self.num_groups
+        J = jnp.full((G, G), 1.0 / G, dtype)
+        return J / (G * self.variance) + (jnp.eye(G, dtype=dtype) - J) / self.spread
+
+    def index(self, d: int):
+        """The block of each of the ``d`` parameters, (d,) int32."""
+        if self.sizes is None:
+            return np.zeros(d, np.int32)
+        if sum(self.sizes) != d:
+            raise ValueError(f"prior_groups: the block sizes sum to {sum(self.sizes)}, but the members have "
+                             f"d = {d} parameters")
+        return np.repeat(np.arange(len(self.sizes), dtype=np.int32), self.sizes)
+
 
 class LearnedPrior(NamedTuple):
     """The members' priors learned on the stream (:func:`jaxrvga.model_average` with ``learn_prior``): each
-    member's log prior precision ``log_precision`` (K,), its information ``information`` (K,) (the
-    hyper-prior's ``1 / learn_prior`` plus the squared evidence gradients so far), and its prior mean
-    ``mean`` (K, d) (the member's initial mean)."""
+    member's log prior precision of each block ``log_precision`` (K, G), its information ``information``
+    (K, G, G) (the hyper-prior's plus ``g g^T`` of the evidence gradients so far), and its prior mean
+    ``mean`` (K, d) (the member's initial mean). G = 1 without ``prior_groups``."""
 
     log_precision: jax.Array
     information: jax.Array
     mean: jax.Array
 
 
-def initial_prior(learn_prior, members, prior_precision, K) -> LearnedPrior:
-    """The members' :class:`LearnedPrior` at the start: ``log(prior_precision)``, information
-    ``1 / learn_prior``, the members' means as the prior means."""
+def block_sizes(tree) -> tuple:
+    """The number of parameters of each top-level entry of ``tree``, in the order
+    :func:`jax.flatten_util.ravel_pytree` lays them out: ``prior_groups`` of one prior precision per
+    layer for a network whose parameters are a dict or list of layers (a flax model: its
+    ``variables["params"]``).
+
+    Args:
+      tree: a pytree of arrays whose top-level entries are the blocks (e.g. the layers).
+
+    Returns:
+      A tuple of positive ints, one per top-level entry.
+    """
+    entries = jax.tree_util.tree_leaves(tree, is_leaf=lambda node: node is not tree)
+    sizes = tuple(sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(e)) for e in entries)
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"tree must have top-level entries with parameters, got sizes {sizes}")
+    return sizes
+
+
+def initial_prior(hyper: HyperPrior, members, prior_precision, K) -> LearnedPrior:
+    """The members' :class:`LearnedPrior` at the start: ``log(prior_precision)`` (a scalar, (K,) or
+    (K, G)), the hyper-prior's information, the members' means as the prior means."""
+    G = hyper.num_groups
     if prior_precision is None:
         raise ValueError("prior_precision is needed where the prior is learned (model_average(..., learn_prior=v)): "
-                         "the prior precision each member's initial state was built with, a scalar or (K,)")
+                         f"the prior precision each member's initial state was built with, a scalar, ({K},) or "
+                         f"({K}, {G})")
     mean = getattr(members, "mean", None)
     if mean is None or jnp.ndim(mean) != 2:
         raise ValueError("learn_prior needs members with a (K, d) mean (a dense, low-rank or diagonal belief)")
+    hyper.index(mean.shape[1])  # the blocks cover the parameters
     a0 = jnp.asarray(prior_precision, mean.dtype)
-    if a0.shape not in ((), (K,)):
-        raise ValueError(f"prior_precision must be a scalar or have shape ({K},), one per member, got {a0.shape}")
+    if a0.shape not in ((), (K,), (K, G)):
+        raise ValueError(f"prior_precision must be a scalar, ({K},) one per member or ({K}, {G}) one per member "
+                         f"and block, got {a0.shape}")
     if is_concrete(a0):
         check_positive("prior_precision", a0)
-    log_a = jnp.broadcast_to(jnp.log(a0), (K,))
-    return LearnedPrior(log_a, jnp.full((K,), 1.0 / learn_prior, mean.dtype), mean)
+    log_a = jnp.broadcast_to(jnp.log(a0).reshape(a0.shape + (1,) * (2 - a0.ndim)), (K, G))
+    return LearnedPrior(log_a, jnp.broadcast_to(hyper.information(mean.dtype), (K, G, G)), mean)
 
 
-def check_learn_prior(learn_prior, flt: Filter) -> float:
-    """A finite float ``> 0``, for a filter without dynamics."""
+def _positive_variance(name, value) -> float:
     try:
-        v = float(learn_prior)
+        v = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"learn_prior must be None or a variance > 0, got {learn_prior!r}") from None
-    if isinstance(learn_prior, bool) or not (np.isfinite(v) and v > 0):
-        raise ValueError(f"learn_prior must be None or a finite variance > 0, got {learn_prior!r}")
+        raise ValueError(f"{name} must be a variance > 0, got {value!r}") from None
+    if isinstance(value, bool) or not (np.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be a finite variance > 0, got {value!r}")
+    return v
+
+
+def check_learn_prior(learn_prior, flt: Filter, prior_groups=None, group_spread=GROUP_SPREAD) -> HyperPrior:
+    """The :class:`HyperPrior` of ``learn_prior`` (a finite variance ``> 0``), ``prior_groups`` (None or
+    positive block sizes) and ``group_spread`` (a finite variance ``> 0``), for a filter without dynamics."""
+    v = _positive_variance("learn_prior", learn_prior)
+    spread = _positive_variance("group_spread", group_spread)
     spec = getattr(flt, "spec", None)
     if flt.predict is not None and not (spec is not None and spec.dynamics.is_identity):
         raise ValueError("learn_prior needs a filter without dynamics: the prior it learns is that of a static "
                          "parameter")
-    return v
+    sizes = None
+    if prior_groups is not None:
+        try:
+            sizes = tuple(int(n) for n in prior_groups)
+            ok = len(sizes) > 0 and all(int(n) == n and n > 0 for n in prior_groups)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"prior_groups must be None or a sequence of positive block sizes summing to d, "
+                             f"got {prior_groups!r}")
+    return HyperPrior(v, sizes, spread)
 
 
-def scores_and_slopes(model, scores, densities, member, x, y, direction, m0):
-    """The forecasters' log predictives of ``(x, y)`` (S,), their derivatives along the move of the
-    member's prior precision by ``t direction`` at ``t = 0`` (:func:`jaxrvga.evidence.shift_prior`), and
-    the predictor's moments ``(eta, V)`` they were taken from (None where they were not formed).
+def scores_and_slopes(model, scores, densities, member, x, y, directions, m0):
+    """The forecasters' log predictives of ``(x, y)`` (S,), their derivatives (G, S) along the moves of
+    the member's prior precision by ``t directions[g]`` at ``t = 0`` (:func:`jaxrvga.evidence.shift_prior`;
+    ``directions`` (G, d), one tangent each, the primal computed once), and the predictor's moments
+    ``(eta, V)`` they were taken from (None where they were not formed).
     ``scores(member)`` gives the forecasters' log predictives of a member, ``densities(y, eta, V, stats)``
     the same from the predictor's moments and the member's noise statistics (None: a known noise).
 
@@ -106,42 +192,50 @@ def scores_and_slopes(model, scores, densities, member, x, y, direction, m0):
     :func:`jaxrvga.evidence.shift_prior_tangent`."""
     stats = noise.stats_of(member, model.family.learned_noise)
     if model.per_input is not None and stats is None:
-        return (*jax.jvp(scores, (member,), (shift_prior_tangent(member, direction, m0),)), None)
+        def along(direction):
+            return jax.jvp(scores, (member,), (shift_prior_tangent(member, direction, m0),))
+
+        return (*jax.vmap(along, out_axes=(None, 0))(directions), None)
     belief, st = beliefs.of_state(member)
     x, y = check_observation(st, x, y, model)
     u = st.mean - m0
-    dm = belief.solve(st, -direction * u)
-    (eta, J), (d_eta, dJ) = jax.jvp(lambda t: linearize(model, t, x), (st.mean,), (dm,))
-    U = jax.vmap(lambda row: belief.solve(st, row))(J)  # (k, d): the rows of (P J^T)^T
-    dJU = dJ @ U.T
-    V = symmetrize(J @ U.T)  # J P J^T from the same solves
 
     def log_densities(eta, V, rate):
         return densities(y, eta, V, None if stats is None else stats._replace(rate=rate))
 
-    rate = None if stats is None else stats.rate
-    d_rate = None if stats is None else 0.5 * jnp.sum(direction * u * u).astype(rate.dtype)
-    lp, slope = jax.jvp(log_densities, (eta, V, rate), (d_eta, dJU + dJU.T - (U * direction) @ U.T, d_rate))
-    return lp, slope, (eta, V)
+    def along(direction):  # the moments (primal, shared by the directions) and their tangents
+        dm = belief.solve(st, -direction * u)
+        (eta, J), (d_eta, dJ) = jax.jvp(lambda t: linearize(model, t, x), (st.mean,), (dm,))
+        U = jax.vmap(lambda row: belief.solve(st, row))(J)  # (k, d): the rows of (P J^T)^T
+        dJU = dJ @ U.T
+        V = symmetrize(J @ U.T)  # J P J^T from the same solves
+        rate = None if stats is None else stats.rate
+        d_rate = None if stats is None else 0.5 * jnp.sum(direction * u * u).astype(rate.dtype)
+        lp, slope = jax.jvp(log_densities, (eta, V, rate), (d_eta, dJU + dJU.T - (U * direction) @ U.T, d_rate))
+        return lp, slope, eta, V
+
+    lp, slopes, eta, V = jax.vmap(along, out_axes=(None, 0, None, None))(directions)
+    return lp, slopes, (eta, V)
 
 
-def move_prior(member, lp, slope, log_weight, prior):
+def move_prior(member, lp, slopes, log_weight, prior, index):
     """One member's prior moved by one Fisher-scoring step of its forecasters' prequential evidence.
 
-    With ``lam = log a`` the log prior precision and ``q(lam)`` the member's belief under the prior moved
-    in its own form (:func:`jaxrvga.evidence.shift_prior`), ``g = d/dlam log sum_s w_s p_s(y | x)`` (the
-    forecasters' mixture, weights ``w`` of ``log_weight``) is the mixture of the forecasters' ``slope``
-    (:func:`scores_and_slopes`, along ``a``); then ``I <- I + g^2``, ``lam <- lam + g / I`` (the Gaussian
-    belief over ``lam`` of a Gauss-Newton filter, started from the hyper-prior ``N(lam0, learn_prior)``)
-    and the member is moved to the new prior. A step whose gradient is not finite, or whose move breaks
+    With ``lam = log a`` the blocks' log prior precisions (G,) and ``q(lam)`` the member's belief under
+    the prior moved in its own form (:func:`jaxrvga.evidence.shift_prior`), ``g = d/dlam log sum_s w_s
+    p_s(y | x)`` (the forecasters' mixture, weights ``w`` of ``log_weight``) is the mixture of the
+    forecasters' ``slopes`` (G, S) (:func:`scores_and_slopes`, along each block's ``a``); then
+    ``I <- I + g g^T``, ``lam <- lam + I^{-1} g`` (the Gaussian belief over ``lam`` of a Gauss-Newton
+    filter, started from the hyper-prior, :class:`HyperPrior`) and the member is moved to the new prior
+    (``index`` (d,): each parameter's block). A step whose gradient is not finite, or whose move breaks
     the belief, keeps the prior and is flagged. Returns ``(member, prior fields, ok)``."""
     lam, m0 = prior.log_precision, prior.mean
     post = jax.nn.softmax(log_weight + jnp.where(jnp.isnan(lp), -jnp.inf, lp))
-    g = jnp.sum(jnp.where(post > 0, post * slope, 0.0))
-    information = prior.information + g * g
-    step = g / information
-    new, ok = shift_prior(member, jnp.broadcast_to(jnp.exp(lam) * jnp.expm1(step), m0.shape), m0)
-    ok = ok & jnp.isfinite(step) & jnp.all(jnp.isfinite(new.mean))
+    g = jnp.sum(jnp.where(post > 0, post * slopes, 0.0), axis=-1)
+    information = prior.information + jnp.outer(g, g)
+    step = jnp.linalg.solve(information, g)
+    new, ok = shift_prior(member, (jnp.exp(lam) * jnp.expm1(step))[index], m0)
+    ok = ok & jnp.all(jnp.isfinite(step)) & jnp.all(jnp.isfinite(new.mean))
     keep = lambda new_leaf, old_leaf: jnp.where(ok, new_leaf, old_leaf)  # noqa: E731
     member = jax.tree_util.tree_map(keep, new, member)
     prior = (jnp.where(ok, lam + step, lam), jnp.where(ok, information, prior.information), m0)
@@ -149,22 +243,31 @@ def move_prior(member, lp, slope, log_weight, prior):
 
 
 def _check_learned_prior(p):
-    """``LearnedPrior``: ``log_precision`` (K,) finite, ``information`` (K,) finite and > 0, ``mean`` (K, d)
-    finite, all of one floating dtype."""
+    """``LearnedPrior``: ``log_precision`` (K, G) finite, ``information`` (K, G, G) finite, symmetric and
+    positive definite, ``mean`` (K, d) finite, all of one floating dtype."""
     for name in LearnedPrior._fields:
         fc.floating(name, getattr(p, name))
     lam, info, mean = (fc.values(a) for a in p)
-    K = fc.shape_of(p.log_precision)
-    fc.need(len(K) == 1 and fc.shape_of(p.information) == K and np.all(np.isfinite(lam)),
-            f"log_precision and information must be finite vectors of one shape, got {K}")
-    fc.need(np.all(np.isfinite(info)) and np.all(info > 0), "information must be finite and > 0")
-    fc.need(fc.shape_of(p.mean)[:1] == K and len(fc.shape_of(p.mean)) == 2 and np.all(np.isfinite(mean)),
+    KG = fc.shape_of(p.log_precision)
+    fc.need(len(KG) == 2 and fc.shape_of(p.information) == KG + KG[1:] and np.all(np.isfinite(lam)),
+            f"log_precision must be a finite (K, G) array and information (K, G, G), got {KG} and "
+            f"{fc.shape_of(p.information)}")
+    fc.need(np.all(np.isfinite(info)) and np.allclose(info, np.swapaxes(info, -1, -2))
+            and np.all(np.linalg.eigvalsh(info) > 0), "information must be finite, symmetric and positive definite")
+    fc.need(fc.shape_of(p.mean)[:1] == KG[:1] and len(fc.shape_of(p.mean)) == 2 and np.all(np.isfinite(mean)),
             "mean must be a finite (K, d) array, one row per member")
     fc.need(fc.dtype_of(p.log_precision) == fc.dtype_of(p.information) == fc.dtype_of(p.mean),
             "log_precision, information and mean must share one dtype")
 
 
-io.register(LearnedPrior, _check_learned_prior, former=("jaxrvga.average",))
+def _one_block(p):
+    """A ``LearnedPrior`` of a file written before the blocks: (K,) fields as one block each."""
+    if np.ndim(p.log_precision) != 1:
+        return p
+    return p._replace(log_precision=p.log_precision[:, None], information=p.information[:, None, None])
 
 
-__all__ = ["LearnedPrior", "LEARN_PRIOR"]
+io.register(LearnedPrior, _check_learned_prior, former=("jaxrvga.average",), upgrade=_one_block)
+
+
+__all__ = ["LearnedPrior", "HyperPrior", "LEARN_PRIOR", "GROUP_SPREAD", "block_sizes"]

@@ -68,8 +68,8 @@ def test_each_step_gradient_is_the_evidence_terms_derivative():
     avg, state = _learned(flt, a0, v)
     out, _ = jr.run(avg, state, X, y)
     g = _evidence_terms_gradient(flt, jnp.log(a0), X, y)
-    assert abs(float(out.prior.log_precision[0]) - np.log(a0)) < 1e-4
-    np.testing.assert_allclose(float(out.prior.information[0]) - 1.0 / v, float(jnp.sum(g**2)), rtol=1e-3)
+    assert abs(float(out.prior.log_precision[0, 0]) - np.log(a0)) < 1e-4
+    np.testing.assert_allclose(float(out.prior.information[0, 0, 0]) - 1.0 / v, float(jnp.sum(g**2)), rtol=1e-3)
 
 
 def test_first_step_is_one_fisher_scoring_step_of_the_hyper_prior():
@@ -80,10 +80,10 @@ def test_first_step_is_one_fisher_scoring_step_of_the_hyper_prior():
     avg, state = _learned(flt, a0, v)
     one = avg.update(state, X[0], y[0])
     g1 = _evidence_terms_gradient(flt, jnp.log(a0), X[:1], y[:1])[0]
-    np.testing.assert_allclose(one.prior.log_precision[0], np.log(a0) + g1 / (1 / v + g1**2), rtol=1e-10)
-    np.testing.assert_allclose(one.prior.information[0], 1 / v + g1**2, rtol=1e-10)
+    np.testing.assert_allclose(one.prior.log_precision[0, 0], np.log(a0) + g1 / (1 / v + g1**2), rtol=1e-10)
+    np.testing.assert_allclose(one.prior.information[0, 0, 0], 1 / v + g1**2, rtol=1e-10)
     # and the member is the Kalman posterior of (x_1, y_1) from the moved prior
-    a1 = jnp.exp(one.prior.log_precision[0])
+    a1 = jnp.exp(one.prior.log_precision[0, 0])
     want = flt.update(flt.init(jnp.zeros(D), jnp.eye(D) / a1), X[0], y[0])
     np.testing.assert_allclose(one.members.cov[0], want.cov, rtol=1e-9)
     np.testing.assert_allclose(one.members.mean[0], want.mean, rtol=1e-9, atol=1e-12)
@@ -104,7 +104,7 @@ def test_a_wrong_prior_moves_toward_the_evidence_maximum(a0):
     out, info = jr.run(avg, avg.init(_one(init), prior_precision=a0), Xtr, ytr, jr.trace_info)
     fixed, _ = jr.run(flt, init, Xtr, ytr)
     best = np.log(float(jr.evidence.fit_prior_precision(fixed, a0).precision[0]))
-    learned = float(out.prior.log_precision[0])
+    learned = float(out.prior.log_precision[0, 0])
     assert bool(jnp.all(info.converged))
     assert np.sign(learned - np.log(a0)) == np.sign(best - np.log(a0))
     assert abs(learned - best) < abs(np.log(a0) - best) - 0.5  # a factor e^0.5 closer at least
@@ -183,7 +183,7 @@ def test_low_rank_network_in_float32():
     assert out.prior.log_precision.dtype == jnp.float32
     assert bool(jnp.all(info.converged))
     assert bool(jnp.all(jnp.isfinite(out.members.mean)))
-    assert abs(float(out.prior.log_precision[0])) > 1e-3
+    assert abs(float(out.prior.log_precision[0, 0])) > 1e-3
 
 
 def _states_of_every_belief():
@@ -248,7 +248,9 @@ def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case):
         state = _states_of_every_belief()[["dense", "lowrank", "diagonal"].index(case)]
         model = jr.models.linear_gaussian(None if state.noise is not None else 0.25)
         x, y, m0 = jnp.array([0.5, -1.0, 0.3, 2.0]), jnp.asarray(0.7), jnp.array([0.1, 0.0, -0.3, 0.2])
-    direction = jnp.full(state.mean.shape, 1.5)
+    d = state.mean.shape[0]
+    first = jnp.arange(d) < d // 2  # three directions: all parameters, and two blocks of them
+    directions = jnp.stack([jnp.full(d, 1.5), jnp.where(first, 1.5, 0.0), jnp.where(first, 0.0, 0.7)])
     ratio = None if state.noise is None else jnp.array([1.5, 0.7, 1.0], state.mean.dtype)
 
     def scores(member, ratio):
@@ -257,15 +259,103 @@ def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case):
     def slopes_of(ratio):
         def densities(y, eta, V, stats):
             return _log_densities(model, y, eta, V, stats, scales, ratio, 32)
-        return scores_and_slopes(model, lambda m: scores(m, ratio), densities, state, x, y, direction, m0)
+        return scores_and_slopes(model, lambda m: scores(m, ratio), densities, state, x, y, directions, m0)
 
     lp, slopes, _ = slopes_of(ratio)
-    moved = lambda t: scores(jr.evidence.shift_prior(state, t * direction, m0)[0], ratio)  # noqa: E731
-    want_lp, want = jax.jvp(moved, (0.0,), (1.0,))
-    np.testing.assert_allclose(lp, want_lp, rtol=1e-12)
-    assert float(jnp.max(jnp.abs(want))) > 1e-3
-    np.testing.assert_allclose(slopes, want, rtol=1e-8, atol=1e-12)
+    assert slopes.shape == (3, 3)
+    for direction, slope in zip(directions, slopes):
+        moved = lambda t: scores(jr.evidence.shift_prior(state, t * direction, m0)[0], ratio)  # noqa: E731
+        want_lp, want = jax.jvp(moved, (0.0,), (1.0,))
+        np.testing.assert_allclose(lp, want_lp, rtol=1e-12)
+        assert float(jnp.max(jnp.abs(want))) > 1e-4
+        np.testing.assert_allclose(slope, want, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(slopes[1] + slopes[2] / 0.7 * 1.5, slopes[0], rtol=1e-8, atol=1e-12)  # linear
     if ratio is not None:  # no ratios given: every forecaster reads the member's own rate
         own, none = slopes_of(jnp.ones_like(ratio)), slopes_of(None)
         for a, b in zip(none[:2], own[:2]):
             np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_one_block_is_the_scalar_prior():
+    """``prior_groups=(d,)``: one block of every parameter learns what the scalar prior learns."""
+    X, y = _data()
+    flt = jr.kalman(0.25)
+    init = _one(flt.init(jnp.zeros(D), jnp.eye(D) / 3.0))
+    runs = [jr.run(avg, avg.init(init, prior_precision=3.0), X, y)[0]
+            for avg in (jr.model_average(flt, scales=(1.0,), learn_prior=4.0),
+                        jr.model_average(flt, scales=(1.0,), learn_prior=4.0, prior_groups=(D,)))]
+    np.testing.assert_allclose(runs[1].prior.log_precision, runs[0].prior.log_precision, rtol=1e-10)
+    np.testing.assert_allclose(runs[1].members.mean, runs[0].members.mean, rtol=1e-10, atol=1e-12)
+
+
+def test_blocks_first_step_is_one_fisher_scoring_step_of_the_hierarchical_hyper_prior():
+    """Two blocks (1, 3) of a Kalman filter's weights, prior precisions a0 = (3, 0.5): with g the gradient
+    of the first step's log evidence term in (log a_1, log a_2) (autodiff), the hyper-prior's information
+    I0 = inv(v 1 1^T + s (I - 1 1^T / 2)) and I1 = I0 + g g^T, the step is lam0 + I1^{-1} g, and the
+    member is the Kalman posterior of (x_1, y_1) from the moved block prior."""
+    X, y = _data()
+    flt = jr.kalman(0.25)
+    a0, v, spread, sizes = jnp.array([3.0, 0.5]), 4.0, 0.3, (1, 3)
+    index = np.repeat([0, 1], sizes)
+    avg = jr.model_average(flt, scales=(1.0,), learn_prior=v, prior_groups=sizes, group_spread=spread)
+    state = avg.init(_one(flt.init(jnp.zeros(D), jnp.diag(1.0 / a0[index]))), prior_precision=a0[None])
+    one = avg.update(state, X[0], y[0])
+
+    def term(lam):
+        init = flt.init(jnp.zeros(D), jnp.diag(jnp.exp(-lam)[index]))
+        return jr.log_predictive(init, X[0], y[0], jr.models.linear_gaussian(0.25))
+
+    g = jax.grad(term)(jnp.log(a0))
+    I1 = np.linalg.inv(v * np.ones((2, 2)) + spread * (np.eye(2) - 0.5)) + np.outer(g, g)
+    want_lam = np.log(a0) + np.linalg.solve(I1, g)
+    np.testing.assert_allclose(one.prior.information[0], I1, rtol=1e-10)
+    np.testing.assert_allclose(one.prior.log_precision[0], want_lam, rtol=1e-10)
+    want = flt.update(flt.init(jnp.zeros(D), jnp.diag(jnp.exp(-want_lam)[index])), X[0], y[0])
+    np.testing.assert_allclose(one.members.cov[0], want.cov, rtol=1e-9)
+    np.testing.assert_allclose(one.members.mean[0], want.mean, rtol=1e-9, atol=1e-12)
+
+
+def test_block_sizes_are_the_layers_in_ravel_order():
+    """``block_sizes`` of a dict of layers: each layer's parameter count, in the order ravel_pytree lays
+    them out (each block of the flat vector is that layer's)."""
+    from jax.flatten_util import ravel_pytree
+
+    params = {"out": {"w": jnp.full((4, 2), 2.0), "b": jnp.full(2, 2.0)},
+              "hidden": {"w": jnp.full((3, 4), 1.0), "b": jnp.full(4, 1.0)}}
+    sizes = jr.learned_prior.block_sizes(params)
+    assert sizes == (16, 10)
+    flat, _ = ravel_pytree(params)
+    np.testing.assert_array_equal(flat, np.repeat([1.0, 2.0], sizes))
+    assert jr.learned_prior.block_sizes([jnp.ones(3), (jnp.ones(2), jnp.ones((2, 2)))]) == (3, 6)
+    with pytest.raises(ValueError, match="top-level"):
+        jr.learned_prior.block_sizes({"empty": jnp.ones(0)})
+
+
+def test_bad_blocks_are_refused_by_name(tmp_path):
+    flt = jr.kalman(0.25)
+    members = _one(flt.init(jnp.zeros(D), jnp.eye(D)))
+    for groups in ((2, 0, 2), (2, -2), (1.5, 2.5), "ab", ()):
+        with pytest.raises(ValueError, match="prior_groups"):
+            jr.model_average(flt, learn_prior=4.0, prior_groups=groups)
+    with pytest.raises(ValueError, match="prior_groups"):
+        jr.model_average(flt, prior_groups=(D,))
+    for spread in (0.0, float("nan"), -1.0):
+        with pytest.raises(ValueError, match="group_spread"):
+            jr.model_average(flt, learn_prior=4.0, prior_groups=(2, 2), group_spread=spread)
+    with pytest.raises(ValueError, match="sum to 3"):
+        jr.model_average(flt, learn_prior=4.0, prior_groups=(1, 2)).init(members, prior_precision=1.0)
+    two = jr.model_average(flt, learn_prior=4.0, prior_groups=(2, 2))
+    with pytest.raises(ValueError, match="prior_precision"):
+        two.init(members, prior_precision=jnp.ones((1, 3)))
+    state = two.init(members, prior_precision=jnp.array([[1.0, 2.0]]))
+    with pytest.raises(ValueError, match="block"):  # a state of two blocks given to a filter of one
+        jr.model_average(flt, learn_prior=4.0).update(state, jnp.ones(D), 1.0)
+    # a file written before the blocks, with (K,) fields, loads as one block
+    one = jr.model_average(flt, learn_prior=4.0)
+    old = one.init(members, prior_precision=1.0)
+    old = old._replace(prior=old.prior._replace(log_precision=old.prior.log_precision[:, 0],
+                                                information=old.prior.information[:, 0, 0]))
+    jr.io.save(tmp_path / "old.json", old)
+    back = jr.io.load(tmp_path / "old.json")
+    assert back.prior.log_precision.shape == (1, 1) and back.prior.information.shape == (1, 1, 1)
+    one.update(back, jnp.ones(D), 1.0)

@@ -25,7 +25,9 @@ def test_every_task_runs_and_is_written(quick):
     for r in results:
         assert math.isfinite(r["grid_nlpd"]) and r["converged"], r["task"]
         assert math.isfinite(r["learned_nlpd"]) and r["learned_converged"], r["task"]
-        assert math.isfinite(r["learned_prior_var"]) and r["learned_prior_var"] > 0
+        layers = 1 if r["task"] == "linear" else 2  # one learned prior variance per layer of a network
+        assert len(r["learned_prior_var"]) == layers, r["task"]
+        assert all(math.isfinite(v) and v > 0 for v in r["learned_prior_var"])
         assert math.isclose(sum(r["prior_weights"]), 1.0, rel_tol=1e-4)
         assert math.isclose(sum(r["scale_weights"]), 1.0, rel_tol=1e-4)
         assert len(r["members"]) == len(r["priors"])
@@ -89,4 +91,4 @@ def test_seed_rows_start_from_the_main_run(quick):
                         ("learned_prior", "learned_nlpd")):
         assert math.isclose(first[method], binary[key], rel_tol=1e-4), method
         assert math.isfinite(second[method]) and abs(second[method] - first[method]) > 1e-4, method
-    assert second["seed"] == 1 and second["learned_prior_var"] > 0
+    assert second["seed"] == 1 and len(second["learned_prior_var"]) == 2 and min(second["learned_prior_var"]) > 0
