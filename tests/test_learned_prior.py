@@ -43,8 +43,8 @@ def test_shift_prior_equals_the_run_from_the_moved_prior(noise_var):
         np.testing.assert_allclose(moved.noise.shape, want.noise.shape, rtol=1e-12)
 
 
-def _learned(flt, a0, v, m0=None, scales=(1.0,)):
-    avg = jr.model_average(flt, scales=scales, learn_prior=v)
+def _learned(flt, a0, v, m0=None, scales=(1.0,), groups=None):
+    avg = jr.model_average(flt, scales=scales, learn_prior=v, prior_groups=groups)
     m0 = jnp.zeros(D) if m0 is None else m0
     return avg, avg.init(_one(flt.init(m0, jnp.eye(D) / a0)), prior_precision=a0)
 
@@ -146,16 +146,17 @@ def test_bad_arguments_are_refused_by_name():
         avg.init(members, prior_precision=-1.0)
 
 
-def test_state_survives_io_and_vmap(tmp_path):
-    """A learned prior is a state field as any other: saved and loaded, and vmapped over two streams
-    (each as its own run, to rounding)."""
+@pytest.mark.parametrize("groups", [None, (1, 3)])
+def test_state_survives_io_and_vmap(tmp_path, groups):
+    """A learned prior, of one precision or of two blocks, is a state field as any other: saved and
+    loaded, and vmapped over two streams (each as its own run, to rounding)."""
     X, y = _data()
-    avg, state = _learned(jr.kalman(0.25), 3.0, 4.0)
+    avg, state = _learned(jr.kalman(0.25), 3.0, 4.0, groups=groups)
     out, _ = jr.run(avg, state, X, y)
     jr.io.save(tmp_path / "s.json", out)
     back = jr.io.load(tmp_path / "s.json")
-    np.testing.assert_array_equal(back.prior.log_precision, out.prior.log_precision)
-    np.testing.assert_array_equal(back.prior.mean, out.prior.mean)
+    for field in ("log_precision", "information", "mean"):
+        np.testing.assert_array_equal(getattr(back.prior, field), getattr(out.prior, field))
     X2, y2 = _data(seed=3)
     both = jax.vmap(lambda xs, ys: jr.run(avg, state, xs, ys)[0])(jnp.stack([X, X2]), jnp.stack([y, y2]))
     second, _ = jr.run(avg, state, X2, y2)

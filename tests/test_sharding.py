@@ -44,10 +44,11 @@ def initial_state(flt, prior_var=1.0):
 
 def learned_prior_average():
     """``(avg, state)``: a model average of two logistic L-RVGA members (prior variances 1 and 1/4)
-    whose priors are learned on the stream (issue 51: a learned prior shards like any state field)."""
+    whose priors are learned on the stream, one per half of the weights (issue 51: a learned prior shards
+    like any state field)."""
     flt = make_filter("logistic")
     members = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *(initial_state(flt, v) for v in (1.0, 0.25)))
-    avg = jr.model_average(flt, scales=(0.0, 1.0), learn_prior=4.0)
+    avg = jr.model_average(flt, scales=(0.0, 1.0), learn_prior=4.0, prior_groups=(D // 2, D - D // 2))
     return avg, avg.init(members, prior_precision=jnp.array([1.0, 4.0]))
 
 
@@ -120,7 +121,7 @@ def test_sharded_run_equals_unsharded(tmp_path):
     avg, state = learned_prior_average()
     ref, _ = jr.run(avg, state, X, y_log)
     assert np.all(np.asarray(ref.info.converged))
-    assert np.all(np.abs(ref.prior.log_precision - np.log([1.0, 4.0])) > 1e-3)  # the priors moved
+    assert np.all(np.abs(ref.prior.log_precision - np.log([[1.0], [4.0]])) > 1e-3)  # the priors moved
     np.testing.assert_allclose(got["average_log_precision"], ref.prior.log_precision, rtol=1e-9)
     np.testing.assert_allclose(got["average_log_weight"], ref.log_weight, rtol=1e-9, atol=1e-9)
     for field in ("mean", "psi"):
