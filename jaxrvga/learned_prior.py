@@ -175,8 +175,8 @@ def check_learn_prior(learn_prior, flt: Filter, prior_groups=None, group_spread=
 def scores_and_slopes(model, scores, densities, member, x, y, directions, m0):
     """The forecasters' log predictives of ``(x, y)`` (S,), their derivatives (G, S) along the moves of
     the member's prior precision by ``t directions[g]`` at ``t = 0`` (:func:`jaxrvga.evidence.shift_prior`;
-    ``directions`` (G, d), one tangent each, the primal computed once), and the predictor's moments
-    ``(eta, V)`` they were taken from (None where they were not formed).
+    ``directions`` (G, d)), and the predictor's moments ``(eta, V)`` they were taken from (None where they
+    were not formed).
     ``scores(member)`` gives the forecasters' log predictives of a member, ``densities(y, eta, V, stats)``
     the same from the predictor's moments and the member's noise statistics (None: a known noise).
 
@@ -186,7 +186,10 @@ def scores_and_slopes(model, scores, densities, member, x, y, directions, m0):
     derivatives along ``dm`` (``dJ`` 0 for a GLM), the precision by ``D`` (``dP = -P D P``), so ``dV =
     dJ U + U^T dJ^T - U^T D U`` with ``U = P J^T``, and a learned noise's rate by ``(m - m0)^T D (m - m0) /
     2``; the slopes are one forward-mode derivative of
-    :func:`~jaxrvga.posterior_predictive.joint_log_density` in those moments. This is the derivative of
+    :func:`~jaxrvga.posterior_predictive.joint_log_density` in those moments. ``dJ U`` takes one tangent of
+    the Jacobian per direction, or, where the k outputs are fewer than the G directions, one per row of
+    ``U`` (``(dJ_g U)_ij = dm_g^T H_i U_j``, ``H_i`` the Hessian of output i): a one-output network's G
+    blocks then cost one tangent, as one precision does. This is the derivative of
     ``scores`` through the moved belief without differentiating the belief's own factors. Otherwise (a
     minibatch model's inputs each their own predictor), forward mode through ``scores`` along
     :func:`jaxrvga.evidence.shift_prior_tangent`."""
@@ -200,21 +203,26 @@ def scores_and_slopes(model, scores, densities, member, x, y, directions, m0):
     x, y = check_observation(st, x, y, model)
     u = st.mean - m0
 
+    (eta, J), tangent_of = jax.linearize(lambda t: linearize(model, t, x), st.mean)
+    U = jax.vmap(lambda row: belief.solve(st, row))(J)  # (k, d): the rows of (P J^T)^T
+    V = symmetrize(J @ U.T)  # J P J^T from the same solves
+    dm = jax.vmap(lambda direction: belief.solve(st, -direction * u))(directions)  # (G, d)
+    if J.shape[0] < directions.shape[0]:  # fewer outputs than directions: (dJ_g U)_ij = dm_g^T H_i U_j
+        H_U = jax.vmap(tangent_of)(U)[1]  # (k, k, d): [j, i] the Hessian of output i times U_j
+        dJU = jnp.einsum("jid,gd->gij", H_U, dm)
+    else:
+        dJU = jax.vmap(tangent_of)(dm)[1] @ U.T  # (G, k, k)
+    dV = dJU + jnp.swapaxes(dJU, 1, 2) - jnp.einsum("id,gd,jd->gij", U, directions, U)
+    rate = None if stats is None else stats.rate
+    d_rate = None if stats is None else 0.5 * (directions @ (u * u)).astype(rate.dtype)
+
     def log_densities(eta, V, rate):
         return densities(y, eta, V, None if stats is None else stats._replace(rate=rate))
 
-    def along(direction):  # the moments (primal, shared by the directions) and their tangents
-        dm = belief.solve(st, -direction * u)
-        (eta, J), (d_eta, dJ) = jax.jvp(lambda t: linearize(model, t, x), (st.mean,), (dm,))
-        U = jax.vmap(lambda row: belief.solve(st, row))(J)  # (k, d): the rows of (P J^T)^T
-        dJU = dJ @ U.T
-        V = symmetrize(J @ U.T)  # J P J^T from the same solves
-        rate = None if stats is None else stats.rate
-        d_rate = None if stats is None else 0.5 * jnp.sum(direction * u * u).astype(rate.dtype)
-        lp, slope = jax.jvp(log_densities, (eta, V, rate), (d_eta, dJU + dJU.T - (U * direction) @ U.T, d_rate))
-        return lp, slope, eta, V
+    def along(d_eta, dV, d_rate):
+        return jax.jvp(log_densities, (eta, V, rate), (d_eta, dV, d_rate))
 
-    lp, slopes, eta, V = jax.vmap(along, out_axes=(None, 0, None, None))(directions)
+    lp, slopes = jax.vmap(along, out_axes=(None, 0))(dm @ J.T, dV, d_rate)
     return lp, slopes, (eta, V)
 
 

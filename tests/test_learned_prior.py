@@ -230,14 +230,16 @@ def _mlp_states(k):
     return model, state, x, jnp.asarray(1.0 if k == 1 else 2)
 
 
+@pytest.mark.parametrize("num_directions", [1, 4])
 @pytest.mark.parametrize("case", ["dense", "lowrank", "diagonal", "network-binary", "network-3-classes"])
-def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case):
+def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case, num_directions):
     """The learned prior's slopes (``d/dt`` of each forecaster's log predictive as the prior precision moves
     by ``t direction``), taken in closed form from the predictor's moments, equal forward-mode autodiff
     of the forecasters' log predictives through ``shift_prior`` itself: exactly for the linear-Gaussian
     and normal-inverse-gamma models (dense, low-rank, diagonal beliefs), and for a network with its
     Jacobian's own derivative along the mean's move. A learned noise variance's forecasters each read
-    their own rate (``rate_ratio``), moved with the member's."""
+    their own rate (``rate_ratio``), moved with the member's. One direction takes the Jacobian's tangent
+    along it; four (more than the outputs) take it along the rows of ``P J^T`` instead."""
     from jaxrvga.average import _forecaster, _log_densities
     from jaxrvga.learned_prior import scores_and_slopes
 
@@ -250,8 +252,9 @@ def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case):
         model = jr.models.linear_gaussian(None if state.noise is not None else 0.25)
         x, y, m0 = jnp.array([0.5, -1.0, 0.3, 2.0]), jnp.asarray(0.7), jnp.array([0.1, 0.0, -0.3, 0.2])
     d = state.mean.shape[0]
-    first = jnp.arange(d) < d // 2  # three directions: all parameters, and two blocks of them
-    directions = jnp.stack([jnp.full(d, 1.5), jnp.where(first, 1.5, 0.0), jnp.where(first, 0.0, 0.7)])
+    first = jnp.arange(d) < d // 2  # all parameters, two blocks of them, and one uneven direction
+    directions = jnp.stack([jnp.full(d, 1.5), jnp.where(first, 1.5, 0.0), jnp.where(first, 0.0, 0.7),
+                            jnp.linspace(0.2, 2.0, d)])[:num_directions]
     ratio = None if state.noise is None else jnp.array([1.5, 0.7, 1.0], state.mean.dtype)
 
     def scores(member, ratio):
@@ -263,14 +266,15 @@ def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case):
         return scores_and_slopes(model, lambda m: scores(m, ratio), densities, state, x, y, directions, m0)
 
     lp, slopes, _ = slopes_of(ratio)
-    assert slopes.shape == (3, 3)
+    assert slopes.shape == (num_directions, 3)
     for direction, slope in zip(directions, slopes):
         moved = lambda t: scores(jr.evidence.shift_prior(state, t * direction, m0)[0], ratio)  # noqa: E731
         want_lp, want = jax.jvp(moved, (0.0,), (1.0,))
         np.testing.assert_allclose(lp, want_lp, rtol=1e-12)
         assert float(jnp.max(jnp.abs(want))) > 1e-4
         np.testing.assert_allclose(slope, want, rtol=1e-8, atol=1e-12)
-    np.testing.assert_allclose(slopes[1] + slopes[2] / 0.7 * 1.5, slopes[0], rtol=1e-8, atol=1e-12)  # linear
+    if num_directions > 1:  # linear in the direction
+        np.testing.assert_allclose(slopes[1] + slopes[2] / 0.7 * 1.5, slopes[0], rtol=1e-8, atol=1e-12)
     if ratio is not None:  # no ratios given: every forecaster reads the member's own rate
         own, none = slopes_of(jnp.ones_like(ratio)), slopes_of(None)
         for a, b in zip(none[:2], own[:2]):
