@@ -58,7 +58,7 @@ from .beliefs.reading import sample_of
 from .core import Filter, SolverInfo, check_solver_info, solver_info
 from .kernels.special import check_num_points
 from .learned_prior import (GROUP_SPREAD, LEARN_PRIOR, HyperPrior, LearnedPrior, check_learn_prior, initial_prior,
-                            move_prior, scores_and_slopes)
+                            move_prior, scores_and_slope)
 from .models import check_observation, linearize
 from .posterior_predictive import (Predictive, Scores, joint_log_density, log_predictive, log_predictive_of,
                                    predictive, predictive_of, scores_of)
@@ -200,10 +200,11 @@ def _update(flt: Filter, num_points: int, hyper: Optional[HyperPrior], state: Av
         else:
             a = jnp.exp(prior.log_precision)[index]
             directions = jnp.where(index == jnp.arange(hyper.num_groups)[:, None], a, 0.0)  # (G, d)
-            lp, slopes, moments = scores_and_slopes(flt.model, scores, densities, member, x, y, directions, prior.mean)
+            lp, g, moments = scores_and_slope(flt.model, scores, densities, member, x, y, directions, prior.mean,
+                                              log_weight)
             next_ratio = None if ratio is None else _next_ratio(noise.stats_of(member), y, *moments, state.scales,
                                                                 ratio)
-            moved, prior, ok = move_prior(member, lp, slopes, log_weight, prior, index)
+            moved, prior, ok = move_prior(member, g, prior, index)
             prior = LearnedPrior(*prior)
         new = flt.update(moved, x, y)
         if ratio is not None:  # a flagged step keeps its member's rate, and so its forecasters'
@@ -309,7 +310,7 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     ``v`` is the variance of the Gaussian hyper-prior of ``log a`` centred on ``log a0``. It needs a filter
     without dynamics (a static parameter's prior) and costs 1.8-1.9x one filter (about 1.5x the average
     with fixed priors) on the networks of experiments/REPORT.md: the slopes of the forecasters' scores
-    from the predictor's moments (:func:`jaxrvga.learned_prior.scores_and_slopes`) and the move after them
+    from the predictor's moments (:func:`jaxrvga.learned_prior.scores_and_slope`) and the move after them
     (:func:`jaxrvga.evidence.shift_prior`; REPORT.md, "The learned prior's slopes from the moments").
     With ``prior_groups`` (block sizes, e.g. :func:`jaxrvga.learned_prior.block_sizes` of a network's
     layers), each block of the flat parameters learns its own precision (:mod:`jaxrvga.learned_prior`),

@@ -172,74 +172,79 @@ def check_learn_prior(learn_prior, flt: Filter, prior_groups=None, group_spread=
     return HyperPrior(v, sizes, spread)
 
 
-def scores_and_slopes(model, scores, densities, member, x, y, directions, m0):
-    """The forecasters' log predictives of ``(x, y)`` (S,), their derivatives (G, S) along the moves of
-    the member's prior precision by ``t directions[g]`` at ``t = 0`` (:func:`jaxrvga.evidence.shift_prior`;
-    ``directions`` (G, d)), and the predictor's moments ``(eta, V)`` they were taken from (None where they
-    were not formed).
-    ``scores(member)`` gives the forecasters' log predictives of a member, ``densities(y, eta, V, stats)``
-    the same from the predictor's moments and the member's noise statistics (None: a known noise).
+def _mixture_weights(log_weight, lp):
+    """The forecasters' posterior weights after ``lp`` (a NaN score: weight 0)."""
+    return jax.nn.softmax(log_weight + jnp.where(jnp.isnan(lp), -jnp.inf, lp))
+
+
+def _mixed(post, lp):
+    """``sum_s post_s lp_s`` over the forecasters of weight > 0 (a NaN score of weight 0 left out)."""
+    return jnp.sum(jnp.where(post > 0, post * lp, 0.0), axis=-1)
+
+
+def scores_and_slope(model, scores, densities, member, x, y, directions, m0, log_weight):
+    """The forecasters' log predictives of ``(x, y)`` (S,), the gradient (G,) of their mixture's
+    ``log sum_s w_s p_s(y | x)`` (weights ``w`` of ``log_weight``) in the member's log prior precisions
+    along ``directions`` (G, d) (the move of the precision by ``t directions[g]`` at ``t = 0``,
+    :func:`jaxrvga.evidence.shift_prior`; ``g_g = sum_s post_s d lp_s / dt_g``), and the predictor's
+    moments ``(eta, V)`` they were taken from (None where they were not formed). ``scores(member)`` gives
+    the forecasters' log predictives of a member, ``densities(y, eta, V, stats)`` the same from the
+    predictor's moments and the member's noise statistics (None: a known noise).
 
     For one joint predictor ``eta ~ N(h(m), J P J^T)`` (:func:`jaxrvga.models.linearize`: a GLM, a
     nonlinear model, a minibatch model with a learned noise variance) from its moments: the move changes
-    the mean by ``dm = P D (m0 - m)`` (``D = diag(direction)``), ``h`` and ``J`` by their forward-mode
-    derivatives along ``dm`` (``dJ`` 0 for a GLM), the precision by ``D`` (``dP = -P D P``), so ``dV =
-    dJ U + U^T dJ^T - U^T D U`` with ``U = P J^T``, and a learned noise's rate by ``(m - m0)^T D (m - m0) /
-    2``; the slopes are one forward-mode derivative of
-    :func:`~jaxrvga.posterior_predictive.joint_log_density` in those moments. ``dJ U`` takes one tangent of
-    the Jacobian per direction, or, where the k outputs are fewer than the G directions, one per row of
-    ``U`` (``(dJ_g U)_ij = dm_g^T H_i U_j``, ``H_i`` the Hessian of output i): a one-output network's G
-    blocks then cost one tangent, as one precision does. This is the derivative of
-    ``scores`` through the moved belief without differentiating the belief's own factors. Otherwise (a
-    minibatch model's inputs each their own predictor), forward mode through ``scores`` along
+    the mean by ``dm = -P D u`` (``D = diag(direction)``, ``u = m - m0``), ``eta`` by ``J dm``, ``J`` by its
+    derivative ``dJ`` along ``dm`` (0 for a GLM), the precision by ``D`` (``dP = -P D P``), so ``dV = dJ U
+    + U^T dJ^T - U^T D U`` with ``U = P J^T``, and a learned noise's rate by ``u^T D u / 2``. The gradient
+    is taken in reverse: with ``(c, C, c_b)`` the mixture's gradient in ``(eta, V, rate)`` (the posterior
+    weights held), ``r = J^T c + sum_i H_i q_i`` (``q = (C + C^T) U``, ``H_i`` the Hessian of output i) is
+    one vector-Jacobian product through ``(eta, J)``, and then ``g = directions @ (-u * P r - diag(U^T C
+    U) + c_b u^2 / 2)``: one solve and one product for all G blocks, about the cost of one forward-mode
+    tangent whatever G. This is the derivative of ``scores`` through the moved belief without
+    differentiating the belief's own factors. Otherwise (a minibatch model's inputs each their own
+    predictor), forward mode through ``scores`` along each direction's
     :func:`jaxrvga.evidence.shift_prior_tangent`."""
     stats = noise.stats_of(member, model.family.learned_noise)
     if model.per_input is not None and stats is None:
         def along(direction):
             return jax.jvp(scores, (member,), (shift_prior_tangent(member, direction, m0),))
 
-        return (*jax.vmap(along, out_axes=(None, 0))(directions), None)
+        lp, slopes = jax.vmap(along, out_axes=(None, 0))(directions)
+        return lp, _mixed(_mixture_weights(log_weight, lp), slopes), None
     belief, st = beliefs.of_state(member)
     x, y = check_observation(st, x, y, model)
     u = st.mean - m0
-
-    (eta, J), tangent_of = jax.linearize(lambda t: linearize(model, t, x), st.mean)
+    (eta, J), pullback = jax.vjp(lambda t: linearize(model, t, x), st.mean)
     U = jax.vmap(lambda row: belief.solve(st, row))(J)  # (k, d): the rows of (P J^T)^T
     V = symmetrize(J @ U.T)  # J P J^T from the same solves
-    dm = jax.vmap(lambda direction: belief.solve(st, -direction * u))(directions)  # (G, d)
-    if J.shape[0] < directions.shape[0]:  # fewer outputs than directions: (dJ_g U)_ij = dm_g^T H_i U_j
-        H_U = jax.vmap(tangent_of)(U)[1]  # (k, k, d): [j, i] the Hessian of output i times U_j
-        dJU = jnp.einsum("jid,gd->gij", H_U, dm)
-    else:
-        dJU = jax.vmap(tangent_of)(dm)[1] @ U.T  # (G, k, k)
-    dV = dJU + jnp.swapaxes(dJU, 1, 2) - jnp.einsum("id,gd,jd->gij", U, directions, U)
     rate = None if stats is None else stats.rate
-    d_rate = None if stats is None else 0.5 * (directions @ (u * u)).astype(rate.dtype)
 
     def log_densities(eta, V, rate):
         return densities(y, eta, V, None if stats is None else stats._replace(rate=rate))
 
-    def along(d_eta, dV, d_rate):
-        return jax.jvp(log_densities, (eta, V, rate), (d_eta, dV, d_rate))
+    lp = log_densities(eta, V, rate)
+    post = jax.lax.stop_gradient(_mixture_weights(log_weight, lp))
+    c, C, c_b = jax.grad(lambda *m: _mixed(post, log_densities(*m)), argnums=(0, 1, 2))(eta, V, rate) \
+        if stats is not None else (*jax.grad(lambda e, v: _mixed(post, log_densities(e, v, None)),
+                                             argnums=(0, 1))(eta, V), None)
+    r = pullback((c, (C + C.T) @ U))[0]
+    per_parameter = -u * belief.solve(st, r) - jnp.einsum("id,ij,jd->d", U, C, U)
+    if stats is not None:
+        per_parameter = per_parameter + (0.5 * c_b) * u * u
+    return lp, directions @ per_parameter, (eta, V)
 
-    lp, slopes = jax.vmap(along, out_axes=(None, 0))(dm @ J.T, dV, d_rate)
-    return lp, slopes, (eta, V)
 
-
-def move_prior(member, lp, slopes, log_weight, prior, index):
+def move_prior(member, g, prior, index):
     """One member's prior moved by one Fisher-scoring step of its forecasters' prequential evidence.
 
     With ``lam = log a`` the blocks' log prior precisions (G,) and ``q(lam)`` the member's belief under
     the prior moved in its own form (:func:`jaxrvga.evidence.shift_prior`), ``g = d/dlam log sum_s w_s
-    p_s(y | x)`` (the forecasters' mixture, weights ``w`` of ``log_weight``) is the mixture of the
-    forecasters' ``slopes`` (G, S) (:func:`scores_and_slopes`, along each block's ``a``); then
-    ``I <- I + g g^T``, ``lam <- lam + I^{-1} g`` (the Gaussian belief over ``lam`` of a Gauss-Newton
-    filter, started from the hyper-prior, :class:`HyperPrior`) and the member is moved to the new prior
-    (``index`` (d,): each parameter's block). A step whose gradient is not finite, or whose move breaks
-    the belief, keeps the prior and is flagged. Returns ``(member, prior fields, ok)``."""
+    p_s(y | x)`` (the forecasters' mixture, :func:`scores_and_slope`); then ``I <- I + g g^T``, ``lam <- lam
+    + I^{-1} g`` (the Gaussian belief over ``lam`` of a Gauss-Newton filter, started from the
+    hyper-prior, :class:`HyperPrior`) and the member is moved to the new prior (``index`` (d,): each
+    parameter's block). A step whose gradient is not finite, or whose move breaks the belief, keeps the
+    prior and is flagged. Returns ``(member, prior fields, ok)``."""
     lam, m0 = prior.log_precision, prior.mean
-    post = jax.nn.softmax(log_weight + jnp.where(jnp.isnan(lp), -jnp.inf, lp))
-    g = jnp.sum(jnp.where(post > 0, post * slopes, 0.0), axis=-1)
     information = prior.information + jnp.outer(g, g)
     step = jnp.linalg.solve(information, g)
     new, ok = shift_prior(member, (jnp.exp(lam) * jnp.expm1(step))[index], m0)

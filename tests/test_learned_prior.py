@@ -233,17 +233,17 @@ def _mlp_states(k):
 @pytest.mark.parametrize("num_directions", [1, 4])
 @pytest.mark.parametrize("case", ["dense", "lowrank", "diagonal", "network-binary", "network-3-classes"])
 def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case, num_directions):
-    """The learned prior's slopes (``d/dt`` of each forecaster's log predictive as the prior precision moves
-    by ``t direction``), taken in closed form from the predictor's moments, equal forward-mode autodiff
-    of the forecasters' log predictives through ``shift_prior`` itself: exactly for the linear-Gaussian
-    and normal-inverse-gamma models (dense, low-rank, diagonal beliefs), and for a network with its
-    Jacobian's own derivative along the mean's move. A learned noise variance's forecasters each read
-    their own rate (``rate_ratio``), moved with the member's. One direction takes the Jacobian's tangent
-    along it; four (more than the outputs) take it along the rows of ``P J^T`` instead."""
+    """The learned prior's gradient (``d/dt`` of the forecasters' mixture ``log sum_s w_s p_s(y | x)`` as the
+    prior precision moves by ``t direction``, for each direction), taken in reverse from the predictor's
+    moments, equals forward-mode autodiff of the mixture through ``shift_prior`` itself: exactly for the
+    linear-Gaussian and normal-inverse-gamma models (dense, low-rank, diagonal beliefs), and for a network
+    with its Jacobian's own derivative along the mean's move. A learned noise variance's forecasters each
+    read their own rate (``rate_ratio``), moved with the member's."""
     from jaxrvga.average import _forecaster, _log_densities
-    from jaxrvga.learned_prior import scores_and_slopes
+    from jaxrvga.learned_prior import scores_and_slope
 
     scales = jnp.array([0.0, 0.25, 1.0])
+    log_weight = jnp.array([-1.0, 0.3, -0.2])
     if case.startswith("network"):
         model, state, x, y = _mlp_states(1 if case == "network-binary" else 3)
         m0 = jnp.zeros_like(state.mean)
@@ -260,23 +260,27 @@ def test_closed_form_slopes_are_the_derivative_of_the_moved_scores(case, num_dir
     def scores(member, ratio):
         return jax.vmap(lambda c, q: jr.log_predictive(_forecaster(member, q), x, y, model, scale=c))(scales, ratio)
 
-    def slopes_of(ratio):
+    def slope_of(ratio):
         def densities(y, eta, V, stats):
             return _log_densities(model, y, eta, V, stats, scales, ratio, 32)
-        return scores_and_slopes(model, lambda m: scores(m, ratio), densities, state, x, y, directions, m0)
+        return scores_and_slope(model, lambda m: scores(m, ratio), densities, state, x, y, directions, m0,
+                                log_weight)
 
-    lp, slopes, _ = slopes_of(ratio)
-    assert slopes.shape == (num_directions, 3)
-    for direction, slope in zip(directions, slopes):
-        moved = lambda t: scores(jr.evidence.shift_prior(state, t * direction, m0)[0], ratio)  # noqa: E731
-        want_lp, want = jax.jvp(moved, (0.0,), (1.0,))
-        np.testing.assert_allclose(lp, want_lp, rtol=1e-12)
-        assert float(jnp.max(jnp.abs(want))) > 1e-4
-        np.testing.assert_allclose(slope, want, rtol=1e-8, atol=1e-12)
+    lp, g, _ = slope_of(ratio)
+    assert g.shape == (num_directions,)
+    np.testing.assert_allclose(lp, scores(state, ratio), rtol=1e-12)
+    for direction, got in zip(directions, g):
+        def mixture(t):
+            moved = jr.evidence.shift_prior(state, t * direction, m0)[0]
+            return jax.nn.logsumexp(log_weight + scores(moved, ratio))
+
+        want = jax.jvp(mixture, (0.0,), (1.0,))[1]
+        assert abs(float(want)) > 1e-4
+        np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)
     if num_directions > 1:  # linear in the direction
-        np.testing.assert_allclose(slopes[1] + slopes[2] / 0.7 * 1.5, slopes[0], rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(g[1] + g[2] / 0.7 * 1.5, g[0], rtol=1e-8, atol=1e-12)
     if ratio is not None:  # no ratios given: every forecaster reads the member's own rate
-        own, none = slopes_of(jnp.ones_like(ratio)), slopes_of(None)
+        own, none = slope_of(jnp.ones_like(ratio)), slope_of(None)
         for a, b in zip(none[:2], own[:2]):
             np.testing.assert_allclose(a, b, rtol=1e-12)
 
