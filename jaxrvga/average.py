@@ -314,7 +314,7 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     (:func:`jaxrvga.evidence.shift_prior`; REPORT.md, "The learned prior's slopes from the moments").
     With ``prior_groups`` (block sizes, e.g. :func:`jaxrvga.learned_prior.block_sizes` of a network's
     layers), each block of the flat parameters learns its own precision (:mod:`jaxrvga.learned_prior`),
-    at 1.7-2.4x one filter for three layers (REPORT.md, "One prior precision per layer").
+    at 1.9-2.1x one filter for three layers (REPORT.md, "One prior precision per layer").
 
     Args:
       flt: the members' filter (a :class:`~jaxrvga.Filter` with an observation model, ``flt.model``).
