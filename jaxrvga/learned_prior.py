@@ -222,11 +222,9 @@ def scores_and_slope(model, scores, densities, member, x, y, directions, m0, log
     def log_densities(eta, V, rate):
         return densities(y, eta, V, None if stats is None else stats._replace(rate=rate))
 
-    lp = log_densities(eta, V, rate)
-    post = jax.lax.stop_gradient(_mixture_weights(log_weight, lp))
-    c, C, c_b = jax.grad(lambda *m: _mixed(post, log_densities(*m)), argnums=(0, 1, 2))(eta, V, rate) \
-        if stats is not None else (*jax.grad(lambda e, v: _mixed(post, log_densities(e, v, None)),
-                                             argnums=(0, 1))(eta, V), None)
+    lp, densities_pullback = jax.vjp(log_densities, eta, V, rate)
+    post = _mixture_weights(log_weight, lp)
+    c, C, c_b = densities_pullback(jnp.where(post > 0, post, 0.0))  # the mixture's gradient, weights held
     r = pullback((c, (C + C.T) @ U))[0]
     per_parameter = -u * belief.solve(st, r) - jnp.einsum("id,ij,jd->d", U, C, U)
     if stats is not None:
