@@ -92,3 +92,15 @@ def test_seed_rows_start_from_the_main_run(quick):
         assert math.isclose(first[method], binary[key], rel_tol=1e-4), method
         assert math.isfinite(second[method]) and abs(second[method] - first[method]) > 1e-4, method
     assert second["seed"] == 1 and len(second["learned_prior_var"]) == 2 and min(second["learned_prior_var"]) > 0
+
+
+def test_layer_sizes_are_the_blocks_of_each_layer():
+    """``layer_sizes``: one block per layer of the flat MLP, the same split as ``layer_groups`` (weights and
+    biases of a layer together), covering every parameter."""
+    import numpy as np
+    from experiments.networks_any_prior import SIZES
+
+    for sizes in SIZES.values():
+        blocks = tuning_free.layer_sizes(sizes)
+        np.testing.assert_array_equal(np.repeat(np.arange(len(blocks)), blocks), tuning_free.layer_groups(sizes) // 2)
+    assert tuning_free.layer_sizes((4, 16, 3), quick=True) == (4 * 8 + 8, 8 * 3 + 3)
