@@ -162,8 +162,9 @@ def check_learn_prior(learn_prior, flt: Filter, prior_groups=None, group_spread=
     sizes = None
     if prior_groups is not None:
         try:
-            sizes = tuple(int(n) for n in prior_groups)
-            ok = len(sizes) > 0 and all(int(n) == n and n > 0 for n in prior_groups)
+            given = tuple(prior_groups)  # once: a generator is read a single time
+            sizes = tuple(int(n) for n in given)
+            ok = len(sizes) > 0 and all(n == m and n > 0 for n, m in zip(sizes, given))
         except (TypeError, ValueError):
             ok = False
         if not ok:

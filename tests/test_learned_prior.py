@@ -343,7 +343,7 @@ def test_block_sizes_are_the_layers_in_ravel_order():
 def test_bad_blocks_are_refused_by_name(tmp_path):
     flt = jr.kalman(0.25)
     members = _one(flt.init(jnp.zeros(D), jnp.eye(D)))
-    for groups in ((2, 0, 2), (2, -2), (1.5, 2.5), "ab", ()):
+    for groups in ((2, 0, 2), (2, -2), (1.5, 2.5), "ab", (), (n for n in (2, -2))):
         with pytest.raises(ValueError, match="prior_groups"):
             jr.model_average(flt, learn_prior=4.0, prior_groups=groups)
     with pytest.raises(ValueError, match="prior_groups"):
