@@ -72,7 +72,7 @@ def network_task(task, quick, seed=0):
     over :data:`PRIORS` (the diabetes output learns its noise variance). ``seed`` > 0: other initial
     weights (key ``seed``) and the training stream in another order (the same split)."""
     import jaxrvga as jr
-    from experiments.networks_any_prior import SIZES, initial_state, load, mlp
+    from experiments.networks_any_prior import initial_state, load, mlp
 
     dtype = jnp.float32
     known = task == "diabetes-noise-0.5"
@@ -83,7 +83,7 @@ def network_task(task, quick, seed=0):
     if seed:
         order = np.random.default_rng(seed).permutation(data[0].shape[0])
         data = (data[0][order], data[1][order], *data[2:])
-    theta0, h = mlp(SIZES[task] if not quick else (SIZES[task][0], 8, SIZES[task][-1]), dtype, seed)
+    theta0, h = mlp(mlp_sizes(task, quick), dtype, seed)
     family = {"binary": jr.models.bernoulli(), "multiclass": jr.models.categorical(10),
               "diabetes": jr.models.gaussian(0.5 if known else None)}[task]
     model = jr.models.nonlinear(h, family)
@@ -183,7 +183,6 @@ def fit_task(task, quick=False, seed=0) -> TaskFit:
     ``"learned_prior"`` (one precision per layer of a network); ``seed`` as :func:`network_task`'s (the
     linear task has one)."""
     import jaxrvga as jr
-    from experiments.networks_any_prior import SIZES
 
     if task == "linear":
         model, flt, members, data = linear_task(quick)
@@ -194,7 +193,7 @@ def fit_task(task, quick=False, seed=0) -> TaskFit:
         priors = PRIORS
     k = ONE_PRIOR.get(task, 2)
     one = jax.tree_util.tree_map(lambda a: a[k:k + 1], members)
-    groups = None if task == "linear" else layer_sizes(SIZES[task.split("-")[0]], quick)
+    groups = None if task == "linear" else layer_sizes(mlp_sizes(task, quick))
     avg, learned = jr.model_average(flt), jr.model_average(flt, learn_prior=LEARN_PRIOR, prior_groups=groups)
     starts = {"average": (avg, avg.init(members)), "one_prior_average": (avg, avg.init(one)),
               "learned_prior": (learned, learned.init(one, prior_precision=1.0 / priors[k]))}
@@ -271,10 +270,18 @@ def _prior_vars(state):
     return np.round(np.exp(-np.asarray(state.prior.log_precision[0], np.float64)), 4).tolist()
 
 
-def layer_sizes(sizes, quick=False):
+def mlp_sizes(task, quick=False):
+    """The layer widths of a network task's MLP (``experiments.networks_any_prior.SIZES``; ``quick``: one
+    hidden layer of 8)."""
+    from experiments.networks_any_prior import SIZES
+
+    sizes = SIZES[task.split("-")[0]]
+    return sizes if not quick else (sizes[0], 8, sizes[-1])
+
+
+def layer_sizes(sizes):
     """The number of weights and biases of each layer of :func:`experiments.networks_any_prior.mlp` (in
     its flat order): the learned prior's ``prior_groups``, one precision per layer."""
-    sizes = sizes if not quick else (sizes[0], 8, sizes[-1])
     return tuple(fan_in * fan_out + fan_out for fan_in, fan_out in zip(sizes[:-1], sizes[1:]))
 
 
@@ -291,7 +298,7 @@ def prior_fit_rows(task, quick=False, prior_vars=(0.1, 1.0)):
     """One filter per prior variance, then ``jr.evidence.fit_prior_precision`` with one precision and
     with one per layer's weights and biases: test NLPD (plug-in, linearised) before and after."""
     import jaxrvga as jr
-    from experiments.networks_any_prior import SIZES, initial_state
+    from experiments.networks_any_prior import initial_state
 
     if task == "linear":
         model, flt, _, data = linear_task(quick)
@@ -299,8 +306,7 @@ def prior_fit_rows(task, quick=False, prior_vars=(0.1, 1.0)):
         start = lambda v: flt.init(theta0, v * jnp.eye(theta0.shape[0], dtype=jnp.float32))  # noqa: E731
     else:
         model, flt, _, data, theta0, _ = network_task(task, quick)
-        sizes = SIZES[task] if not quick else (SIZES[task][0], 8, SIZES[task][-1])
-        grouping = (("one", None), ("layers", layer_groups(sizes)))
+        grouping = (("one", None), ("layers", layer_groups(mlp_sizes(task, quick))))
         start = lambda v: initial_state(flt, theta0, v, False)  # noqa: E731
     Xtr, ytr, Xte, yte = data
     rows = []

@@ -96,11 +96,13 @@ def test_seed_rows_start_from_the_main_run(quick):
 
 def test_layer_sizes_are_the_blocks_of_each_layer():
     """``layer_sizes``: one block per layer of the flat MLP, the same split as ``layer_groups`` (weights and
-    biases of a layer together), covering every parameter."""
+    biases of a layer together), covering every parameter; ``mlp_sizes`` the task's widths (quick: one
+    hidden layer of 8)."""
     import numpy as np
     from experiments.networks_any_prior import SIZES
 
     for sizes in SIZES.values():
         blocks = tuning_free.layer_sizes(sizes)
         np.testing.assert_array_equal(np.repeat(np.arange(len(blocks)), blocks), tuning_free.layer_groups(sizes) // 2)
-    assert tuning_free.layer_sizes((4, 16, 3), quick=True) == (4 * 8 + 8, 8 * 3 + 3)
+    assert tuning_free.mlp_sizes("diabetes-noise-0.5", quick=True) == (SIZES["diabetes"][0], 8, SIZES["diabetes"][-1])
+    assert tuning_free.layer_sizes((4, 8, 3)) == (4 * 8 + 8, 8 * 3 + 3)
