@@ -79,6 +79,7 @@ METHODS = [
     ("diagonal default (moment_ekf)", "diag", {}),
     ("diagonal ekf, batch 16", "diag", {"scheme": "ekf", "batch": 16}),
     ("L-RVGA default, prior learned", "lrvga", {"average": "learned"}),
+    ("L-RVGA default, prior learned per layer", "lrvga", {"average": "per_layer"}),
 ]
 
 
@@ -110,11 +111,11 @@ def digits(num_train, num_test, seed=0):
 
 
 def network(name, hidden=(256, 256)):
-    """``(label, theta0, h)`` of the network ``name`` ("mlp" or "lenet"), :mod:`benchmarks.gpu`'s."""
+    """``(label, theta0, h, blocks)`` of the network ``name`` ("mlp" or "lenet"), :mod:`benchmarks.gpu`'s
+    (``blocks``: each layer's number of parameters)."""
     key = jax.random.PRNGKey(0)
     if name == "mlp":
-        theta0, h = gpu.mlp(key, tuple(hidden))
-        return f"MLP 784-{'-'.join(map(str, hidden))}-10", theta0, h
+        return f"MLP 784-{'-'.join(map(str, hidden))}-10", *gpu.mlp(key, tuple(hidden))
     if name == "lenet":
         return "LeNet-5", *gpu.lenet(key)
     raise ValueError(f"network must be 'mlp' or 'lenet', got {name!r}")
@@ -131,13 +132,14 @@ def batches(xs, ys, batch):
             ys[:T * batch].reshape(T, batch))
 
 
-def make_filter(h, theta0, kind, options):
+def make_filter(h, theta0, kind, options, blocks=None):
     """``(filter, state, model)``: the filter of ``kind`` ("lrvga" or "diag") with ``options``
     (``scheme``, ``batch``, ``average`` and the filter's keywords), its prior state and the
     one-image model. ``average``: :func:`jaxrvga.model_average` of the one filter over its
     predictive scales (the predictive that the uncertainty guide recommends); ``"learned"``: the same
     with its prior precision learned on the stream (``learn_prior=jr.average.LEARN_PRIOR``, from
-    ``1 / PRIOR_VAR``)."""
+    ``1 / PRIOR_VAR``); ``"per_layer"``: one learned precision per layer, ``blocks`` the layers' sizes
+    (:func:`network`)."""
     options = dict(options)
     scheme, batch = options.pop("scheme", None), options.pop("batch", 1)
     average = options.pop("average", False)
@@ -152,8 +154,11 @@ def make_filter(h, theta0, kind, options):
                                            PRIOR_VAR, dtype=theta0.dtype)
         state = flt.init(theta0, W0, psi0)
     if average:
-        learned = average == "learned"
-        flt = jr.model_average(flt, learn_prior=jr.average.LEARN_PRIOR if learned else None)
+        learned = average in ("learned", "per_layer")
+        if average == "per_layer" and blocks is None:
+            raise ValueError("a prior learned per layer needs the network's layer sizes (blocks)")
+        flt = jr.model_average(flt, learn_prior=jr.average.LEARN_PRIOR if learned else None,
+                               prior_groups=blocks if average == "per_layer" else None)
         one = jax.tree_util.tree_map(lambda a: a[None], state)
         state = flt.init(one, prior_precision=1.0 / PRIOR_VAR) if learned else flt.init(one)
     return flt, state, model
@@ -235,7 +240,7 @@ def columns_per_step(options):
     return per_image * options.get("batch", 1)
 
 
-def flops_per_image(h, theta0, kind, options, xs, ys):
+def flops_per_image(h, theta0, kind, options, xs, ys, blocks=None):
     """XLA's count of the floating-point operations of one update per image; a buffered
     projection (held in a conditional that XLA counts in every update) counted once per
     ``buffer // m + 1`` updates, ``m`` = :func:`columns_per_step`."""
@@ -246,7 +251,7 @@ def flops_per_image(h, theta0, kind, options, xs, ys):
         opt = optax.adam(options["lr"])
         return xla_flops(adam_step(h, opt), (theta0, opt.init(theta0)),
                          (xs[:batch], ys[:batch])) / batch
-    flt, state, _ = make_filter(h, theta0, kind, options)
+    flt, state, _ = make_filter(h, theta0, kind, options, blocks)
     total = xla_flops(flt.update, state, x, y)
     buffer, m = options.get("buffer", 0), columns_per_step(options)
     if kind == "diag" or buffer < m:
@@ -267,9 +272,9 @@ def load_average():
     return "load average " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def prepare(h, theta0, methods, data):
+def prepare(h, theta0, methods, data, blocks=None):
     """Each method compiled for the training pass: ``(name, kind, options, args, compiled,
-    compile_s, temp_mb, score)``."""
+    compile_s, temp_mb, score)`` (``blocks``: the layers' sizes, :func:`network`)."""
     xs, ys = data
     out = []
     for name, kind, options in methods:
@@ -277,7 +282,7 @@ def prepare(h, theta0, methods, data):
             fn, args = adam_pass(h, options["lr"], options["batch"]), (theta0, xs, ys)
             score = adam_scores(h)
         else:
-            flt, state, model = make_filter(h, theta0, kind, options)
+            flt, state, model = make_filter(h, theta0, kind, options, blocks)
             fn, args = filter_pass(flt, options.get("batch", 1)), (state, xs, ys)
             score = filter_scores(model)
         out.append((name, kind, options, args, *compiled_run(fn, args), score))
@@ -308,13 +313,13 @@ def timed_peak(compiled, args):
 
 def compare(net, methods, num_train, num_test, repeat, hidden=(256, 256), flops=True):
     """Run every method on one network; print and return the rows (dicts)."""
-    label, theta0, h = network(net, hidden)
+    label, theta0, h, blocks = network(net, hidden)
     Xtr, ytr, Xte, yte = (jnp.asarray(a) for a in digits(num_train, num_test))
     d = theta0.shape[0]
     print(f"\n## {label} (d = {d:,}), one pass of {num_train} images, {num_test} test "
           f"images, float32, p = {RANK}, prior var {PRIOR_VAR}; best of {repeat}\n"
           f"# {load_average()}", flush=True)
-    runs = prepare(h, theta0, methods, (Xtr, ytr))
+    runs = prepare(h, theta0, methods, (Xtr, ytr), blocks)
     best = time_rounds(runs, repeat)
     rows, base = [], None
     for name, kind, options, _, _, compile_s, temp, score in runs:
@@ -325,7 +330,7 @@ def compare(net, methods, num_train, num_test, repeat, hidden=(256, 256), flops=
         row = dict(method=name, acc=acc, nlpd=nlpd, ms=ms, ratio=ms / base, compile=compile_s,
                    temp=temp, peak=peak, rise=rise, flops=float("nan"))
         if flops:
-            row["flops"] = flops_per_image(h, theta0, kind, options, Xtr, ytr) / d
+            row["flops"] = flops_per_image(h, theta0, kind, options, Xtr, ytr, blocks) / d
         rows.append(row)
         print_row(row, rows[0]["flops"])
     print(f"# {load_average()}", flush=True)

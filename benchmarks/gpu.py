@@ -119,8 +119,11 @@ def dense_params(key, sizes):
 
 
 def mlp(key, hidden=(256, 256)):
-    """``(theta0, h)`` of the MLP 784-``hidden``-10 (ReLU): ``h(theta, image) -> 10 logits``."""
-    theta0, unravel = ravel_pytree(dense_params(key, (784, *hidden, 10)))
+    """``(theta0, h, blocks)`` of the MLP 784-``hidden``-10 (ReLU): ``h(theta, image) -> 10 logits``,
+    ``blocks`` each layer's number of parameters in ``theta0``'s order (``prior_groups`` of a prior
+    learned per layer)."""
+    layers = dense_params(key, (784, *hidden, 10))
+    theta0, unravel = ravel_pytree(layers)
 
     def h(theta, image):
         layers, x = unravel(theta), image.reshape(-1)
@@ -129,15 +132,17 @@ def mlp(key, hidden=(256, 256)):
         W, b = layers[-1]
         return x @ W + b
 
-    return theta0, h
+    return theta0, h, jr.learned_prior.block_sizes(layers)
 
 
 def lenet(key):
-    """``(theta0, h)`` of LeNet-5: conv 5x5x6 (same), pool, conv 5x5x16, pool, 120, 84, 10 (tanh)."""
+    """``(theta0, h, blocks)`` of LeNet-5: conv 5x5x6 (same), pool, conv 5x5x16, pool, 120, 84, 10 (tanh);
+    ``blocks`` as :func:`mlp`'s."""
     k1, k2, k3 = jax.random.split(key, 3)
     convs = [(jax.random.normal(k, (o, i, 5, 5), jnp.float32) / math.sqrt(25 * i), jnp.zeros(o, jnp.float32))
              for k, (i, o) in zip((k1, k2), ((1, 6), (6, 16)))]
-    theta0, unravel = ravel_pytree((convs, dense_params(k3, (400, 120, 84, 10))))
+    dense = dense_params(k3, (400, 120, 84, 10))
+    theta0, unravel = ravel_pytree((convs, dense))
 
     def pool(x):  # 2 x 2 average pooling
         c, h, w = x.shape[1:]
@@ -154,7 +159,7 @@ def lenet(key):
         W, b = dense[-1]
         return x @ W + b
 
-    return theta0, h
+    return theta0, h, jr.learned_prior.block_sizes([*convs, *dense])  # ravel order: convs, then dense
 
 
 def network_rows(name, make, n, repeat, methods=None):
@@ -162,7 +167,7 @@ def network_rows(name, make, n, repeat, methods=None):
     :data:`benchmarks.bench_images.METHODS` (or ``methods``, a list of its entries), the
     filters' state donated, Adam (batch 1) first and the ratios to it."""
     from benchmarks import bench_images as bi
-    theta0, h = make(jax.random.PRNGKey(0))
+    theta0, h, blocks = make(jax.random.PRNGKey(0))
     xs = jax.random.uniform(jax.random.PRNGKey(1), (n, 28, 28), jnp.float32)
     ys = jax.random.randint(jax.random.PRNGKey(2), (n,), 0, 10)
     rows, adam = [], None
@@ -171,7 +176,7 @@ def network_rows(name, make, n, repeat, methods=None):
             run = jax.jit(bi.adam_pass(h, options["lr"], options["batch"]))
             t = best_seconds(run, theta0, (xs, ys), repeat)
         else:
-            flt, state, _ = bi.make_filter(h, theta0, kind, options)
+            flt, state, _ = bi.make_filter(h, theta0, kind, options, blocks)
             run = jax.jit(bi.filter_pass(flt, options.get("batch", 1)), donate_argnums=0)
             t = best_seconds(run, state, (xs, ys), repeat)
         batch = options.get("batch", 1)

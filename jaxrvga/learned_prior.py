@@ -23,6 +23,13 @@ deviation from it of variance ``spread`` (:data:`GROUP_SPREAD`), so that a block
 about stays near the others (experiments/REPORT.md, "One prior precision per layer"). One block is the
 scalar case above.
 
+**The member moved when its prior is off by the tolerance** (``prior_tolerance``): ``lam`` moves every
+step, but the member is moved to it (a refactorisation, O(d p^2) for a low-rank belief) only once
+``lam`` is more than :data:`PRIOR_TOLERANCE` from the log precisions the member is under
+(``LearnedPrior.member_log_precision``), and the slopes are taken there. For a linear-Gaussian model
+the member is then exactly the posterior under its own prior, as with 0, which moves it every step
+(tests/test_learned_prior.py).
+
 The forecasters, their scales and their weights are :mod:`jaxrvga.average`'s; this module holds the
 learned prior's state, its hyper-prior, the slopes of the forecasters' scores and the move.
 """
@@ -56,15 +63,25 @@ LEARN_PRIOR = 0.5
 #: digits and diabetes networks (experiments/REPORT.md, "One prior precision per layer").
 GROUP_SPREAD = 0.2
 
+#: The recommended tolerance of a member's prior: the member is moved to the learned log prior
+#: precisions only once they are this far (in any block) from those it was last moved to, a factor
+#: ``e^0.02`` (2 %); the learned precisions themselves move every step. Each move refactorises the
+#: member (O(d p^2) for a low-rank one); the steps of ``log a`` are mostly far smaller (median 0.001 on
+#: the binary digits network), so a network's member is moved on one step in four to six
+#: (experiments/REPORT.md, "The per-layer prior as the default"). 0 moves it every step.
+PRIOR_TOLERANCE = 0.02
+
 
 class HyperPrior(NamedTuple):
     """The hyper-prior of the learned log prior precisions (static): ``variance`` that of the blocks'
     mean log precision, ``sizes`` the lengths of the G contiguous blocks of the flat parameters with a
-    precision each (None: one), ``spread`` the variance of each block's deviation from the mean."""
+    precision each (None: one), ``spread`` the variance of each block's deviation from the mean,
+    ``tolerance`` how far (in log precision) a member's prior may lag the learned one."""
 
     variance: float
     sizes: Optional[tuple]
     spread: float
+    tolerance: float = 0.0
 
     @property
     def num_groups(self) -> int:
@@ -91,12 +108,15 @@ class HyperPrior(NamedTuple):
 class LearnedPrior(NamedTuple):
     """The members' priors learned on the stream (:func:`jaxrvga.model_average` with ``learn_prior``): each
     member's log prior precision of each block ``log_precision`` (K, G), its information ``information``
-    (K, G, G) (the hyper-prior's plus ``g g^T`` of the evidence gradients so far), and its prior mean
-    ``mean`` (K, d) (the member's initial mean). G = 1 without ``prior_groups``."""
+    (K, G, G) (the hyper-prior's plus ``g g^T`` of the evidence gradients so far), its prior mean
+    ``mean`` (K, d) (the member's initial mean), and ``member_log_precision`` (K, G), the log prior
+    precisions the member's belief is under (within the filter's ``prior_tolerance`` of
+    ``log_precision``). G = 1 without ``prior_groups``."""
 
     log_precision: jax.Array
     information: jax.Array
     mean: jax.Array
+    member_log_precision: Optional[jax.Array] = None  # absent from files written before it: log_precision
 
 
 def block_sizes(tree) -> tuple:
@@ -137,7 +157,7 @@ def initial_prior(hyper: HyperPrior, members, prior_precision, K) -> LearnedPrio
     if is_concrete(a0):
         check_positive("prior_precision", a0)
     log_a = jnp.broadcast_to(jnp.log(a0).reshape(a0.shape + (1,) * (2 - a0.ndim)), (K, G))
-    return LearnedPrior(log_a, jnp.broadcast_to(hyper.information(mean.dtype), (K, G, G)), mean)
+    return LearnedPrior(log_a, jnp.broadcast_to(hyper.information(mean.dtype), (K, G, G)), mean, log_a)
 
 
 def _positive_variance(name, value) -> float:
@@ -150,11 +170,19 @@ def _positive_variance(name, value) -> float:
     return v
 
 
-def check_learn_prior(learn_prior, flt: Filter, prior_groups=None, group_spread=GROUP_SPREAD) -> HyperPrior:
+def check_learn_prior(learn_prior, flt: Filter, prior_groups=None, group_spread=GROUP_SPREAD,
+                      prior_tolerance=PRIOR_TOLERANCE) -> HyperPrior:
     """The :class:`HyperPrior` of ``learn_prior`` (a finite variance ``> 0``), ``prior_groups`` (None or
-    positive block sizes) and ``group_spread`` (a finite variance ``> 0``), for a filter without dynamics."""
+    positive block sizes), ``group_spread`` (a finite variance ``> 0``) and ``prior_tolerance`` (finite,
+    ``>= 0``), for a filter without dynamics."""
     v = _positive_variance("learn_prior", learn_prior)
     spread = _positive_variance("group_spread", group_spread)
+    try:
+        tolerance = float(prior_tolerance)
+    except (TypeError, ValueError):
+        tolerance = float("nan")
+    if isinstance(prior_tolerance, bool) or not (np.isfinite(tolerance) and tolerance >= 0):
+        raise ValueError(f"prior_tolerance must be a finite log precision >= 0, got {prior_tolerance!r}")
     spec = getattr(flt, "spec", None)
     if flt.predict is not None and not (spec is not None and spec.dynamics.is_identity):
         raise ValueError("learn_prior needs a filter without dynamics: the prior it learns is that of a static "
@@ -170,7 +198,7 @@ def check_learn_prior(learn_prior, flt: Filter, prior_groups=None, group_spread=
         if not ok:
             raise ValueError(f"prior_groups must be None or a sequence of positive block sizes summing to d, "
                              f"got {prior_groups!r}")
-    return HyperPrior(v, sizes, spread)
+    return HyperPrior(v, sizes, spread, tolerance)
 
 
 def _mixture_weights(log_weight, lp):
@@ -233,53 +261,65 @@ def scores_and_slope(model, scores, densities, member, x, y, directions, m0, log
     return lp, directions @ per_parameter, (eta, V)
 
 
-def move_prior(member, g, prior, index):
+def move_prior(member, g, prior, index, tolerance=0.0):
     """One member's prior moved by one Fisher-scoring step of its forecasters' prequential evidence.
 
     With ``lam = log a`` the blocks' log prior precisions (G,) and ``q(lam)`` the member's belief under
     the prior moved in its own form (:func:`jaxrvga.evidence.shift_prior`), ``g = d/dlam log sum_s w_s
-    p_s(y | x)`` (the forecasters' mixture, :func:`scores_and_slope`); then ``I <- I + g g^T``, ``lam <- lam
-    + I^{-1} g`` (the Gaussian belief over ``lam`` of a Gauss-Newton filter, started from the
-    hyper-prior, :class:`HyperPrior`) and the member is moved to the new prior (``index`` (d,): each
-    parameter's block). A step whose gradient is not finite, or whose move breaks the belief, keeps the
-    prior and is flagged. Returns ``(member, prior fields, ok)``."""
-    lam, m0 = prior.log_precision, prior.mean
+    p_s(y | x)`` (the forecasters' mixture, :func:`scores_and_slope`, taken at the member's own prior
+    ``prior.member_log_precision``); then ``I <- I + g g^T``, ``lam <- lam + I^{-1} g`` (the Gaussian
+    belief over ``lam`` of a Gauss-Newton filter, started from the hyper-prior, :class:`HyperPrior`).
+    The member is moved to ``lam`` (``index`` (d,): each parameter's block) where its own prior is more
+    than ``tolerance`` from it in some block (0: every step), and keeps its prior otherwise. A step whose
+    gradient is not finite, or whose move breaks the belief, keeps the prior and is flagged. Returns
+    ``(member, prior, ok)``."""
+    lam, m0, at = prior.log_precision, prior.mean, prior.member_log_precision
     information = prior.information + jnp.outer(g, g)
-    step = jnp.linalg.solve(information, g)
-    new, ok = shift_prior(member, (jnp.exp(lam) * jnp.expm1(step))[index], m0)
-    ok = ok & jnp.all(jnp.isfinite(step)) & jnp.all(jnp.isfinite(new.mean))
-    keep = lambda new_leaf, old_leaf: jnp.where(ok, new_leaf, old_leaf)  # noqa: E731
-    member = jax.tree_util.tree_map(keep, new, member)
-    prior = (jnp.where(ok, lam + step, lam), jnp.where(ok, information, prior.information), m0)
+    target = lam + jnp.linalg.solve(information, g)
+    finite = jnp.all(jnp.isfinite(target))
+    due = finite & (jnp.max(jnp.abs(target - at)) > tolerance)
+
+    def moved(member):
+        new, ok = shift_prior(member, (jnp.exp(target) - jnp.exp(at))[index], m0)
+        ok = ok & jnp.all(jnp.isfinite(new.mean))
+        return jax.tree_util.tree_map(lambda n, o: jnp.where(ok, n, o), new, member), ok
+
+    member, ok = jax.lax.cond(due, moved, lambda member: (member, finite), member)
+    prior = LearnedPrior(jnp.where(ok, target, lam), jnp.where(ok, information, prior.information), m0,
+                         jnp.where(ok & due, target, at))
     return member, prior, ok
 
 
 def _check_learned_prior(p):
-    """``LearnedPrior``: ``log_precision`` (K, G) finite, ``information`` (K, G, G) finite, symmetric and
-    positive definite, ``mean`` (K, d) finite, all of one floating dtype."""
+    """``LearnedPrior``: ``log_precision`` and ``member_log_precision`` (K, G) finite, ``information`` (K,
+    G, G) finite, symmetric and positive definite, ``mean`` (K, d) finite, all of one floating dtype."""
     for name in LearnedPrior._fields:
         fc.floating(name, getattr(p, name))
-    lam, info, mean = (fc.values(a) for a in p)
+    lam, info, mean, at = (fc.values(a) for a in p)
     KG = fc.shape_of(p.log_precision)
     fc.need(len(KG) == 2 and fc.shape_of(p.information) == KG + KG[1:] and np.all(np.isfinite(lam)),
             f"log_precision must be a finite (K, G) array and information (K, G, G), got {KG} and "
             f"{fc.shape_of(p.information)}")
+    fc.need(fc.shape_of(p.member_log_precision) == KG and np.all(np.isfinite(at)),
+            f"member_log_precision must be a finite {KG} array as log_precision, got "
+            f"{fc.shape_of(p.member_log_precision)}")
     fc.need(np.all(np.isfinite(info)) and np.allclose(info, np.swapaxes(info, -1, -2))
             and np.all(np.linalg.eigvalsh(info) > 0), "information must be finite, symmetric and positive definite")
     fc.need(fc.shape_of(p.mean)[:1] == KG[:1] and len(fc.shape_of(p.mean)) == 2 and np.all(np.isfinite(mean)),
             "mean must be a finite (K, d) array, one row per member")
-    fc.need(fc.dtype_of(p.log_precision) == fc.dtype_of(p.information) == fc.dtype_of(p.mean),
-            "log_precision, information and mean must share one dtype")
+    fc.need(len({fc.dtype_of(a) for a in p}) == 1,
+            "log_precision, information, mean and member_log_precision must share one dtype")
 
 
-def _one_block(p):
-    """A ``LearnedPrior`` of a file written before the blocks: (K,) fields as one block each."""
-    if np.ndim(p.log_precision) != 1:
-        return p
-    return p._replace(log_precision=p.log_precision[:, None], information=p.information[:, None, None])
+def _upgrade(p):
+    """A ``LearnedPrior`` of a file written earlier: (K,) fields (before the blocks) as one block each;
+    without ``member_log_precision`` (before the tolerance), the member under ``log_precision``."""
+    if np.ndim(p.log_precision) == 1:
+        p = p._replace(log_precision=p.log_precision[:, None], information=p.information[:, None, None])
+    return p if p.member_log_precision is not None else p._replace(member_log_precision=p.log_precision)
 
 
-io.register(LearnedPrior, _check_learned_prior, former=("jaxrvga.average",), upgrade=_one_block)
+io.register(LearnedPrior, _check_learned_prior, former=("jaxrvga.average",), upgrade=_upgrade)
 
 
-__all__ = ["LearnedPrior", "HyperPrior", "LEARN_PRIOR", "GROUP_SPREAD", "block_sizes"]
+__all__ = ["LearnedPrior", "HyperPrior", "LEARN_PRIOR", "GROUP_SPREAD", "PRIOR_TOLERANCE", "block_sizes"]

@@ -43,8 +43,8 @@ def test_shift_prior_equals_the_run_from_the_moved_prior(noise_var):
         np.testing.assert_allclose(moved.noise.shape, want.noise.shape, rtol=1e-12)
 
 
-def _learned(flt, a0, v, m0=None, scales=(1.0,), groups=None):
-    avg = jr.model_average(flt, scales=scales, learn_prior=v, prior_groups=groups)
+def _learned(flt, a0, v, m0=None, scales=(1.0,), groups=None, tolerance=jr.learned_prior.PRIOR_TOLERANCE):
+    avg = jr.model_average(flt, scales=scales, learn_prior=v, prior_groups=groups, prior_tolerance=tolerance)
     m0 = jnp.zeros(D) if m0 is None else m0
     return avg, avg.init(_one(flt.init(m0, jnp.eye(D) / a0)), prior_precision=a0)
 
@@ -77,7 +77,7 @@ def test_first_step_is_one_fisher_scoring_step_of_the_hyper_prior():
     X, y = _data()
     flt = jr.kalman(0.25)
     a0, v = 3.0, 4.0
-    avg, state = _learned(flt, a0, v)
+    avg, state = _learned(flt, a0, v, tolerance=0.0)
     one = avg.update(state, X[0], y[0])
     g1 = _evidence_terms_gradient(flt, jnp.log(a0), X[:1], y[:1])[0]
     np.testing.assert_allclose(one.prior.log_precision[0, 0], np.log(a0) + g1 / (1 / v + g1**2), rtol=1e-10)
@@ -144,6 +144,9 @@ def test_bad_arguments_are_refused_by_name():
         avg.init(members, prior_precision=jnp.ones(3))
     with pytest.raises(ValueError, match="prior_precision"):
         avg.init(members, prior_precision=-1.0)
+    for tolerance in (-0.1, float("nan"), float("inf"), True, "a", None):
+        with pytest.raises(ValueError, match="prior_tolerance"):
+            jr.model_average(flt, learn_prior=4.0, prior_tolerance=tolerance)
 
 
 @pytest.mark.parametrize("groups", [None, (1, 3)])
@@ -306,7 +309,8 @@ def test_blocks_first_step_is_one_fisher_scoring_step_of_the_hierarchical_hyper_
     flt = jr.kalman(0.25)
     a0, v, spread, sizes = jnp.array([3.0, 0.5]), 4.0, 0.3, (1, 3)
     index = np.repeat([0, 1], sizes)
-    avg = jr.model_average(flt, scales=(1.0,), learn_prior=v, prior_groups=sizes, group_spread=spread)
+    avg = jr.model_average(flt, scales=(1.0,), learn_prior=v, prior_groups=sizes, group_spread=spread,
+                           prior_tolerance=0.0)
     state = avg.init(_one(flt.init(jnp.zeros(D), jnp.diag(1.0 / a0[index]))), prior_precision=a0[None])
     one = avg.update(state, X[0], y[0])
 
@@ -359,12 +363,70 @@ def test_bad_blocks_are_refused_by_name(tmp_path):
     state = two.init(members, prior_precision=jnp.array([[1.0, 2.0]]))
     with pytest.raises(ValueError, match="block"):  # a state of two blocks given to a filter of one
         jr.model_average(flt, learn_prior=4.0).update(state, jnp.ones(D), 1.0)
-    # a file written before the blocks, with (K,) fields, loads as one block
+    # a file written before the blocks (with (K,) fields) and before member_log_precision loads as one
+    # block, its member under the learned prior
     one = jr.model_average(flt, learn_prior=4.0)
     old = one.init(members, prior_precision=1.0)
     old = old._replace(prior=old.prior._replace(log_precision=old.prior.log_precision[:, 0],
                                                 information=old.prior.information[:, 0, 0]))
-    jr.io.save(tmp_path / "old.json", old)
-    back = jr.io.load(tmp_path / "old.json")
+    jr.io.save(tmp_path / "old.npz", old)
+    _drop_last_field(tmp_path / "old.npz", "LearnedPrior")
+    back = jr.io.load(tmp_path / "old.npz")
     assert back.prior.log_precision.shape == (1, 1) and back.prior.information.shape == (1, 1, 1)
+    np.testing.assert_array_equal(back.prior.member_log_precision, back.prior.log_precision)
     one.update(back, jnp.ones(D), 1.0)
+
+
+def _drop_last_field(path, qualname):
+    """Rewrite the file ``path`` of :func:`jaxrvga.io.save` as written before the last field of the
+    class ``qualname`` existed."""
+    import json
+
+    with np.load(path, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    meta = json.loads(str(arrays[jr.io.META_KEY]))
+
+    def drop(node):
+        if isinstance(node, dict):
+            if node.get("qualname") == qualname:
+                assert node["fields"][-1] == "member_log_precision"
+                node["fields"], node["children"] = node["fields"][:-1], node["children"][:-1]
+            for child in node.values():
+                drop(child)
+        elif isinstance(node, list):
+            for child in node:
+                drop(child)
+
+    drop(meta)
+    arrays[jr.io.META_KEY] = np.array(json.dumps(meta))
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize("noise_var", [0.25, None])
+def test_a_member_lagging_its_learned_prior_is_the_posterior_under_its_own_prior(noise_var):
+    """With ``prior_tolerance=0.1``, two blocks (1, 3): after every step the member's log prior precisions
+    are within 0.1 of the learned ones, and the member is exactly the Kalman (normal-inverse-gamma) run
+    of the observations so far from its own prior; it is moved on some steps, not all. With 0 it is
+    under the learned prior at every step."""
+    X, y = _data()
+    flt = jr.kalman(noise_var)
+    sizes, index = (1, 3), np.repeat([0, 1], (1, 3))
+    noise = None if noise_var is not None else (2.0, 1.0)
+    for tolerance in (0.1, 0.0):
+        avg = jr.model_average(flt, scales=(1.0,), learn_prior=4.0, prior_groups=sizes, prior_tolerance=tolerance)
+        state = avg.init(_one(flt.init(jnp.zeros(D), jnp.eye(D) / 3.0, noise=noise)), prior_precision=3.0)
+        moves = 0
+        for t in range(N):
+            before = state.prior.member_log_precision
+            state = avg.update(state, X[t], y[t])
+            prior = state.prior
+            moves += int(np.any(prior.member_log_precision != before))
+            assert bool(state.info.converged)
+            assert float(jnp.max(jnp.abs(prior.log_precision - prior.member_log_precision))) <= tolerance
+        lam = prior.member_log_precision[0]
+        want, _ = jr.run(flt, flt.init(jnp.zeros(D), jnp.diag(jnp.exp(-lam)[index]), noise=noise), X, y)
+        np.testing.assert_allclose(state.members.mean[0], want.mean, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(state.members.cov[0], want.cov, rtol=1e-8, atol=1e-12)
+        if noise_var is None:
+            np.testing.assert_allclose(state.members.noise.rate[0], want.noise.rate, rtol=1e-8)
+        assert (0 < moves < N) if tolerance else (moves == N)

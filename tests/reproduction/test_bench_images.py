@@ -29,7 +29,7 @@ def test_the_extra_is_declared():
 
 
 def test_default_filter_is_the_librarys_default_moment_ekf():
-    theta0, h = gpu.mlp(jax.random.PRNGKey(0), (4,))
+    theta0, h, _ = gpu.mlp(jax.random.PRNGKey(0), (4,))
     flt, _, _ = bi.make_filter(h, theta0, "lrvga", {})
     model = jr.models.nonlinear(h, jr.models.categorical(10))
     assert flt.spec.scheme.name == "moment_ekf"
@@ -37,14 +37,24 @@ def test_default_filter_is_the_librarys_default_moment_ekf():
 
 
 def tiny():
-    theta0, h = gpu.mlp(jax.random.PRNGKey(0), (4,))
+    theta0, h, _ = gpu.mlp(jax.random.PRNGKey(0), (4,))
     xs = jax.random.uniform(jax.random.PRNGKey(1), (32, 28, 28), jnp.float32)
     ys = jax.random.randint(jax.random.PRNGKey(2), (32,), 0, 10)
     return theta0, h, xs, ys
 
 
+def test_the_mlps_blocks_are_its_layers():
+    """``blocks`` of the MLP: each layer's weights and biases, in the order of ``theta0`` (LeNet's:
+    tests/reproduction/test_gpu_benchmark.py); a method learning a prior per layer needs them."""
+    theta0, h, blocks = gpu.mlp(jax.random.PRNGKey(0), (4,))
+    assert blocks == (785 * 4, 5 * 10) and sum(blocks) == theta0.size
+    with pytest.raises(ValueError, match="layer sizes"):
+        bi.make_filter(h, theta0, "lrvga", {"average": "per_layer"})
+
+
 def test_every_method_runs_one_pass_and_scores_itself():
     theta0, h, xs, ys = tiny()
+    blocks = gpu.mlp(jax.random.PRNGKey(0), (4,))[2]
     # One jitted scorer per model (every filter here has the same one-image model): methods whose
     # states have the same shapes share its compiled program.
     adam_scores, filter_scores = bi.adam_scores(h), {}
@@ -53,7 +63,7 @@ def test_every_method_runs_one_pass_and_scores_itself():
             out = jax.jit(bi.adam_pass(h, options["lr"], options["batch"]))(theta0, xs, ys)
             acc, nlpd = adam_scores(out, xs[:10], ys[:10])
         else:
-            flt, state, model = bi.make_filter(h, theta0, kind, options)
+            flt, state, model = bi.make_filter(h, theta0, kind, options, blocks)
             out = jax.jit(bi.filter_pass(flt, options.get("batch", 1)))(state, xs, ys)
             if model not in filter_scores:
                 filter_scores[model] = bi.filter_scores(model, chunk=5)

@@ -43,8 +43,9 @@ def test_lenet_rows_at_a_few_images():
 
 
 def test_lenet_has_the_lenet5_shape():
-    theta0, h = gpu.lenet(jax.random.PRNGKey(0))
+    theta0, h, blocks = gpu.lenet(jax.random.PRNGKey(0))
     assert theta0.size == 156 + 2416 + 48120 + 10164 + 850
+    assert blocks == (156, 2416, 48120, 10164, 850)  # each layer's weights and biases, in theta0's order
     logits = h(theta0, np.ones((28, 28), np.float32))
     assert logits.shape == (10,) and bool(np.all(np.isfinite(logits)))
     grad = jax.grad(lambda t: h(t, np.ones((28, 28), np.float32))[0])(theta0)  # Adam and the filters need it
