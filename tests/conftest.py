@@ -242,3 +242,31 @@ def small_mlp(num_outputs):
         return out[0] if num_outputs == 1 else out
 
     return h, count
+
+
+def rewrite_saved_nodes(path, edit):
+    """The file ``path`` of :func:`jaxrvga.io.save` (``.npz``) written again with ``edit(node)`` applied to
+    every dict of its stored tree (a class node has ``module``, ``qualname``, ``fields`` and ``children``):
+    a file as an older version of the library wrote it, or a corrupted one."""
+    import json
+
+    import numpy as np
+
+    from jaxrvga import io
+
+    with np.load(path, allow_pickle=False) as npz:
+        entries = {k: npz[k] for k in npz.files}
+    meta = json.loads(str(entries[io.META_KEY]))
+
+    def walk(node):
+        if isinstance(node, dict):
+            edit(node)
+            nodes = node.values()
+        else:
+            nodes = node if isinstance(node, list) else ()
+        for child in nodes:
+            walk(child)
+
+    walk(meta)
+    entries[io.META_KEY] = np.array(json.dumps(meta))
+    np.savez(path, **entries)

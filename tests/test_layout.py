@@ -6,7 +6,6 @@ layout still work.
 """
 import ast
 import importlib
-import json
 import pkgutil
 import re
 import types
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
+from conftest import rewrite_saved_nodes
 from jaxrvga import io
 
 PACKAGE = Path(jr.__file__).parent
@@ -192,22 +192,11 @@ def test_a_renamed_module_is_served_under_its_former_name_with_a_warning():
 
 def _rewrite_module(path: Path, old: str, new: str):
     """The same file with every stored class module ``new`` replaced by ``old``."""
-    with np.load(path, allow_pickle=False) as npz:
-        entries = {k: npz[k] for k in npz.files}
-    meta = json.loads(str(entries[io.META_KEY]))
-
     def rename(node):
-        if isinstance(node, dict):
-            if node.get("module") == new:
-                node["module"] = old
-            for v in node.values():
-                rename(v)
-        elif isinstance(node, list):
-            for v in node:
-                rename(v)
-    rename(meta)
-    entries[io.META_KEY] = np.array(json.dumps(meta))
-    np.savez(path, **entries)
+        if node.get("module") == new:
+            node["module"] = old
+
+    rewrite_saved_nodes(path, rename)
 
 
 @pytest.mark.parametrize("old, make", [

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
+from conftest import rewrite_saved_nodes
 
 D, N = 4, 40
 
@@ -379,27 +380,13 @@ def test_bad_blocks_are_refused_by_name(tmp_path):
 
 def _drop_last_field(path, qualname):
     """Rewrite the file ``path`` of :func:`jaxrvga.io.save` as written before the last field of the
-    class ``qualname`` existed."""
-    import json
-
-    with np.load(path, allow_pickle=False) as f:
-        arrays = {k: f[k] for k in f.files}
-    meta = json.loads(str(arrays[jr.io.META_KEY]))
-
+    class ``qualname`` (``member_log_precision``) existed."""
     def drop(node):
-        if isinstance(node, dict):
-            if node.get("qualname") == qualname:
-                assert node["fields"][-1] == "member_log_precision"
-                node["fields"], node["children"] = node["fields"][:-1], node["children"][:-1]
-            for child in node.values():
-                drop(child)
-        elif isinstance(node, list):
-            for child in node:
-                drop(child)
+        if node.get("qualname") == qualname:
+            assert node["fields"][-1] == "member_log_precision"
+            node["fields"], node["children"] = node["fields"][:-1], node["children"][:-1]
 
-    drop(meta)
-    arrays[jr.io.META_KEY] = np.array(json.dumps(meta))
-    np.savez(path, **arrays)
+    rewrite_saved_nodes(path, drop)
 
 
 @pytest.mark.parametrize("noise_var", [0.25, None])
