@@ -378,6 +378,24 @@ def test_bad_blocks_are_refused_by_name(tmp_path):
     one.update(back, jnp.ones(D), 1.0)
 
 
+@pytest.mark.parametrize("field, bad, message", [
+    ("log_precision", lambda p: p.log_precision * np.nan, "log_precision must be a finite"),
+    ("information", lambda p: p.information.at[0, 0, 1].add(1.0), "symmetric and positive definite"),
+    ("information", lambda p: -p.information, "symmetric and positive definite"),
+    ("member_log_precision", lambda p: p.member_log_precision[:, :1], "member_log_precision must be"),
+    ("member_log_precision", lambda p: p.member_log_precision.astype(jnp.float32), "share one dtype"),
+    ("mean", lambda p: p.mean[:, :2].T, "mean must be"),
+])
+def test_a_corrupted_learned_prior_is_refused_when_loaded(tmp_path, field, bad, message):
+    """Each field of a saved ``LearnedPrior`` is checked when loaded (``save`` does not validate)."""
+    X, y = _data()
+    avg, state = _learned(jr.kalman(0.25), 3.0, 4.0, groups=(1, 3))
+    out, _ = jr.run(avg, state, X[:5], y[:5])
+    jr.io.save(tmp_path / "s.npz", out._replace(prior=out.prior._replace(**{field: bad(out.prior)})))
+    with pytest.raises(ValueError, match=f"inconsistent LearnedPrior.*{message}"):
+        jr.io.load(tmp_path / "s.npz")
+
+
 def _drop_last_field(path, qualname):
     """Rewrite the file ``path`` of :func:`jaxrvga.io.save` as written before the last field of the
     class ``qualname`` (``member_log_precision``) existed."""
