@@ -22,7 +22,8 @@ unprojected: a categorical image brings the 9 rows of its Fisher with curvature)
 (``jr.models.minibatch``: one linearisation at the mean for the 16), ``fisher_rank=1`` (the
 leading direction of each image's 10 x 10 Fisher alone: one column per image, a curvature below
 the GGN), ``jr.model_average`` of the default filter over its predictive scales (one log
-predictive per image more); ``jr.diag_rvga``. Prior
+predictive per image more), the same with its prior precision learned on the stream, one precision or
+one per layer (the networks' documented default); ``jr.diag_rvga``. Prior
 ``N(theta0, PRIOR_VAR I)``. Compile time is excluded and reported apart; a run is timed
 ``--repeat`` times in interleaved rounds (every method once a round), its best kept; Adam's
 short run is repeated within its turn (:mod:`benchmarks.bench_nn`'s rule).
