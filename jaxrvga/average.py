@@ -178,8 +178,9 @@ def each_member(fn, *stacked):
     return jax.lax.map(lambda args: fn(*args), stacked)
 
 
-def _update(flt: Filter, num_points: int, hyper: Optional[HyperPrior], state: AverageState, x, y) -> AverageState:
-    """Every member updated, each log weight plus its forecaster's one-step-ahead log predictive
+def _update(flt: Filter, num_points: int, hyper: Optional[HyperPrior], forget: float, state: AverageState, x,
+            y) -> AverageState:
+    """Every member updated, each log weight (times ``forget``) plus its forecaster's one-step-ahead log predictive
     (the member's Jacobian computed once for all its scales), each forecaster's noise rate moved by its
     own residual (:func:`_next_ratio`). A forecaster whose log predictive is not finite gets weight 0
     (``-inf``); where no weight is finite (non-finite data), the weights stay and the step is flagged.
@@ -213,7 +214,9 @@ def _update(flt: Filter, num_points: int, hyper: Optional[HyperPrior], state: Av
     members, lp, prior, moved, ratio = each_member(one, state.members, state.log_weight, state.prior,
                                                    state.rate_ratio)
     lp = jnp.where(jnp.isnan(lp), -jnp.inf, lp)
-    log_weight = state.log_weight + lp.astype(state.log_weight.dtype)
+    log_weight = state.log_weight if forget == 1.0 else jnp.where(
+        jnp.isfinite(state.log_weight), forget * state.log_weight, state.log_weight)
+    log_weight = log_weight + lp.astype(state.log_weight.dtype)
     ok = usable_log_weight(state.log_weight) & jnp.any(jnp.isfinite(log_weight))
     log_weight = jnp.where(ok, log_weight, state.log_weight)
     converged = ok & jnp.all(moved) & (jnp.all(members.info.converged) if hasattr(members, "info") else True)
@@ -285,7 +288,8 @@ def _check(flt: Filter, state: AverageState, xs, ys):
 
 
 def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32, learn_prior=None,
-                  prior_groups=None, group_spread=GROUP_SPREAD, prior_tolerance=PRIOR_TOLERANCE) -> Filter:
+                  prior_groups=None, group_spread=GROUP_SPREAD, prior_tolerance=PRIOR_TOLERANCE,
+                  forget: float = 1.0) -> Filter:
     """The Bayesian model average of the members of ``flt``, each read through the forecasters of
     ``scales`` (module docstring; ``scales=(1.0,)``: the members' own predictives alone).
 
@@ -295,7 +299,7 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     ``update`` updates every member and adds each forecaster's one-step-ahead log predictive
     (:func:`jaxrvga.log_predictive` of ``flt.model`` on the member's predicted belief, with
     ``num_points`` Gauss-Hermite nodes where it integrates numerically) to its log weight; after a
-    run, the column of scale 1 of ``state.log_weight - log_prior`` is each member's
+    run (``forget=1``), the column of scale 1 of ``state.log_weight - log_prior`` is each member's
     :func:`jaxrvga.log_evidence`. :func:`jaxrvga.predictive` and :func:`jaxrvga.log_predictive` of
     the state are the weighted mixture; :func:`weights` gives ``softmax(log_weight)``. It is a
     filter as any other: :func:`jaxrvga.run`, traces, :mod:`jaxrvga.io`, ``jax.vmap``. Its cost
@@ -329,6 +333,10 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
         (:data:`~jaxrvga.learned_prior.GROUP_SPREAD`).
       prior_tolerance: ``>= 0``, how far a member's log prior precision may lag the learned one before
         the member is moved to it (:data:`~jaxrvga.learned_prior.PRIOR_TOLERANCE`; 0: every step).
+      forget: in ``(0, 1]``: each step the log weights are multiplied by ``forget`` before the new scores
+        are added (dynamic model averaging, Raftery, Karny & Ettler 2010), so that they follow the last
+        ``1 / (1 - forget)`` or so observations' scores; 1 (default): the Bayesian model average, each
+        member's weight its evidence (experiments/REPORT.md, "Forgetting in the weights").
 
     Returns:
       A :class:`~jaxrvga.Filter` whose state is an :class:`AverageState`.
@@ -353,18 +361,21 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
         raise ValueError("model_average needs a filter with an observation model (flt.model) to score its members")
     num_points = check_num_points(num_points)
     scales = _check_scales(scales)
+    if isinstance(forget, bool) or not (isinstance(forget, (int, float)) and 0.0 < forget <= 1.0):
+        raise ValueError(f"forget must be a number in (0, 1], got {forget!r}")
     hyper = None
     if learn_prior is not None:
         hyper = check_learn_prior(learn_prior, flt, prior_groups, group_spread, prior_tolerance)
     elif prior_groups is not None:
         raise ValueError("prior_groups: the blocks of a learned prior need learn_prior=v (e.g. LEARN_PRIOR)")
-    return _average(flt, scales, num_points, hyper)
+    return _average(flt, scales, num_points, hyper, float(forget))
 
 
-def _average(flt: Filter, scales: tuple, num_points: int, hyper: Optional[HyperPrior]) -> Filter:
+def _average(flt: Filter, scales: tuple, num_points: int, hyper: Optional[HyperPrior], forget: float) -> Filter:
     check = None if flt.check is None else Bound(_check, flt)
     predict = None if flt.predict is None else Bound(_predict, flt)
-    return Filter(Bound(_init, flt, scales, hyper), Bound(_update, flt, num_points, hyper), check, predict, flt.model)
+    return Filter(Bound(_init, flt, scales, hyper), Bound(_update, flt, num_points, hyper, forget), check, predict,
+                  flt.model)
 
 
 def member_filter(flt) -> Optional[Filter]:
@@ -396,7 +407,7 @@ def with_member_filter(avg: Filter, fn) -> Filter:
     if member_filter(avg) is None:
         raise ValueError("avg must be a filter of jaxrvga.model_average")
     flt, scales, hyper = avg.init.args
-    return _average(fn(flt), scales, avg.update.args[1], hyper)
+    return _average(fn(flt), scales, avg.update.args[1], hyper, avg.update.args[3])
 
 
 def _check_scales(scales) -> tuple:

@@ -205,6 +205,28 @@ def test_bad_arguments():
             jr.model_average(flt, scales=bad)
     with pytest.raises(ValueError, match="observation model"):
         jr.model_average(flt._replace(model=None))
+    for bad in (0.0, -0.5, 1.5, float("nan"), True, "a", jnp.array(0.9)):
+        with pytest.raises(ValueError, match="forget"):
+            jr.model_average(flt, forget=bad)
+
+
+def test_forgetting_discounts_the_weights():
+    """``forget=a``: the log weights after T steps are ``a^T w_0 + sum_t a^(T - t) lp_t``, ``lp_t`` each
+    forecaster's step-t log predictive (the members, which do not depend on the weights, as with
+    ``forget=1``); ``with_member_filter`` keeps ``a``."""
+    flt, a = jr.kalman(0.25), 0.9
+    X, y = _data()
+    full = jr.model_average(flt, scales=(0.0, 1.0))
+    s0 = full.init(_members(flt), jnp.log(jnp.array([0.2, 0.3, 0.5])))
+    _, trace = jr.run(full, s0, X, y, lambda state, *_: state.log_weight)
+    lp = jnp.diff(jnp.concatenate([s0.log_weight[None], trace]), axis=0)  # (T, K, S)
+    T = len(y)
+    want = a**T * s0.log_weight + jnp.einsum("t,tks->ks", a ** jnp.arange(T - 1, -1, -1.0), lp)
+    for avg in (jr.model_average(flt, scales=(0.0, 1.0), forget=a),
+                jr.average.with_member_filter(jr.model_average(flt, scales=(0.0, 1.0), forget=a), lambda f: f)):
+        out, _ = jr.run(avg, s0, X, y)
+        np.testing.assert_allclose(out.log_weight, want, rtol=1e-9)
+        np.testing.assert_allclose(out.members.mean, jr.run(full, s0, X, y)[0].members.mean, rtol=1e-12)
 
 
 def test_evidence_of_the_mixture_is_the_chain_of_its_predictives():
