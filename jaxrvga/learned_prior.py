@@ -47,7 +47,7 @@ from .core import Filter
 from .evidence import shift_prior, shift_prior_tangent
 from .kernels.lowrank import symmetrize
 from .models import check_observation, linearize
-from .validation import check_positive, is_concrete
+from .validation import check_positive, check_tolerance, is_concrete
 
 
 #: The recommended variance of the hyper-prior of a learned log prior precision
@@ -81,7 +81,7 @@ class HyperPrior(NamedTuple):
     variance: float
     sizes: Optional[tuple]
     spread: float
-    tolerance: float = 0.0
+    tolerance: float
 
     @property
     def num_groups(self) -> int:
@@ -177,12 +177,7 @@ def check_learn_prior(learn_prior, flt: Filter, prior_groups=None, group_spread=
     ``>= 0``), for a filter without dynamics."""
     v = _positive_variance("learn_prior", learn_prior)
     spread = _positive_variance("group_spread", group_spread)
-    try:
-        tolerance = float(prior_tolerance)
-    except (TypeError, ValueError):
-        tolerance = float("nan")
-    if isinstance(prior_tolerance, bool) or not (np.isfinite(tolerance) and tolerance >= 0):
-        raise ValueError(f"prior_tolerance must be a finite log precision >= 0, got {prior_tolerance!r}")
+    tolerance = float(check_tolerance("prior_tolerance", prior_tolerance))
     spec = getattr(flt, "spec", None)
     if flt.predict is not None and not (spec is not None and spec.dynamics.is_identity):
         raise ValueError("learn_prior needs a filter without dynamics: the prior it learns is that of a static "

@@ -268,7 +268,7 @@ def positive_int(name: str, value, minimum: int = 1) -> int:
 def check_tolerance(name: str, tol):
     """A stopping tolerance: a real scalar, finite and >= 0 where concrete (it may be traced).
     NaN would never stop a loop and ``inf`` would stop it at once reporting convergence; both,
-    negative values, complex numbers and strings raise. Returns ``tol``.
+    negative values, complex numbers, strings and None raise. Returns ``tol``.
 
     Args:
       name: the name in the message.
@@ -277,7 +277,7 @@ def check_tolerance(name: str, tol):
     Returns:
       ``tol`` unchanged; raises ``ValueError`` otherwise.
     """
-    if isinstance(tol, (str, bytes, bool)) or np.iscomplexobj(tol) or np.ndim(tol) != 0:
+    if tol is None or isinstance(tol, (str, bytes, bool)) or np.iscomplexobj(tol) or np.ndim(tol) != 0:
         raise ValueError(f"{name} must be a real scalar >= 0, got {tol!r}")
     if is_concrete(tol) and not (np.isfinite(float(tol)) and float(tol) >= 0):
         raise ValueError(f"{name} must be finite and >= 0, got {tol!r}")

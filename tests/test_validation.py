@@ -548,3 +548,14 @@ def test_log_predictive_takes_every_rule_up_to_its_maximum():
     assert np.isfinite(top) and abs(top - ref) < 1e-12
     with pytest.raises(ValueError, match="^num_points must be at most"):
         jr.kernels.special.gauss_hermite(jr.kernels.special.MAX_GAUSS_HERMITE + 1)
+
+
+def test_check_tolerance_refuses_what_is_not_a_finite_real_scalar_by_name():
+    """NaN, inf, negative values, complex numbers, strings, bools, arrays and None raise a ``ValueError``
+    naming the argument; a finite value >= 0 comes back unchanged."""
+    from jaxrvga.validation import check_tolerance
+
+    for bad in (None, -0.1, float("nan"), float("inf"), 1j, "a", True, np.ones(2)):
+        with pytest.raises(ValueError, match="tol"):
+            check_tolerance("tol", bad)
+    assert check_tolerance("tol", 0.0) == 0.0 and check_tolerance("tol", 1e-6) == 1e-6
