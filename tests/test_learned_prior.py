@@ -159,7 +159,7 @@ def test_state_survives_io_and_vmap(tmp_path, groups):
     out, _ = jr.run(avg, state, X, y)
     jr.io.save(tmp_path / "s.json", out)
     back = jr.io.load(tmp_path / "s.json")
-    for field in ("log_precision", "information", "mean"):
+    for field in jr.learned_prior.LearnedPrior._fields:
         np.testing.assert_array_equal(getattr(back.prior, field), getattr(out.prior, field))
     X2, y2 = _data(seed=3)
     both = jax.vmap(lambda xs, ys: jr.run(avg, state, xs, ys)[0])(jnp.stack([X, X2]), jnp.stack([y, y2]))
