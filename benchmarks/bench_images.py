@@ -23,7 +23,8 @@ unprojected: a categorical image brings the 9 rows of its Fisher with curvature)
 leading direction of each image's 10 x 10 Fisher alone: one column per image, a curvature below
 the GGN), ``jr.model_average`` of the default filter over its predictive scales (one log
 predictive per image more), the same with its prior precision learned on the stream, one precision or
-one per layer (the networks' documented default); ``jr.diag_rvga``. Prior
+one per layer (the networks' documented default, its weights forgetting at ``jr.average.FORGET``);
+``jr.diag_rvga``. Prior
 ``N(theta0, PRIOR_VAR I)``. Compile time is excluded and reported apart; a run is timed
 ``--repeat`` times in interleaved rounds (every method once a round), its best kept; Adam's
 short run is repeated within its turn (:mod:`benchmarks.bench_nn`'s rule).
@@ -139,8 +140,8 @@ def make_filter(h, theta0, kind, options, blocks=None):
     one-image model. ``average``: :func:`jaxrvga.model_average` of the one filter over its
     predictive scales (the predictive that the uncertainty guide recommends); ``"learned"``: the same
     with its prior precision learned on the stream (``learn_prior=jr.average.LEARN_PRIOR``, from
-    ``1 / PRIOR_VAR``); ``"per_layer"``: one learned precision per layer, ``blocks`` the layers' sizes
-    (:func:`network`)."""
+    ``1 / PRIOR_VAR``); ``"per_layer"``: the documented default, one learned precision per layer
+    (``blocks`` the layers' sizes, :func:`network`) and the weights forgetting at ``jr.average.FORGET``."""
     options = dict(options)
     scheme, batch = options.pop("scheme", None), options.pop("batch", 1)
     average = options.pop("average", False)
@@ -155,11 +156,12 @@ def make_filter(h, theta0, kind, options, blocks=None):
                                            PRIOR_VAR, dtype=theta0.dtype)
         state = flt.init(theta0, W0, psi0)
     if average:
-        learned = average in ("learned", "per_layer")
-        if average == "per_layer" and blocks is None:
+        learned, per_layer = average in ("learned", "per_layer"), average == "per_layer"
+        if per_layer and blocks is None:
             raise ValueError("a prior learned per layer needs the network's layer sizes (blocks)")
         flt = jr.model_average(flt, learn_prior=jr.average.LEARN_PRIOR if learned else None,
-                               prior_groups=blocks if average == "per_layer" else None)
+                               prior_groups=blocks if per_layer else None,
+                               forget=jr.average.FORGET if per_layer else 1.0)
         one = jax.tree_util.tree_map(lambda a: a[None], state)
         state = flt.init(one, prior_precision=1.0 / PRIOR_VAR) if learned else flt.init(one)
     return flt, state, model

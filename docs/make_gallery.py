@@ -42,6 +42,7 @@ SIZES = {
     "empirical_bayes": dict(),
     "ekf_calibration": dict(num_train=600, num_test=597, hidden=16, num_samples=256),
     "tuning_free": dict(),
+    "network_recipe": dict(),
     "thompson_bandit": dict(),
     "neural_bandit": dict(rounds=2000),
 }
@@ -261,6 +262,25 @@ def fig_tuning_free(out):
     b.plot(steps, t["noise_var_trace"], label="E[s2], learned (heaviest member)")
     b.axhline(out["empirical_bayes"]["noise_var"], color="k", ls=":", label="fitted by empirical Bayes")
     b.set(xlabel="observations", ylabel="noise variance", yscale="log", title="the noise variance learned")
+    b.legend(fontsize=7)
+    return fig
+
+
+def fig_network_recipe(out):
+    from examples.network_recipe import PRIOR_VAR, READINGS
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8.0, 3.3))
+    steps = np.arange(1, len(out["prior_var_trace"]) + 1)
+    for k, size in enumerate(out["blocks"]):
+        a.plot(steps, out["prior_var_trace"][:, k], label=f"layer {k + 1} ({size} weights)")
+    a.axhline(PRIOR_VAR, color="k", ls=":", label="the start")
+    a.set(xlabel="images", ylabel="prior variance", yscale="log", title="the prior learned per layer")
+    a.legend(fontsize=7)
+    for name, label in READINGS.items():
+        probs = out[name]["probs"]
+        reliability(b, probs.max(1), probs.argmax(1) == out["labels"], f"{label} (ECE {out[name]['ece']:.3f})")
+    b.plot([0.1, 1], [0.1, 1], "k:", lw=1)
+    b.set(xlabel="top-class probability", ylabel="fraction correct", title="reliability on the test set")
     b.legend(fontsize=7)
     return fig
 

@@ -16,7 +16,8 @@ linear regression with an unknown noise variance. Nothing is chosen on a validat
   from the default prior ``noise=(1, 1)``.
 
 Three averages are run: the grid x scales, one prior x scales (:data:`ONE_PRIOR`) and that prior learned
-on the stream. The documented default (:data:`DEFAULT_RECIPE`) is the prior learned per layer for the
+on the stream (a network's with the forecasters' weights forgetting, ``forget=jr.average.FORGET``). The
+documented default (:data:`DEFAULT_RECIPE`) is the prior learned per layer for the
 networks and the grid for the linear task, whose prior scale depends on the data's units. Reported per task:
 each average's test NLPD (``jr.log_predictive`` of its state); the best validation-tuned plug-in of any
 method measured side by side with rebayes, the BONG filters and Adam (:data:`TARGETS`); the library's
@@ -42,7 +43,7 @@ import numpy as np
 
 from benchmarks.machine import best_time
 from experiments.common import results_dir
-from jaxrvga.average import LEARN_PRIOR
+from jaxrvga.average import FORGET, LEARN_PRIOR
 
 PRIORS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 LINEAR_PRIORS = tuple(10.0 ** np.arange(-3.0, 2.5, 0.5))
@@ -56,7 +57,8 @@ TASKS = ("binary", "multiclass", "diabetes", "diabetes-noise-0.5", "linear")
 #: starts from it, with the hyper-prior variance ``jr.average.LEARN_PRIOR``.
 ONE_PRIOR = {"linear": 6}  # LINEAR_PRIORS[6] = 1; the networks: PRIORS[2] = 0.1
 #: The documented default of each task (the networks: ``"learned_prior"``, one prior precision per layer
-#: learned on the stream from the variance 0.1 around LeCun-normal initial weights: better than or level
+#: learned on the stream from the variance 0.1 around LeCun-normal initial weights, the forecasters'
+#: weights forgetting at ``jr.average.FORGET``: better than or level
 #: with the fixed prior over ten seeds, its ECE below the plug-in's, at under 2x one filter;
 #: experiments/REPORT.md, "The per-layer prior as the default"): the linear task keeps the grid, since a
 #: linear model's prior scale is that of its data's units.
@@ -180,9 +182,9 @@ class TaskFit(NamedTuple):
 
 def fit_task(task, quick=False, seed=0) -> TaskFit:
     """One pass of each filter of a task: the ``runs`` of :class:`TaskFit` are the ``"average"`` (the prior
-    grid x scales), the ``"one_prior_average"`` (member ``k`` x scales) and the
-    ``"learned_prior"`` (one precision per layer of a network); ``seed`` as :func:`network_task`'s (the
-    linear task has one)."""
+    grid x scales), the ``"one_prior_average"`` (member ``k`` x scales) and the ``"learned_prior"`` (one
+    precision per layer of a network, ``forget=FORGET``); ``seed`` as :func:`network_task`'s (the linear
+    task has one)."""
     import jaxrvga as jr
 
     if task == "linear":
@@ -195,7 +197,9 @@ def fit_task(task, quick=False, seed=0) -> TaskFit:
     k = ONE_PRIOR.get(task, 2)
     one = jax.tree_util.tree_map(lambda a: a[k:k + 1], members)
     groups = None if task == "linear" else layer_sizes(mlp_sizes(task, quick))
-    avg, learned = jr.model_average(flt), jr.model_average(flt, learn_prior=LEARN_PRIOR, prior_groups=groups)
+    forget = 1.0 if task == "linear" else FORGET  # the network recipe's forgetting in the weights
+    avg = jr.model_average(flt)
+    learned = jr.model_average(flt, learn_prior=LEARN_PRIOR, prior_groups=groups, forget=forget)
     starts = {"average": (avg, avg.init(members)), "one_prior_average": (avg, avg.init(one)),
               "learned_prior": (learned, learned.init(one, prior_precision=1.0 / priors[k]))}
     runs = {name: (f, s0, jr.run(f, s0, data[0], data[1])[0]) for name, (f, s0) in starts.items()}

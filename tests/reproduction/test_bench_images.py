@@ -52,6 +52,17 @@ def test_the_mlps_blocks_are_its_layers():
         bi.make_filter(h, theta0, "lrvga", {"average": "per_layer"})
 
 
+def test_the_per_layer_method_is_the_documented_recipe():
+    """The method "prior learned per layer" is the recipe of docs/uncertainty.md: the one filter's model
+    average with ``learn_prior=LEARN_PRIOR``, the layers as blocks and ``forget=FORGET``."""
+    theta0, h, blocks = gpu.mlp(jax.random.PRNGKey(0), (4,))
+    flt, _, _ = bi.make_filter(h, theta0, "lrvga", {"average": "per_layer"}, blocks)
+    one = jr.average.member_filter(flt)
+    assert flt == jr.model_average(one, learn_prior=jr.average.LEARN_PRIOR, prior_groups=blocks,
+                                   forget=jr.average.FORGET)
+    assert flt != jr.model_average(one, learn_prior=jr.average.LEARN_PRIOR, prior_groups=blocks)
+
+
 def test_every_method_runs_one_pass_and_scores_itself():
     theta0, h, xs, ys = tiny()
     blocks = gpu.mlp(jax.random.PRNGKey(0), (4,))[2]

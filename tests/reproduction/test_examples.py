@@ -161,6 +161,24 @@ def test_tuning_free(monkeypatch, fit_once):
     np.testing.assert_allclose(np.sum(t["weights"]), 1.0, rtol=1e-5)
 
 
+def test_network_recipe():
+    """The documented recipe on the ten-class digits MLP (300 images): its prior learned per layer rises
+    from the too-tight 0.1, and its predictive beats both readings of the one filter it averages, by
+    over 0.3 nats a test image (the filter: NLPD 1.16-1.21 over seeds 0-2; the recipe 0.35-0.52) and
+    in ECE."""
+    pytest.importorskip("equinox")
+    pytest.importorskip("sklearn")
+    from examples import network_recipe
+    out = network_recipe.main(num_train=300, num_test=300, hidden=16, verbose=False)
+    assert out["converged"] and out["blocks"] == (64 * 16 + 16, 16 * 10 + 10)
+    assert out["prior_var_trace"].shape == (300, 2) and np.all(out["prior_var"] > network_recipe.PRIOR_VAR)
+    recipe = out["recipe"]
+    for one in ("plug_in", "linearised"):
+        assert recipe["nlpd"] < out[one]["nlpd"] - 0.3, one
+        assert recipe["ece"] < out[one]["ece"], one
+    assert recipe["accuracy"] > 0.8  # chance: 0.1
+
+
 @pytest.mark.parametrize("reward", ["linear", "logistic"])
 def test_thompson_bandit(reward):
     """Each round updates exactly the pulled arm (the fleet's step counters sum to the rounds, per
