@@ -64,7 +64,8 @@ def check_noise(noise, dtype) -> NoiseStats:
             raise ValueError(f"noise: {name} must be a real scalar, got {v!r}")
         if is_concrete(v) and not (np.isfinite(float(v)) and float(v) > 0):
             raise ValueError(f"noise: {name} must be positive and finite, got {v!r}")
-        stored = jnp.asarray(v, dtype)
+        with np.errstate(over="ignore", under="ignore"):  # a value the dtype cannot hold: the error below
+            stored = jnp.asarray(v, dtype)
         with jax.ensure_compile_time_eval():  # a concrete value inside a trace (init under jit) stays concrete
             holds = not is_concrete(v) or bool(valid(NoiseStats(stored, stored)))
         if not holds:
