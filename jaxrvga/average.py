@@ -322,7 +322,7 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     ``prior_tolerance`` away from the member's, the member's move (:func:`jaxrvga.evidence.shift_prior`).
     With ``prior_groups`` (block sizes, e.g. :func:`jaxrvga.learned_prior.block_sizes` of a network's
     layers), each block of the flat parameters learns its own precision (:mod:`jaxrvga.learned_prior`):
-    1.6-1.8x one filter on the digits and diabetes networks, 2.0x on the 28 x 28 MLP, against 1.3x and
+    1.6-1.9x one filter on the digits and diabetes networks, 2.0x on the 28 x 28 MLP, against 1.3x and
     1.45x for the fixed prior (experiments/REPORT.md, "The per-layer prior as the default").
 
     Args:
