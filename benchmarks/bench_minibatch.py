@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.flatten_util import ravel_pytree
 
 import jaxrvga as jr
+from benchmarks import bench_nn
 from benchmarks.machine import describe
 
 RANK = 10
@@ -43,20 +43,8 @@ def digits(num_train=1200):
 
 
 def mlp(key):
-    """``(theta0, h)``: flat LeCun-normal weights of the MLP ``SIZES`` and ``h(theta, x) -> logits``."""
-    params = []
-    for k, (m, n) in zip(jax.random.split(key, len(SIZES) - 1), zip(SIZES[:-1], SIZES[1:])):
-        params.append((jax.random.normal(k, (m, n), jnp.float32) / np.sqrt(m), jnp.zeros(n, jnp.float32)))
-    theta0, unravel = ravel_pytree(params)
-
-    def h(theta, x):
-        layers = unravel(theta)
-        for W, b in layers[:-1]:
-            x = jax.nn.relu(x @ W + b)
-        W, b = layers[-1]
-        return x @ W + b
-
-    return theta0, h
+    """``(theta0, h)``: the MLP ``SIZES`` of :func:`benchmarks.bench_nn.mlp`, ``h(theta, x) -> logits``."""
+    return bench_nn.mlp(key, SIZES)
 
 
 def filter_and_state(h, theta0, batch, scheme, options):

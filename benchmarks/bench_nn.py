@@ -79,10 +79,11 @@ def digits(num_train=1200):
     return X[:num_train], y[:num_train], X[num_train:], y[num_train:]
 
 
-def mlp(key):
-    """``(theta0, h)``: flat LeCun-normal weights of the MLP ``SIZES`` and ``h(theta, x) -> logit``."""
+def mlp(key, sizes=SIZES):
+    """``(theta0, h)``: flat LeCun-normal weights of the ReLU MLP ``sizes`` and ``h(theta, x)``, its
+    output (a scalar logit where ``sizes`` ends in 1)."""
     params = []
-    for k, (m, n) in zip(jax.random.split(key, len(SIZES) - 1), zip(SIZES[:-1], SIZES[1:])):
+    for k, (m, n) in zip(jax.random.split(key, len(sizes) - 1), zip(sizes[:-1], sizes[1:])):
         params.append((jax.random.normal(k, (m, n), jnp.float32) / np.sqrt(m), jnp.zeros(n, jnp.float32)))
     theta0, unravel = ravel_pytree(params)
 
@@ -91,7 +92,8 @@ def mlp(key):
         for W, b in layers[:-1]:
             x = jax.nn.relu(x @ W + b)
         W, b = layers[-1]
-        return (x @ W + b)[0]
+        out = x @ W + b
+        return out[0] if sizes[-1] == 1 else out
 
     return theta0, h
 
