@@ -125,16 +125,22 @@ def block_sizes(tree) -> tuple:
     layer for a network whose parameters are a dict or list of layers (a flax model: its
     ``variables["params"]``).
 
+    A tree of one entry, or one with an entry holding no parameter, is refused: it is not a list of
+    layers (a flax model's whole ``variables``, an equinox MLP's parameters rather than their
+    ``.layers``), and one precision for all is ``prior_groups=None``.
+
     Args:
       tree: a pytree of arrays whose top-level entries are the blocks (e.g. the layers).
 
     Returns:
-      A tuple of positive ints, one per top-level entry.
+      A tuple of positive ints, one per top-level entry, at least two.
     """
     entries = jax.tree_util.tree_leaves(tree, is_leaf=lambda node: node is not tree)
     sizes = tuple(sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(e)) for e in entries)
-    if not sizes or min(sizes) < 1:
-        raise ValueError(f"tree must have top-level entries with parameters, got sizes {sizes}")
+    if len(sizes) < 2 or min(sizes) < 1:
+        raise ValueError(f"tree must have two or more top-level entries (the layers), each with parameters, got "
+                         f"sizes {sizes}: pass the layers themselves (a flax model's variables['params'], an "
+                         f"equinox MLP's params.layers); one prior precision for all is prior_groups=None")
     return sizes
 
 

@@ -342,7 +342,24 @@ def test_block_sizes_are_the_layers_in_ravel_order():
     np.testing.assert_array_equal(flat, np.repeat([1.0, 2.0], sizes))
     assert jr.learned_prior.block_sizes([jnp.ones(3), (jnp.ones(2), jnp.ones((2, 2)))]) == (3, 6)
     with pytest.raises(ValueError, match="top-level"):
-        jr.learned_prior.block_sizes({"empty": jnp.ones(0)})
+        jr.learned_prior.block_sizes({"empty": jnp.ones(0), "out": jnp.ones(2)})
+
+
+def test_block_sizes_refuse_a_tree_that_is_not_its_layers():
+    """The layers one level down: a flax model's whole ``variables`` (one entry, ``"params"``) and an equinox
+    MLP's parameters (its ``layers`` beside fields without parameters) are refused, naming what to pass;
+    their layers give one block each."""
+    variables = {"params": {"Dense_0": {"kernel": jnp.ones((3, 8)), "bias": jnp.ones(8)},
+                            "Dense_1": {"kernel": jnp.ones((8, 1)), "bias": jnp.ones(1)}}}
+    with pytest.raises(ValueError, match=r"variables\['params'\]"):
+        jr.learned_prior.block_sizes(variables)
+    assert jr.learned_prior.block_sizes(variables["params"]) == (32, 9)
+    eqx = pytest.importorskip("equinox")
+    mlp = eqx.nn.MLP(4, 2, 3, depth=1, key=jax.random.PRNGKey(0))
+    params, _ = eqx.partition(mlp, eqx.is_array)
+    with pytest.raises(ValueError, match="params.layers"):
+        jr.learned_prior.block_sizes(params)
+    assert jr.learned_prior.block_sizes(params.layers) == (4 * 3 + 3, 3 * 2 + 2)
 
 
 def test_bad_blocks_are_refused_by_name(tmp_path):
