@@ -99,8 +99,9 @@ class AverageState(NamedTuple):
 def _num_members(members) -> int:
     sizes = {jnp.shape(a)[0] if jnp.ndim(a) else None for a in jax.tree_util.tree_leaves(members)}
     if len(sizes) != 1 or None in sizes:
-        raise ValueError("members must be a state stacked along one leading axis K (e.g. jax.vmap(flt.init)(...)), "
-                         f"got leading sizes {sorted(sizes, key=str)}")
+        raise ValueError("members must be a state stacked along one leading axis K (e.g. jax.vmap(flt.init)(...); "
+                         "one filter's state: jax.tree_util.tree_map(lambda a: a[None], state)), got leading sizes "
+                         f"{sorted(sizes, key=str)}")
     return sizes.pop()
 
 

@@ -196,7 +196,7 @@ def test_non_finite_data_keep_the_weights():
 
 def test_bad_arguments():
     flt = jr.kalman(0.25)
-    with pytest.raises(ValueError, match="members"):
+    with pytest.raises(ValueError, match=r"members must be .* one filter's state: .*a\[None\]"):  # how to stack
         jr.model_average(flt).init(flt.init(jnp.zeros(D), jnp.eye(D)))
     with pytest.raises(ValueError, match="log_prior"):
         jr.model_average(flt).init(_members(flt), jnp.zeros(2))
