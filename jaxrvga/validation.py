@@ -344,7 +344,8 @@ def raw_key_shape():
     return jax.eval_shape(lambda: jax.random.PRNGKey(0)).shape
 
 
-def check_key(key, required: bool = False, needed_by: str = "this filter"):
+def check_key(key, required: bool = False, needed_by: str = "this filter",
+              pass_as: str = "init(..., key=jax.random.key(seed))"):
     """``key`` is None (refused if ``required``) or one PRNG key: a typed key of shape ()
     (``jax.random.key``) or raw ``uint32`` key data of the default implementation's shape
     (``jax.random.PRNGKey``, (2,)). An integer seed, floats, strings and batches of keys are refused
@@ -355,13 +356,14 @@ def check_key(key, required: bool = False, needed_by: str = "this filter"):
       key: the key given, or None.
       required: refuse None.
       needed_by: what needs the key, in the message.
+      pass_as: how to give it, in the message where it is missing.
 
     Returns:
       ``key`` unchanged (None where not given).
     """
     if key is None:
         if required:
-            raise ValueError(f"key is required by {needed_by}: pass init(..., key=jax.random.key(seed))")
+            raise ValueError(f"key is required by {needed_by}: pass {pass_as}")
         return None
     hint = "a PRNG key, jax.random.key(seed) or jax.random.PRNGKey(seed)"
     if isinstance(key, (bool, int, np.integer)):

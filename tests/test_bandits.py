@@ -348,6 +348,8 @@ def test_bad_input_is_refused_naming_the_argument():
         jr.bandits.run(agent, state, key, X[:-1], R)
     with pytest.raises(ValueError, match="key"):
         jr.bandits.run(agent, state, 0, X, R)
+    with pytest.raises(ValueError, match="key is required by bandits.run: pass its key argument"):
+        jr.bandits.run(agent, state, None, X, R)
     with pytest.raises(ValueError, match="alpha"):
         jr.bandits.ucb(jr.bandits.per_arm(flt, K), alpha=-1.0)
     with pytest.raises(ValueError, match="rule"):

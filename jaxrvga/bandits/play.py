@@ -180,7 +180,7 @@ def run(agent: Agent, state: AgentState, key, contexts, rewards, expected=None) 
         raise ValueError(f"agent must be a jr.bandits agent (thompson, greedy, ucb), got {type(agent).__name__}")
     if not isinstance(state, AgentState):
         raise ValueError(f"state must be an AgentState (jr.bandits.init), got {type(state).__name__}")
-    key = check_key(key, required=True, needed_by="bandits.run")
+    key = check_key(key, required=True, needed_by="bandits.run", pass_as="its key argument, jax.random.key(seed)")
     K = agent.num_arms
     rewards = jnp.asarray(rewards)
     if rewards.ndim != 2:

@@ -103,7 +103,8 @@ def sample(state, key, num: int):
     Returns:
       The draws, a (num, d) array of the mean's dtype.
     """
-    return sample_of(state, check_key(key, required=True, needed_by="sample"), positive_int("num", num))
+    key = check_key(key, required=True, needed_by="sample", pass_as="its key argument, jax.random.key(seed)")
+    return sample_of(state, key, positive_int("num", num))
 
 
 @functools.singledispatch

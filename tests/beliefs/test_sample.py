@@ -95,5 +95,7 @@ def test_bad_arguments_name_themselves():
         jr.sample(state, jax.random.PRNGKey(0), 0)
     with pytest.raises(ValueError, match="key must be"):
         jr.sample(state, 0, 3)
+    with pytest.raises(ValueError, match="key is required by sample: pass its key argument"):
+        jr.sample(state, None, 3)
     with pytest.raises(ValueError, match="state must"):
         jr.sample({"W": W0}, jax.random.PRNGKey(0), 3)
