@@ -415,7 +415,8 @@ def with_member_filter(avg: Filter, fn) -> Filter:
     if member_filter(avg) is None:
         raise ValueError("avg must be a filter of jaxrvga.model_average")
     flt, scales, hyper = avg.init.args
-    return _average(fn(flt), scales, avg.update.args[1], hyper, avg.update.args[3])
+    _, num_points, _, forget = avg.update.args
+    return _average(fn(flt), scales, num_points, hyper, forget)
 
 
 def _check_scales(scales) -> tuple:
