@@ -44,6 +44,7 @@ discount leave unchanged.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any, NamedTuple, Optional
 
 import jax
@@ -369,7 +370,7 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
         raise ValueError("model_average needs a filter with an observation model (flt.model) to score its members")
     num_points = check_num_points(num_points)
     scales = _check_scales(scales)
-    if isinstance(forget, bool) or not (isinstance(forget, (int, float)) and 0.0 < forget <= 1.0):
+    if isinstance(forget, bool) or not (isinstance(forget, numbers.Real) and 0.0 < forget <= 1.0):
         raise ValueError(f"forget must be a number in (0, 1], got {forget!r}")
     hyper = None
     if learn_prior is not None:

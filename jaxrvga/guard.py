@@ -185,7 +185,9 @@ def _update(spec: Spec, state, x, y):
     info = _conform_info(scheme, info, prior.info)
     noise = None
     if prior.noise is not None:  # the conjugate step of a learned noise variance, on the predicted belief
-        noise = noise_belief.absorb(prior.noise, *noise_belief.residual(spec.model, spec.belief, prior, x, y))
+        power = spec.model.power
+        noise = noise_belief.absorb(prior.noise, *noise_belief.residual(spec.model, spec.belief, prior, x, y, power),
+                                    power)
     out = _guarded(spec.belief, prior, new, ok & finite & predicted, info, scheme.certified, noise)
     return _without_new_cache(out, state)
 

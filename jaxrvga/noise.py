@@ -154,18 +154,22 @@ def quadratic_form(r, S):
     return z @ z
 
 
-def absorb(stats: NoiseStats, r, S) -> NoiseStats:
-    """The conjugate step ``(a + k/2, b + r^T S^{-1} r / 2)`` (module docstring).
+def absorb(stats: NoiseStats, r, S, power: float = 1.0) -> NoiseStats:
+    """The conjugate step ``(a + k/2, b + r^T S^{-1} r / 2)`` (module docstring); of a likelihood raised
+    to ``power`` (:func:`~jaxrvga.models.tempered`), ``(a + power k/2, b + power r^T S^{-1} r / 2)`` with
+    ``S = I + power J P J^T``: the observation ``sqrt(power) y`` of unit noise, whose density counts
+    ``s2`` to the power ``power``.
 
     Args:
       stats: the :class:`~jaxrvga.core.NoiseStats` before the observation.
       r: the residual, (k,).
-      S: its covariance in units of ``s2``, (k, k).
+      S: its covariance in units of ``s2``, (k, k) (:func:`residual` with ``scale=power``).
+      power: the likelihood's power, in (0, 1].
 
     Returns:
       The :class:`~jaxrvga.core.NoiseStats` after it.
     """
-    return NoiseStats(stats.shape + 0.5 * r.shape[0], stats.rate + 0.5 * quadratic_form(r, S))
+    return NoiseStats(stats.shape + 0.5 * power * r.shape[0], stats.rate + 0.5 * power * quadratic_form(r, S))
 
 
 def log_student_t(stats: NoiseStats, r, S):

@@ -208,6 +208,8 @@ def test_bad_arguments():
     for bad in (0.0, -0.5, 1.5, float("nan"), True, "a", jnp.array(0.9)):
         with pytest.raises(ValueError, match="forget"):
             jr.model_average(flt, forget=bad)
+    for good in (np.float32(0.9), np.float64(0.9), 1):  # NumPy scalars and ints are numbers too
+        assert jr.model_average(flt, forget=good).update.args[-1] == float(good)
 
 
 def test_forgetting_discounts_the_weights():

@@ -22,10 +22,10 @@ from . import families, observations, predictors, sparse_rows
 from .families import Family, bernoulli, categorical, gaussian, gaussian_log_density, poisson_family
 from .observations import check_data, check_observation, check_y_shape, glm_inputs, linearize
 from .predictors import (Model, glm, linear_gaussian, linear_predict, logistic, minibatch, nonlinear, poisson,
-                         softmax_regression)
+                         softmax_regression, tempered)
 from .sparse_rows import SparseRow
 
 __all__ = ["Family", "Model", "gaussian", "bernoulli", "poisson_family", "categorical", "linear_gaussian",
-           "logistic", "poisson", "glm", "nonlinear", "minibatch", "softmax_regression", "linear_predict",
+           "logistic", "poisson", "glm", "nonlinear", "minibatch", "tempered", "softmax_regression", "linear_predict",
            "check_observation", "glm_inputs", "linearize", "check_y_shape", "check_data",
            "gaussian_log_density", "SparseRow", "families", "observations", "predictors", "sparse_rows"]

@@ -5,10 +5,12 @@ reduces to a 1-D expectation over ``eta ~ N(x^T mu, x^T P x)`` ([RVGA] §4, [LRV
 :meth:`Model.glm_moments` returns ``(E[d log p / d eta], E[d^2 log p / d eta^2])``, in closed form
 for the Gaussian and Poisson families, by the inverse-probit approximation ([RVGA] eq. 58) for the
 logistic model, and by Gauss-Hermite quadrature otherwise. :func:`nonlinear` takes any predictor
-``h`` (a Jacobian by autodiff); :func:`minibatch` maps one over a batch of inputs.
+``h`` (a Jacobian by autodiff); :func:`minibatch` maps one over a batch of inputs; :func:`tempered`
+raises the likelihood of an update to a power (several passes over a data set).
 """
 from __future__ import annotations
 
+import numbers
 from typing import Callable, NamedTuple, Optional
 
 import jax
@@ -29,6 +31,8 @@ class Model(NamedTuple):
     :attr:`has_logistic_root`. ``moments`` (GLMs only) maps ``(m, v, y)`` to the pair
     ``(E[d log p/d eta], E[d^2 log p/d eta^2])`` for ``eta ~ N(m, v)``. ``per_input`` (models
     from :func:`minibatch`): the predictor of one input, which ``predict`` maps over the minibatch.
+    ``power`` (:func:`tempered`): the power of the likelihood an update absorbs, in (0, 1]; the
+    predictive and the scores read the untempered density.
     """
 
     kind: str
@@ -38,6 +42,7 @@ class Model(NamedTuple):
     noise_var: Optional[object] = None  # linear-Gaussian only (1, the unit of s2, where it is learned)
     expected_log_lik: Optional[Callable] = None  # (m, v, y) -> E_{eta ~ N(m, v)}[log p(y | eta)]  (GLMs)
     per_input: Optional[Callable] = None  # (theta, x_i) -> eta_i, the predictor of one input (minibatch)
+    power: float = 1.0  # the likelihood's power in an update (tempered)
 
     @property
     def is_glm(self) -> bool:
@@ -285,6 +290,42 @@ def minibatch(model: Model) -> Model:
     return model._replace(predict=Bound(_each_input, model.predict), per_input=model.predict)
 
 
+def tempered(model: Model, power: float) -> Model:
+    """``model`` whose updates absorb ``p(y | theta, x)^power``: a step's curvature and gradient times
+    ``power`` (and, for a learned noise variance, its shape and rate increments, the linearised
+    residual's covariance ``I + power J P J^T``). ``E`` passes over a data set with ``power = 1/E``
+    count each observation once in all and relinearise it at later, better means: for a
+    linear-Gaussian model they end at the batch posterior exactly, for a network at a better one than
+    one pass (experiments/REPORT.md, "Tempered passes"). The predictive, the log predictive and a
+    model average's scores read the untempered density. The one-evaluation schemes ``exact``,
+    ``ekf``, ``moment_ekf`` and ``qkf`` take a tempered model; the others refuse it.
+
+    Args:
+      model: an observation model.
+      power: in (0, 1]; 1 is ``model`` itself.
+
+    Returns:
+      The :class:`Model` with ``power``.
+
+    Example:
+      >>> model = jr.models.tempered(jr.models.linear_gaussian(0.25), 0.5)  # two passes
+      >>> flt = jr.rvga(model)
+      >>> X = jax.random.normal(jax.random.key(0), (40, 2))
+      >>> y = X @ jnp.array([1.0, -1.0])
+      >>> state = flt.init(jnp.zeros(2), jnp.eye(2))
+      >>> for _ in range(2):
+      ...     state, _ = jr.run(flt, state, X, y)
+      >>> state.mean.round(2).tolist()
+      [1.0, -1.0]
+    """
+    if not isinstance(model, Model):
+        raise ValueError(f"model must be a jaxrvga.models.Model, got {type(model).__name__}")
+    if isinstance(power, bool) or not isinstance(power, numbers.Real) or not 0.0 < power <= 1.0:
+        raise ValueError(f"power must be a number in (0, 1] (1/E for E passes; above 1 an observation would "
+                         f"count more than once), got {power!r}")
+    return model._replace(power=float(power))
+
+
 def softmax_regression(dim: int, num_classes: int) -> Model:
     """Multi-class linear model: logits ``eta = Theta^T x`` (K,), ``y ~ categorical(softmax(eta))``.
 
@@ -326,4 +367,5 @@ def _linear_logits(dim, K, theta, x):
 # --------------------------------------------------------------------------- observation checks
 
 
-__all__ = ["Model", "linear_gaussian", "logistic", "poisson", "glm", "nonlinear", "minibatch", "softmax_regression", "linear_predict"]
+__all__ = ["Model", "linear_gaussian", "logistic", "poisson", "glm", "nonlinear", "minibatch", "tempered",
+           "softmax_regression", "linear_predict"]

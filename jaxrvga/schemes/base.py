@@ -225,6 +225,8 @@ class Scheme(NamedTuple):
     state's PRNG key. ``certified``: its ``ok`` certifies the arrays its belief's ``add`` wrote, so
     that the guard checks only the others (the library's factories set it; a step of the user's,
     or a library scheme whose step was replaced, leaves it False and has every array checked).
+    ``tempers``: its step absorbs a tempered model's likelihood to the model's ``power``
+    (:func:`absorb_limited`); a scheme without it refuses a model of ``power < 1``.
     """
 
     name: str
@@ -234,6 +236,7 @@ class Scheme(NamedTuple):
     beliefs: Optional[tuple] = None
     needs_key: bool = False
     certified: bool = False
+    tempers: bool = False
 
     def check(self, model, belief):
         """Raise ``ValueError`` where this scheme does not apply to ``model`` or ``belief``.
@@ -247,6 +250,9 @@ class Scheme(NamedTuple):
         """
         if self.requires is not None and not getattr(model, self.requires):
             raise ValueError(f"scheme {self.name!r} does not apply to the {model.kind} model")
+        if getattr(model, "power", 1.0) != 1.0 and not self.tempers:
+            raise ValueError(f"scheme {self.name!r} does not take a tempered model (jr.models.tempered, power "
+                             f"{model.power}); the schemes 'exact', 'ekf', 'moment_ekf' and 'qkf' do")
         if self.beliefs is not None and not isinstance(belief, self.beliefs):
             names = " or ".join(t.__name__ for t in self.beliefs)
             curvature = getattr(self.cfg, "curvature", "ggn")
@@ -310,9 +316,28 @@ def count_at_least(name, value, minimum=1):
     return value
 
 
-def absorb_limited(cfg, belief, prior, inc, info):
-    """The step of ``inc`` (:func:`absorb`), its mean step limited to ``cfg.max_move``
-    (:func:`limit_move`, flagged in ``info`` where shortened): ``(state, ok, info)``.
+def temper(inc: Increment, power: float) -> Increment:
+    """The increment of the likelihood raised to ``power`` (:func:`~jaxrvga.models.tempered`): its
+    curvature weights and its gradient times ``power``.
+
+    Args:
+      inc: a site's :class:`Increment`.
+      power: a Python float in (0, 1]; 1 returns ``inc`` itself.
+
+    Returns:
+      The tempered :class:`Increment`.
+    """
+    if power == 1.0:
+        return inc
+    dtype = inc.X.dtype
+    c = jnp.full(inc.X.shape[1:], power, dtype) if inc.c is None else power * inc.c
+    scaled = [None if v is None else power * v for v in (inc.coef, inc.g)]
+    return inc._replace(c=c, coef=scaled[0], g=scaled[1])
+
+
+def absorb_limited(cfg, belief, prior, inc, info, power: float = 1.0):
+    """The step of ``inc`` tempered to ``power`` (:func:`temper`, :func:`absorb`), its mean step limited
+    to ``cfg.max_move`` (:func:`limit_move`, flagged in ``info`` where shortened): ``(state, ok, info)``.
 
     Args:
       cfg: the scheme's options (its ``max_move``).
@@ -320,13 +345,15 @@ def absorb_limited(cfg, belief, prior, inc, info):
       prior: its state before the step.
       inc: the site's :class:`Increment`.
       info: the step's :class:`~jaxrvga.core.SolverInfo`.
+      power: the model's ``power`` (:func:`~jaxrvga.models.tempered`).
 
     Returns:
       ``(state, ok, info)``.
     """
+    inc = temper(inc, power)
     new, ok = absorb(belief, prior, inc)
     new, calm = limit_move(prior, new, inc, cfg.max_move)
     return new, ok, info._replace(converged=info.converged & calm)
 
 
-__all__ = ["Scheme", "Increment", "Limited", "Implicit", "Linearised", "Iterated", "absorb", "limit_move", "iterate", "absorb_limited", "info_from", "check_max_move", "check_curvature", "count_at_least", "CURVATURES", "MAX_MOVE"]
+__all__ = ["Scheme", "Increment", "Limited", "Implicit", "Linearised", "Iterated", "absorb", "limit_move", "iterate", "temper", "absorb_limited", "info_from", "check_max_move", "check_curvature", "count_at_least", "CURVATURES", "MAX_MOVE"]

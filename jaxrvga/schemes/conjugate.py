@@ -25,7 +25,8 @@ def exact_site(model, q, X, y):
 
 
 def _step_exact(cfg, model, belief, prior, X, y):
-    return absorb_limited(cfg, belief, prior, exact_site(model, prior, X, y), solver_info(prior.mean.dtype))
+    return absorb_limited(cfg, belief, prior, exact_site(model, prior, X, y), solver_info(prior.mean.dtype),
+                          model.power)
 
 
 def exact(*, max_move=np.inf) -> Scheme:
@@ -43,7 +44,8 @@ def exact(*, max_move=np.inf) -> Scheme:
       >>> flt.spec.scheme.name
       'exact'
     """
-    return Scheme("exact", _step_exact, Limited(check_max_move(max_move)), "has_exact_update", certified=True)
+    return Scheme("exact", _step_exact, Limited(check_max_move(max_move)), "has_exact_update", certified=True,
+                  tempers=True)
 
 
 __all__ = ["exact", "exact_site"]

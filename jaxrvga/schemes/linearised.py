@@ -258,7 +258,7 @@ def _step_ekf(cfg, model, belief, prior, x, y):
         inc = ekf_glm_site(model, prior, x, y, cfg.jitter, empirical)
     else:
         inc = ekf_site(model, prior, x, y, cfg.jitter, empirical, cfg.fisher_rank)
-    return absorb_limited(cfg, belief, prior, inc, solver_info(prior.mean.dtype))
+    return absorb_limited(cfg, belief, prior, inc, solver_info(prior.mean.dtype), model.power)
 
 
 def ekf(*, curvature: str = "ggn", max_move=MAX_MOVE, fisher_rank: Optional[int] = None) -> Scheme:
@@ -282,7 +282,7 @@ def ekf(*, curvature: str = "ggn", max_move=MAX_MOVE, fisher_rank: Optional[int]
     """
     cfg = Linearised(check_curvature(curvature, ("ggn", "empirical")), 0.0, check_max_move(max_move),
                      _fisher_rank(fisher_rank, curvature))
-    return Scheme("ekf", _step_ekf, cfg, certified=True)
+    return Scheme("ekf", _step_ekf, cfg, certified=True, tempers=True)
 
 
 def moment_ekf(*, jitter: float = MOMENT_JITTER, curvature: str = "ggn", max_move=MAX_MOVE,
@@ -310,7 +310,7 @@ def moment_ekf(*, jitter: float = MOMENT_JITTER, curvature: str = "ggn", max_mov
         raise ValueError(f"jitter must be a number > 0, got {jitter!r}")
     cfg = Linearised(check_curvature(curvature, ("ggn", "empirical")), float(jitter), check_max_move(max_move),
                      _fisher_rank(fisher_rank, curvature))
-    return Scheme("moment_ekf", _step_ekf, cfg, certified=True)
+    return Scheme("moment_ekf", _step_ekf, cfg, certified=True, tempers=True)
 
 
 def _fisher_rank(rank, curvature):

@@ -26,7 +26,8 @@ def qkf_site(belief, q, X, y):
 
 
 def _step_qkf(cfg, model, belief, prior, X, y):
-    return absorb_limited(cfg, belief, prior, qkf_site(belief, prior, X, y), solver_info(prior.mean.dtype))
+    return absorb_limited(cfg, belief, prior, qkf_site(belief, prior, X, y), solver_info(prior.mean.dtype),
+                          model.power)
 
 
 def qkf(*, max_move=MAX_MOVE) -> Scheme:
@@ -43,7 +44,8 @@ def qkf(*, max_move=MAX_MOVE) -> Scheme:
       >>> flt.spec.scheme.name
       'qkf'
     """
-    return Scheme("qkf", _step_qkf, Limited(check_max_move(max_move)), "has_logistic_root", certified=True)
+    return Scheme("qkf", _step_qkf, Limited(check_max_move(max_move)), "has_logistic_root", certified=True,
+                  tempers=True)
 
 
 __all__ = ["qkf", "qkf_site"]

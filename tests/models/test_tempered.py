@@ -1,0 +1,107 @@
+"""Tempered models (``jr.models.tempered``): E passes at power 1/E count each observation once."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrvga as jr
+
+D, N = 3, 40
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, D))
+    y = X @ np.array([1.0, -0.5, 2.0]) + 0.5 * rng.normal(size=N)
+    return jnp.asarray(X), jnp.asarray(y)
+
+
+def _passes(flt, state, X, y, num_passes):
+    for _ in range(num_passes):
+        state, _ = jr.run(flt, state, X, y)
+    return state
+
+
+@pytest.mark.parametrize("num_passes", [2, 3])
+def test_passes_end_at_the_batch_posterior(num_passes):
+    """Known noise: E passes of the Kalman step at power 1/E give the batch posterior ([RVGA] Thm 2)."""
+    X, y = _data()
+    noise, P0 = 0.25, 2.0 * jnp.eye(D)
+    flt = jr.rvga(jr.models.tempered(jr.models.linear_gaussian(noise), 1.0 / num_passes))
+    state = _passes(flt, flt.init(jnp.zeros(D), P0), X, y, num_passes)
+    precision = jnp.linalg.inv(P0) + X.T @ X / noise
+    np.testing.assert_allclose(state.cov, jnp.linalg.inv(precision), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(state.mean, jnp.linalg.solve(precision, X.T @ y / noise), rtol=1e-10)
+
+
+def test_passes_with_a_learned_noise_end_at_the_normal_inverse_gamma_posterior():
+    """Unknown noise: two passes at power 1/2 give the batch normal-inverse-gamma posterior, ``(a, b)``
+    included (:func:`jaxrvga.noise.absorb` of a tempered likelihood)."""
+    X, y = _data(1)
+    a0, b0, m0, P0 = 2.0, 1.5, jnp.array([0.1, 0.0, -0.2]), jnp.eye(D)
+    flt = jr.rvga(jr.models.tempered(jr.models.linear_gaussian(None), 0.5))
+    state = _passes(flt, flt.init(m0, P0, noise=(a0, b0)), X, y, 2)
+    precision = jnp.linalg.inv(P0) + X.T @ X
+    mean = jnp.linalg.solve(precision, m0 @ jnp.linalg.inv(P0) + X.T @ y)
+    rate = b0 + 0.5 * (y @ y + m0 @ jnp.linalg.solve(P0, m0) - mean @ precision @ mean)
+    np.testing.assert_allclose(state.mean, mean, rtol=1e-10)
+    np.testing.assert_allclose(state.cov, jnp.linalg.inv(precision), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(state.noise.shape, a0 + N / 2, rtol=1e-12)
+    np.testing.assert_allclose(state.noise.rate, rate, rtol=1e-10)
+
+
+@pytest.mark.parametrize("scheme", ["ekf", "moment_ekf"])
+def test_a_tempered_gaussian_is_the_gaussian_of_the_noise_over_the_power(scheme):
+    """``gaussian(v)`` to the power ``p`` is ``gaussian(v / p)`` up to a constant: the same steps of a
+    network, for the low-rank and the diagonal beliefs."""
+    X, y = _data(2)
+    h = lambda theta, x: jnp.tanh(x @ theta[:D]) * theta[D]  # noqa: E731
+    hot = jr.models.tempered(jr.models.nonlinear(h, jr.models.gaussian(0.5)), 0.25)
+    wide = jr.models.nonlinear(h, jr.models.gaussian(2.0))
+    m0 = jnp.full(D + 1, 0.3)
+    W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(1), D + 1, 2, prior_var=0.5)
+    starts = ((lambda m: jr.lrvga(m, rank=2, scheme=scheme), (m0, W0, psi0)),
+              (lambda m: jr.diag_rvga(m, scheme=scheme), (m0, jnp.full(D + 1, 0.5))))
+    for make, start in starts:
+        one, two = make(hot), make(wide)
+        a, _ = jr.run(one, one.init(*start), X, y)
+        b, _ = jr.run(two, two.init(*start), X, y)
+        np.testing.assert_allclose(a.mean, b.mean, rtol=1e-9)
+        assert not np.allclose(a.mean, m0)
+
+
+def test_the_predictive_reads_the_untempered_density():
+    X, y = _data()
+    model = jr.models.linear_gaussian(0.25)
+    flt = jr.rvga(model)
+    state = flt.init(jnp.zeros(D), jnp.eye(D))
+    hot = jr.models.tempered(model, 0.5)
+    assert jr.log_predictive(state, X[0], y[0], hot) == pytest.approx(
+        float(jr.log_predictive(state, X[0], y[0], model)), rel=1e-12)
+
+
+def test_tempered_refuses_bad_powers_and_the_schemes_that_cannot_temper():
+    model = jr.models.logistic()
+    for bad in (0.0, -0.5, 1.5, float("nan"), True, "a", None):
+        with pytest.raises(ValueError, match="power"):
+            jr.models.tempered(model, bad)
+    with pytest.raises(ValueError, match="model must be"):
+        jr.models.tempered("logistic", 0.5)
+    assert jr.models.tempered(model, np.float32(0.5)).power == 0.5
+    assert jr.models.tempered(model, 1).power == 1.0
+    hot = jr.models.tempered(model, 0.5)
+    for scheme in ("qkf", "ekf", "moment_ekf"):
+        jr.rvga(hot, scheme=scheme)
+    with pytest.raises(ValueError, match="'implicit' does not take a tempered model"):
+        jr.rvga(hot, scheme="implicit")
+
+
+def test_one_pass_at_power_one_is_the_model():
+    X, y = _data()
+    model = jr.models.nonlinear(lambda theta, x: x @ theta, jr.models.gaussian(0.25))
+    flt, same = jr.lrvga(model, rank=2), jr.lrvga(jr.models.tempered(model, 1.0), rank=2)
+    W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(1), D, 2, prior_var=1.0)
+    a, _ = jr.run(flt, flt.init(jnp.zeros(D), W0, psi0), X, y)
+    b, _ = jr.run(same, same.init(jnp.zeros(D), W0, psi0), X, y)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-12)
+    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
