@@ -62,7 +62,8 @@ MIN_ROUND_S = 0.25
 EXTRA = 'pip install -e ".[images]"'
 QUICK = {"train": 160, "test": 200}
 # name, kind, options: Adam (lr, batch); filters: scheme (None: the default), batch and the
-# filter's own keywords (buffer, curvature, fisher_rank); average: jr.model_average of it
+# filter's own keywords (buffer, curvature, fisher_rank); average: jr.model_average of it; passes: E
+# passes over the images with the likelihood tempered to 1/E (jr.models.tempered)
 METHODS = [
     ("Adam, batch 1", "adam", {"lr": 1e-3, "batch": 1}),
     ("Adam, batch 16", "adam", {"lr": 3e-3, "batch": 16}),
@@ -82,6 +83,7 @@ METHODS = [
     ("diagonal ekf, batch 16", "diag", {"scheme": "ekf", "batch": 16}),
     ("L-RVGA default, prior learned", "lrvga", {"average": "learned"}),
     ("L-RVGA default, prior learned per layer", "lrvga", {"average": "per_layer"}),
+    ("L-RVGA default, prior learned per layer, 2 tempered passes", "lrvga", {"average": "per_layer", "passes": 2}),
 ]
 
 
@@ -141,12 +143,14 @@ def make_filter(h, theta0, kind, options, blocks=None):
     predictive scales (the predictive that the uncertainty guide recommends); ``"learned"``: the same
     with its prior precision learned on the stream (``learn_prior=jr.average.LEARN_PRIOR``, from
     ``1 / PRIOR_VAR``); ``"per_layer"``: the documented default, one learned precision per layer
-    (``blocks`` the layers' sizes, :func:`network`) and the weights forgetting at ``jr.average.FORGET``."""
+    (``blocks`` the layers' sizes, :func:`network`) and the weights forgetting at ``jr.average.FORGET``.
+    ``passes``: E, the filter's likelihood tempered to ``1 / E`` (``jr.models.tempered``) for E passes
+    (:func:`filter_pass`)."""
     options = dict(options)
     scheme, batch = options.pop("scheme", None), options.pop("batch", 1)
-    average = options.pop("average", False)
+    average, passes = options.pop("average", False), options.pop("passes", 1)
     model = jr.models.nonlinear(h, jr.models.categorical(NUM_CLASSES))
-    fed = model if batch == 1 else jr.models.minibatch(model)
+    fed = jr.models.tempered(model if batch == 1 else jr.models.minibatch(model), 1.0 / passes)
     if kind == "diag":
         flt = jr.diag_rvga(fed, scheme=scheme, **options)
         state = flt.init(theta0, PRIOR_VAR)
@@ -167,10 +171,12 @@ def make_filter(h, theta0, kind, options, blocks=None):
     return flt, state, model
 
 
-def filter_pass(flt, batch):
-    """``run(state, xs, ys) -> state``: one pass of ``flt`` over the images, ``batch`` a step."""
+def filter_pass(flt, batch, passes=1):
+    """``run(state, xs, ys) -> state``: ``passes`` passes of ``flt`` over the images, ``batch`` a step."""
     def run(state, xs, ys):
-        return jr.scan(flt, state, *batches(xs, ys, batch))[0]
+        for _ in range(passes):
+            state = jr.scan(flt, state, *batches(xs, ys, batch))[0]
+        return state
     return run
 
 
@@ -246,7 +252,7 @@ def columns_per_step(options):
 def flops_per_image(h, theta0, kind, options, xs, ys, blocks=None):
     """XLA's count of the floating-point operations of one update per image; a buffered
     projection (held in a conditional that XLA counts in every update) counted once per
-    ``buffer // m + 1`` updates, ``m`` = :func:`columns_per_step`."""
+    ``buffer // m + 1`` updates, ``m`` = :func:`columns_per_step`; times the method's ``passes``."""
     from jaxrvga.kernels import factor_analysis as fa
     batch = options.get("batch", 1)
     x, y = (xs[0], ys[0]) if batch == 1 else (xs[:batch], ys[:batch])
@@ -257,8 +263,9 @@ def flops_per_image(h, theta0, kind, options, xs, ys, blocks=None):
     flt, state, _ = make_filter(h, theta0, kind, options, blocks)
     total = xla_flops(flt.update, state, x, y)
     buffer, m = options.get("buffer", 0), columns_per_step(options)
+    passes = options.get("passes", 1)
     if kind == "diag" or buffer < m:
-        return total / batch
+        return passes * total / batch
     d = theta0.shape[0]
     W, psi = (state.members.W[0], state.members.psi[0]) if options.get("average") else (state.W, state.psi)
     pending = jnp.zeros((d, buffer + m), theta0.dtype)
@@ -266,7 +273,7 @@ def flops_per_image(h, theta0, kind, options, xs, ys, blocks=None):
     projection = xla_flops(
         lambda W, psi, X, G: fa.spectral_em_step(W, psi, X, 1.0, 1.0, 0, gram=G, details=True),
         W[:, :RANK], psi, pending, gram)
-    return (total - projection + projection / (buffer // m + 1)) / batch
+    return passes * (total - projection + projection / (buffer // m + 1)) / batch
 
 
 # --------------------------------------------------------------------------- measuring
@@ -286,7 +293,7 @@ def prepare(h, theta0, methods, data, blocks=None):
             score = adam_scores(h)
         else:
             flt, state, model = make_filter(h, theta0, kind, options, blocks)
-            fn, args = filter_pass(flt, options.get("batch", 1)), (state, xs, ys)
+            fn, args = filter_pass(flt, options.get("batch", 1), options.get("passes", 1)), (state, xs, ys)
             score = filter_scores(model)
         out.append((name, kind, options, args, *compiled_run(fn, args), score))
     return out

@@ -1,6 +1,7 @@
 """Uncertainty with nothing to tune: the library's averaged predictives, no validation split.
 
     python -m experiments.tuning_free [--quick] [--tasks binary,multiclass,diabetes,linear] [--json FILE]
+    python -m experiments.tuning_free --passes 1,2,3 --seeds 10 --tasks binary,multiclass,diabetes
 
 The three network tasks of :mod:`experiments.networks_any_prior` (same data, splits, networks,
 rank 10, default scheme ``moment_ekf``, float32, one pass, one observation per update) and a
@@ -196,14 +197,44 @@ def fit_task(task, quick=False, seed=0) -> TaskFit:
         priors = PRIORS
     k = ONE_PRIOR.get(task, 2)
     one = jax.tree_util.tree_map(lambda a: a[k:k + 1], members)
-    groups = None if task == "linear" else layer_sizes(mlp_sizes(task, quick))
-    forget = 1.0 if task == "linear" else FORGET  # the network recipe's forgetting in the weights
     avg = jr.model_average(flt)
-    learned = jr.model_average(flt, learn_prior=LEARN_PRIOR, prior_groups=groups, forget=forget)
+    learned = learned_average(flt, task, quick)
     starts = {"average": (avg, avg.init(members)), "one_prior_average": (avg, avg.init(one)),
               "learned_prior": (learned, learned.init(one, prior_precision=1.0 / priors[k]))}
     runs = {name: (f, s0, jr.run(f, s0, data[0], data[1])[0]) for name, (f, s0) in starts.items()}
     return TaskFit(model, flt, members, data, theta0, h, priors, k, runs)
+
+
+def learned_average(flt, task, quick=False):
+    """The learned-prior average of ``flt``: one prior precision per layer of a network, the forecasters'
+    weights forgetting at ``FORGET`` (the network recipe); one precision, no forgetting, for the linear task."""
+    import jaxrvga as jr
+
+    if task == "linear":
+        return jr.model_average(flt, learn_prior=LEARN_PRIOR)
+    return jr.model_average(flt, learn_prior=LEARN_PRIOR, prior_groups=layer_sizes(mlp_sizes(task, quick)),
+                            forget=FORGET)
+
+
+def passes_rows(task, quick=False, seeds=1, passes=(1, 2, 3)):
+    """Test NLPD of a network task's recipe (the ``"learned_prior"`` average, from prior variance 0.1) after
+    E passes over the training stream with the likelihood tempered to ``1 / E`` (``jr.models.tempered``),
+    for each E of ``passes``, over ``seeds`` (:func:`network_task`); E = 1 is the recipe itself."""
+    import jaxrvga as jr
+
+    rows, k = [], PRIORS.index(0.1)
+    for seed in range(seeds):
+        model, _, members, data, _, _ = network_task(task, quick, seed)
+        one = jax.tree_util.tree_map(lambda a: a[k:k + 1], members)
+        for E in passes:
+            avg = learned_average(jr.lrvga(jr.models.tempered(model, 1.0 / E), rank=RANK), task, quick)
+            state = avg.init(one, prior_precision=1.0 / PRIORS[k])
+            for _ in range(E):
+                state = jr.run(avg, state, data[0], data[1])[0]
+            rows.append({"task": task, "seed": seed, "passes": E, "nlpd": test_nlpd(state, model, *data[2:]),
+                         "learned_prior_var": _prior_vars(state)})
+        jax.clear_caches()  # as in seed_rows
+    return rows
 
 
 def calibration_rows(task, quick=False):
@@ -440,10 +471,13 @@ def main(argv=None):
                         help="instead: the ECE and NLPD of each predictive of the classification tasks (REPORT.md)")
     parser.add_argument("--seeds", type=int, default=0, metavar="N",
                         help="instead: the averages' test NLPD over N initial weights and orders of the stream")
+    parser.add_argument("--passes", default=None, metavar="E,E",
+                        help="instead: the recipe's test NLPD after E tempered passes (over --seeds N, default 1)")
     a = parser.parse_args(argv)
-    if a.prior_fit or a.calibration or a.seeds:
-        rows_of = (prior_fit_rows if a.prior_fit else calibration_rows if a.calibration else
-                   functools.partial(seed_rows, seeds=a.seeds))
+    rows_of = (prior_fit_rows if a.prior_fit else calibration_rows if a.calibration else
+               functools.partial(passes_rows, seeds=a.seeds or 1, passes=tuple(map(int, a.passes.split(","))))
+               if a.passes else functools.partial(seed_rows, seeds=a.seeds) if a.seeds else None)
+    if rows_of is not None:
         rows = [r for t in a.tasks.split(",") for r in rows_of(t, a.quick)]
         print("\n".join(json.dumps(r) for r in rows))
         return rows

@@ -189,7 +189,8 @@ def each_member(fn, *stacked):
 def _update(flt: Filter, num_points: int, hyper: Optional[HyperPrior], forget: float, state: AverageState, x,
             y) -> AverageState:
     """Every member updated, each log weight (times ``forget``) plus its forecaster's one-step-ahead log predictive
-    (the member's Jacobian computed once for all its scales), each forecaster's noise rate moved by its
+    (times a tempered model's ``power``, :func:`jaxrvga.models.tempered`; the member's Jacobian computed once
+    for all its scales), each forecaster's noise rate moved by its
     own residual (:func:`_next_ratio`). A forecaster whose log predictive is not finite gets weight 0
     (``-inf``); where no weight is finite (non-finite data), the weights stay and the step is flagged.
     Where the prior is learned, each member's prior moves first (:func:`jaxrvga.learned_prior.move_prior`)."""
@@ -212,8 +213,8 @@ def _update(flt: Filter, num_points: int, hyper: Optional[HyperPrior], forget: f
             lp, g, moments = scores_and_slope(flt.model, scores, densities, member, x, y, directions, prior.mean,
                                               log_weight)
             next_ratio = None if ratio is None else _next_ratio(noise.stats_of(member), y, *moments, state.scales,
-                                                                ratio)
-            moved, prior, ok = move_prior(member, g, prior, index, hyper.tolerance)
+                                                                ratio, flt.model.power)
+            moved, prior, ok = move_prior(member, g, prior, index, hyper.tolerance, flt.model.power)
         new = flt.update(moved, x, y)
         if ratio is not None:  # a flagged step keeps its member's rate, and so its forecasters'
             ratio = jnp.where(new.info.converged & jnp.all(jnp.isfinite(next_ratio)), next_ratio, ratio)
@@ -224,7 +225,7 @@ def _update(flt: Filter, num_points: int, hyper: Optional[HyperPrior], forget: f
     lp = jnp.where(jnp.isnan(lp), -jnp.inf, lp)
     log_weight = state.log_weight if forget == 1.0 else jnp.where(
         jnp.isfinite(state.log_weight), forget * state.log_weight, state.log_weight)
-    log_weight = log_weight + lp.astype(state.log_weight.dtype)
+    log_weight = log_weight + flt.model.power * lp.astype(state.log_weight.dtype)  # tempered: counted once in E
     ok = usable_log_weight(state.log_weight) & jnp.any(jnp.isfinite(log_weight))
     log_weight = jnp.where(ok, log_weight, state.log_weight)
     converged = ok & jnp.all(moved) & (jnp.all(members.info.converged) if hasattr(members, "info") else True)
@@ -271,17 +272,19 @@ def _noise_forecasts(model, densities, member, x, y, scales, ratio):
     x, y = check_observation(st, x, y, model)
     eta, J = linearize(model, st.mean, x)
     V = belief.sandwich(st, J)
-    return densities(y, eta, V, stats), _next_ratio(stats, y, eta, V, scales, ratio)
+    return densities(y, eta, V, stats), _next_ratio(stats, y, eta, V, scales, ratio, model.power)
 
 
-def _next_ratio(stats, y, eta, V, scales, ratio):
+def _next_ratio(stats, y, eta, V, scales, ratio, power: float = 1.0):
     """The forecasters' rate ratios after ``y``: forecaster ``s``'s rate ``q_s b`` absorbs its residual in its
     own width, ``q_s b + r^T (I + c_s V)^{-1} r / 2`` (:func:`jaxrvga.noise.quadratic_form`), over the member's
     ``b + r^T (I + V)^{-1} r / 2`` (the member's own step; ``r = y - eta``, ``eta = h(m, x)`` and ``V = J P J^T``
-    of the predicted member, whose noise statistics are ``stats``)."""
+    of the predicted member, whose noise statistics are ``stats``); a tempered model's ``power`` p as
+    :func:`jaxrvga.noise.absorb`'s: ``p r^T (I + p c_s V)^{-1} r / 2``."""
     r, eye = jnp.ravel(y) - eta, jnp.eye(eta.shape[0], dtype=eta.dtype)
-    widths = jnp.append(scales.astype(r.dtype), 1.0)
-    rates = jnp.append(ratio, 1.0) * stats.rate + 0.5 * jax.vmap(lambda c: noise.quadratic_form(r, c * V + eye))(widths)
+    widths = power * jnp.append(scales.astype(r.dtype), 1.0)
+    quadratic = jax.vmap(lambda c: noise.quadratic_form(r, c * V + eye))(widths)
+    rates = jnp.append(ratio, 1.0) * stats.rate + 0.5 * power * quadratic
     return rates[:-1] / rates[-1]
 
 

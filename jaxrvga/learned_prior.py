@@ -262,7 +262,7 @@ def scores_and_slope(model, scores, densities, member, x, y, directions, m0, log
     return lp, directions @ per_parameter, (eta, V)
 
 
-def move_prior(member, g, prior, index, tolerance=0.0):
+def move_prior(member, g, prior, index, tolerance=0.0, power: float = 1.0):
     """One member's prior moved by one Fisher-scoring step of its forecasters' prequential evidence.
 
     With ``lam = log a`` the blocks' log prior precisions (G,) and ``q(lam)`` the member's belief under
@@ -270,13 +270,16 @@ def move_prior(member, g, prior, index, tolerance=0.0):
     p_s(y | x)`` (the forecasters' mixture, :func:`scores_and_slope`, taken at the member's own prior
     ``prior.member_log_precision``); then ``I <- I + g g^T``, ``lam <- lam + I^{-1} g`` (the Gaussian
     belief over ``lam`` of a Gauss-Newton filter, started from the hyper-prior, :class:`HyperPrior`).
+    A tempered model's ``power`` p (:func:`jaxrvga.models.tempered`) scores ``p log sum_s w_s p_s``:
+    ``I <- I + p g g^T``, ``lam <- lam + I^{-1} p g``, so that E passes at ``p = 1/E`` count each
+    observation's evidence once.
     The member is moved to ``lam`` (``index`` (d,): each parameter's block) where its own prior is more
     than ``tolerance`` from it in some block (0: every step), and keeps its prior otherwise. A step whose
     gradient is not finite, or whose move breaks the belief, keeps the prior and is flagged. Returns
     ``(member, prior, ok)``."""
     lam, m0, at = prior.log_precision, prior.mean, prior.member_log_precision
-    information = prior.information + jnp.outer(g, g)
-    target = lam + jnp.linalg.solve(information, g)
+    information = prior.information + power * jnp.outer(g, g)
+    target = lam + jnp.linalg.solve(information, power * g)
     finite = jnp.all(jnp.isfinite(target))
     due = finite & (jnp.max(jnp.abs(target - at)) > tolerance)
 

@@ -105,3 +105,66 @@ def test_one_pass_at_power_one_is_the_model():
     b, _ = jr.run(same, same.init(jnp.zeros(D), W0, psi0), X, y)
     np.testing.assert_allclose(a.mean, b.mean, rtol=1e-12)
     assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+
+
+def test_a_model_average_tempers_its_forecasters_noise_as_its_members():
+    """The forecasters' noise rates absorb a tempered residual as the member does (:func:`jaxrvga.noise.absorb`):
+    after two passes at power p the plug-in forecaster's rate is ``b0 + p sum_t r_t^2 / 2``, ``r_t`` the
+    residual at the member's mean before step t, and the forecaster of scale 1 reads its member's own."""
+    X, y = _data(3)
+    p = 0.5
+    flt = jr.rvga(jr.models.tempered(jr.models.linear_gaussian(None), p))
+    members = jax.vmap(lambda v: flt.init(jnp.zeros(D), v * jnp.eye(D)))(jnp.array([0.1, 1.0]))
+    avg = jr.model_average(flt, scales=(0.0, 0.25, 1.0))
+    state = _passes(avg, avg.init(members), X, y, 2)
+    alone, residuals = flt.init(jnp.zeros(D), jnp.eye(D)), []
+    for _ in range(2):
+        start = alone.mean
+        alone, means = jr.run(flt, alone, X, y, lambda s, *_: s.mean)
+        before = jnp.concatenate([start[None], means[:-1]])
+        residuals.append(y - jnp.sum(X * before, axis=1))
+    b0 = members.noise.rate[1]
+    plug_in = b0 + 0.5 * p * jnp.sum(jnp.concatenate(residuals) ** 2)
+    np.testing.assert_allclose(state.rate_ratio[1, 0] * state.members.noise.rate[1], plug_in, rtol=1e-10)
+    np.testing.assert_allclose(state.rate_ratio[:, -1], 1.0, rtol=1e-10)
+    np.testing.assert_allclose(state.members.noise.rate[1], alone.noise.rate, rtol=1e-10)
+
+
+def test_a_model_average_scores_a_tempered_step_at_its_power():
+    """Each log weight gains ``power`` times its forecaster's log predictive, so that E passes at power 1/E
+    count each observation's score once."""
+    X, y = _data(4)
+    model = jr.models.linear_gaussian(0.25)
+    hot = jr.rvga(jr.models.tempered(model, 0.5))
+    avg = jr.model_average(hot, scales=(0.0, 1.0))
+    s0 = avg.init(jax.vmap(lambda v: hot.init(jnp.zeros(D), v * jnp.eye(D)))(jnp.array([0.1, 1.0])))
+    _, (log_weights, members) = jr.run(avg, s0, X, y, lambda s, *_: (s.log_weight, s.members))
+    steps = jnp.diff(jnp.concatenate([s0.log_weight[None], log_weights]), axis=0)  # (T, K, S)
+    before = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b[:-1]]), s0.members, members)
+
+    def scores(member, x, y):  # (S,) of one member
+        return jnp.stack([jr.log_predictive(member, x, y, model, scale=c) for c in (0.0, 1.0)])
+
+    lp = jax.vmap(lambda ms, x, y: jax.vmap(lambda m: scores(m, x, y))(ms))(before, X, y)
+    np.testing.assert_allclose(steps, 0.5 * lp, rtol=1e-8, atol=1e-12)
+
+
+def test_a_learned_prior_moves_by_a_tempered_evidence():
+    """``move_prior`` at power p: the information gains ``p g^2`` and the log precision ``p g / I`` where the
+    untempered step, from the same state and observation, gains ``g^2`` and ``g / I``."""
+    X, y = _data(5)
+    model = jr.models.linear_gaussian(0.25)
+    one = jax.tree_util.tree_map(lambda a: a[None], jr.rvga(model).init(jnp.zeros(D), jnp.eye(D)))
+    steps = []
+    for m in (model, jr.models.tempered(model, 0.25)):
+        avg = jr.model_average(jr.rvga(m), learn_prior=1.0)
+        s0 = avg.init(one, prior_precision=1.0)
+        new = avg.update(s0, X[0], y[0])
+        steps.append((new.prior.information - s0.prior.information, new.prior.log_precision - s0.prior.log_precision,
+                      new.prior.information))
+    (d_info, d_lam, info), (hot_info, hot_lam, hot_total) = steps
+    g = d_lam[..., None] * info  # lam' = lam + g / I'
+    np.testing.assert_allclose(d_info, g * g, rtol=1e-8)
+    assert abs(float(g.squeeze())) > 1e-3
+    np.testing.assert_allclose(hot_info, 0.25 * g * g, rtol=1e-8)
+    np.testing.assert_allclose(hot_lam[..., None], 0.25 * g / hot_total, rtol=1e-8)

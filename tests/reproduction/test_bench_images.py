@@ -61,6 +61,9 @@ def test_the_per_layer_method_is_the_documented_recipe():
     assert flt == jr.model_average(one, learn_prior=jr.average.LEARN_PRIOR, prior_groups=blocks,
                                    forget=jr.average.FORGET)
     assert flt != jr.model_average(one, learn_prior=jr.average.LEARN_PRIOR, prior_groups=blocks)
+    assert one.model.power == 1.0
+    hot, _, model = bi.make_filter(h, theta0, "lrvga", {"average": "per_layer", "passes": 2}, blocks)
+    assert jr.average.member_filter(hot).model == jr.models.tempered(model, 0.5)  # scored by the untempered model
 
 
 def test_every_method_runs_one_pass_and_scores_itself():
@@ -75,7 +78,7 @@ def test_every_method_runs_one_pass_and_scores_itself():
             acc, nlpd = adam_scores(out, xs[:10], ys[:10])
         else:
             flt, state, model = bi.make_filter(h, theta0, kind, options, blocks)
-            out = jax.jit(bi.filter_pass(flt, options.get("batch", 1)))(state, xs, ys)
+            out = jax.jit(bi.filter_pass(flt, options.get("batch", 1), options.get("passes", 1)))(state, xs, ys)
             if model not in filter_scores:
                 filter_scores[model] = bi.filter_scores(model, chunk=5)
             acc, nlpd = filter_scores[model](out, xs[:10], ys[:10])

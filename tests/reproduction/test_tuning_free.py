@@ -98,6 +98,16 @@ def test_seed_rows_start_from_the_main_run(quick):
     assert second["seed"] == 1 and len(second["learned_prior_var"]) == 2 and min(second["learned_prior_var"]) > 0
 
 
+def test_passes_rows_start_from_the_recipe(quick):
+    """``--passes``: one pass is the main run's recipe (the same NLPD); two tempered passes another belief."""
+    binary = next(r for r in quick[0] if r["task"] == "binary")
+    one, two = tuning_free.passes_rows("binary", quick=True, passes=(1, 2))
+    assert (one["passes"], two["passes"]) == (1, 2)
+    assert math.isclose(one["nlpd"], binary["learned_nlpd"], rel_tol=1e-4)
+    assert math.isfinite(two["nlpd"]) and abs(two["nlpd"] - one["nlpd"]) > 1e-4
+    assert len(two["learned_prior_var"]) == 2 and min(two["learned_prior_var"]) > 0
+
+
 def test_layer_sizes_are_the_blocks_of_each_layer():
     """``layer_sizes``: one block per layer of the flat MLP, the same split as ``layer_groups`` (weights and
     biases of a layer together), covering every parameter; ``mlp_sizes`` the task's widths (quick: one
