@@ -83,7 +83,7 @@ METHODS = [
     ("diagonal ekf, batch 16", "diag", {"scheme": "ekf", "batch": 16}),
     ("L-RVGA default, prior learned", "lrvga", {"average": "learned"}),
     ("L-RVGA default, prior learned per layer", "lrvga", {"average": "per_layer"}),
-    ("L-RVGA default, prior learned per layer, 2 tempered passes", "lrvga", {"average": "per_layer", "passes": 2}),
+    ("L-RVGA default, prior learned per layer, 3 tempered passes", "lrvga", {"average": "per_layer", "passes": 3}),
 ]
 
 

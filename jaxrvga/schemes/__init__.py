@@ -30,7 +30,7 @@ is one more value. One family a module, on the shared parts of :mod:`~jaxrvga.sc
 # a module is named for its family, a factory for its scheme: no module is shadowed by a factory
 from . import base, conjugate, implicit_glm, linearised, moments, monte_carlo, quadratic_bound
 from .base import (CURVATURES, MAX_MOVE, Implicit, Increment, Iterated, Limited, Linearised, Scheme, absorb,
-                   info_from, iterate, limit_move)
+                   info_from, iterate, limit_move, temper)
 from .conjugate import exact, exact_site
 from .implicit_glm import implicit, implicit_site
 from .linearised import MOMENT_JITTER, ekf, ekf_glm_site, ekf_site, linearise, moment_ekf, moment_weights
@@ -45,7 +45,7 @@ FACTORIES = {"exact": exact, "implicit": implicit, "explicit": explicit, "extrag
 
 __all__ = ["Scheme", "CURVATURES", "FACTORIES", "exact", "implicit", "explicit", "extragrad", "ekf", "moment_ekf",
            "qkf", "sampled", "published_sampled", "MOMENT_JITTER", "MAX_MOVE", "Increment", "Limited", "Implicit",
-           "Linearised", "Iterated", "absorb", "limit_move", "iterate", "moment_weights", "exact_site",
+           "Linearised", "Iterated", "absorb", "limit_move", "iterate", "temper", "moment_weights", "exact_site",
            "moment_site", "ekf_glm_site", "qkf_site", "implicit_site", "linearise", "ekf_site", "sampled_site",
            "info_from", "mean_rows", "published_draws", "base", "conjugate", "implicit_glm", "linearised",
            "moments", "monte_carlo", "quadratic_bound"]

@@ -168,3 +168,13 @@ def test_a_learned_prior_moves_by_a_tempered_evidence():
     assert abs(float(g.squeeze())) > 1e-3
     np.testing.assert_allclose(hot_info, 0.25 * g * g, rtol=1e-8)
     np.testing.assert_allclose(hot_lam[..., None], 0.25 * g / hot_total, rtol=1e-8)
+
+
+def test_temper_scales_an_increments_curvature_and_gradient():
+    X, v = jnp.arange(6.0).reshape(3, 2), jnp.array([1.0, -1.0, 2.0])
+    for inc in (jr.schemes.Increment(X, coef=jnp.array([1.0, 2.0]), g=jnp.ones(3)),
+                jr.schemes.Increment(X, c=jnp.array([0.5, 3.0]), g=jnp.ones(3))):
+        hot = jr.schemes.temper(inc, 0.5)
+        np.testing.assert_allclose(hot.curvature_times(v), 0.5 * inc.curvature_times(v), rtol=1e-12)
+        np.testing.assert_allclose(hot.gradient(), 0.5 * inc.gradient(), rtol=1e-12)
+        assert jr.schemes.temper(inc, 1.0) is inc
