@@ -316,7 +316,9 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     filter as any other: :func:`jaxrvga.run`, traces, :mod:`jaxrvga.io`, ``jax.vmap``. Its cost
     per observation: the members' updates plus one log predictive per member (a Jacobian and a
     ``J P J^T``; the scales share them). Before a test set's predictive, :func:`prune` drops the
-    members the stream has ruled out.
+    members the stream has ruled out. A filter of a tempered model (:func:`jaxrvga.models.tempered`, E
+    passes at power ``1/E``) adds ``power`` times the log predictives, and moves a learned prior by
+    ``power`` times its evidence, so that the E passes count each observation's score once.
 
     With ``learn_prior=v``, each member's prior precision is learned on the stream (module docstring,
     "The prior learned on the stream"): ``init(members, prior_precision=a0)`` then names the precision

@@ -296,8 +296,9 @@ def tempered(model: Model, power: float) -> Model:
     residual's covariance ``I + power J P J^T``). ``E`` passes over a data set with ``power = 1/E``
     count each observation once in all and relinearise it at later, better means: for a
     linear-Gaussian model they end at the batch posterior exactly, for a network at a better one than
-    one pass (experiments/REPORT.md, "Tempered passes"). The predictive, the log predictive and a
-    model average's scores read the untempered density. The one-evaluation schemes ``exact``,
+    one pass on the classifiers measured (experiments/REPORT.md, "Tempered passes over a data set in
+    hand"). The predictive and the log predictive read the untempered density; a model average scores
+    each step at ``power`` (:func:`jaxrvga.model_average`). The one-evaluation schemes ``exact``,
     ``ekf``, ``moment_ekf`` and ``qkf`` take a tempered model; the others refuse it.
 
     Args:
