@@ -178,3 +178,15 @@ def test_temper_scales_an_increments_curvature_and_gradient():
         np.testing.assert_allclose(hot.curvature_times(v), 0.5 * inc.curvature_times(v), rtol=1e-12)
         np.testing.assert_allclose(hot.gradient(), 0.5 * inc.gradient(), rtol=1e-12)
         assert jr.schemes.temper(inc, 1.0) is inc
+
+
+def test_a_tempered_step_of_a_non_finite_observation_is_flagged_and_keeps_the_belief():
+    model = jr.models.tempered(jr.models.nonlinear(lambda theta, x: jnp.tanh(x @ theta), jr.models.gaussian(None)), 0.5)
+    flt = jr.lrvga(model, rank=2)
+    W0, psi0 = jr.kernels.lowrank.init_factors(jax.random.PRNGKey(1), D, 2, prior_var=1.0)
+    state = flt.init(jnp.full(D, 0.1), W0, psi0)
+    for x, y in ((jnp.ones(D), jnp.nan), (jnp.full(D, jnp.inf), 1.0)):
+        new = flt.update(state, x, y)
+        assert not bool(new.info.converged)
+        np.testing.assert_array_equal(new.mean, state.mean)
+        np.testing.assert_array_equal(new.noise.rate, state.noise.rate)
