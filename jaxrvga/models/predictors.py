@@ -299,7 +299,8 @@ def tempered(model: Model, power: float) -> Model:
     one pass on the classifiers measured (experiments/REPORT.md, "Tempered passes over a data set in
     hand"). The predictive and the log predictive read the untempered density; a model average scores
     each step at ``power`` (:func:`jaxrvga.model_average`). The one-evaluation schemes ``exact``,
-    ``ekf``, ``moment_ekf`` and ``qkf`` take a tempered model; the others refuse it.
+    ``ekf``, ``moment_ekf`` and ``qkf`` take a tempered model; the others refuse it. Passes are for a
+    static parameter: a filter with dynamics applies its transition at every step of every pass.
 
     Args:
       model: an observation model.
