@@ -474,9 +474,15 @@ def main(argv=None):
     parser.add_argument("--passes", default=None, metavar="E,E",
                         help="instead: the recipe's test NLPD after E tempered passes (over --seeds N, default 1)")
     a = parser.parse_args(argv)
-    rows_of = (prior_fit_rows if a.prior_fit else calibration_rows if a.calibration else
-               functools.partial(passes_rows, seeds=a.seeds or 1, passes=tuple(map(int, a.passes.split(","))))
-               if a.passes else functools.partial(seed_rows, seeds=a.seeds) if a.seeds else None)
+    rows_of = None
+    if a.prior_fit:
+        rows_of = prior_fit_rows
+    elif a.calibration:
+        rows_of = calibration_rows
+    elif a.passes:
+        rows_of = functools.partial(passes_rows, seeds=a.seeds or 1, passes=tuple(map(int, a.passes.split(","))))
+    elif a.seeds:
+        rows_of = functools.partial(seed_rows, seeds=a.seeds)
     if rows_of is not None:
         rows = [r for t in a.tasks.split(",") for r in rows_of(t, a.quick)]
         print("\n".join(json.dumps(r) for r in rows))

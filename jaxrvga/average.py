@@ -282,9 +282,11 @@ def _next_ratio(stats, y, eta, V, scales, ratio, power: float = 1.0):
     of the predicted member, whose noise statistics are ``stats``); a tempered model's ``power`` p as
     :func:`jaxrvga.noise.absorb`'s: ``p r^T (I + p c_s V)^{-1} r / 2``."""
     r, eye = jnp.ravel(y) - eta, jnp.eye(eta.shape[0], dtype=eta.dtype)
-    widths = power * jnp.append(scales.astype(r.dtype), 1.0)
-    quadratic = jax.vmap(lambda c: noise.quadratic_form(r, c * V + eye))(widths)
-    rates = jnp.append(ratio, 1.0) * stats.rate + 0.5 * power * quadratic
+
+    def rate(q, c):  # the conjugate step of the forecaster reading rate q b and covariance c V
+        return noise.absorb(stats._replace(rate=q * stats.rate), r, power * c * V + eye, power).rate
+
+    rates = jax.vmap(rate)(jnp.append(ratio, 1.0), jnp.append(scales.astype(r.dtype), 1.0))
     return rates[:-1] / rates[-1]
 
 
