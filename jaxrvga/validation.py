@@ -140,16 +140,24 @@ def check_cov(name: str, cov, dim: int, rtol: float = 1e-6, semidefinite: bool =
         if np.max(np.abs(c - c.T)) > rtol * scale:
             raise ValueError(f"{name} must be symmetric; max |{name} - {name}^T| = "
                              f"{np.max(np.abs(c - c.T)):.3g}")
-        if semidefinite:
-            eig = np.linalg.eigvalsh(0.5 * (c + c.T)) if c.size else np.zeros(1)
-            if eig[0] < -np.sqrt(np.finfo(np.float64).eps) * max(np.max(np.abs(eig)), 1e-300):
-                raise ValueError(f"{name} must be positive semidefinite, got an eigenvalue {eig[0]:.3g}")
+        if _is_positive_definite(c):
             return cov
-        try:
-            np.linalg.cholesky(0.5 * (c + c.T))
-        except np.linalg.LinAlgError:
-            raise ValueError(f"{name} must be positive definite") from None
+        if not semidefinite:
+            raise ValueError(f"{name} must be positive definite")
+        eig = np.linalg.eigvalsh(0.5 * (c + c.T))
+        if eig[0] < -np.sqrt(np.finfo(np.float64).eps) * max(np.max(np.abs(eig)), 1e-300):
+            raise ValueError(f"{name} must be positive semidefinite, got an eigenvalue {eig[0]:.3g}")
     return cov
+
+
+def _is_positive_definite(c) -> bool:
+    """Whether the symmetric part of the float64 matrix ``c`` has a Cholesky factor (O(d^3 / 3), a sixth
+    of an eigen-decomposition's cost)."""
+    try:
+        np.linalg.cholesky(0.5 * (c + c.T))
+    except np.linalg.LinAlgError:
+        return False
+    return True
 
 
 def check_invertible(name: str, v):

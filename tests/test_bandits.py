@@ -370,6 +370,31 @@ def test_bad_input_is_refused_naming_the_argument():
         jr.bandits.init(agent, flt.init(jnp.zeros(D), jnp.eye(D)), stacked=True)
 
 
+def test_arms_that_disagree_with_the_agent_are_refused_not_scored_at_a_clamped_index():
+    """A state of an agent of other K, a model of other heads or a context the model cannot read: a
+    ValueError naming ``state`` or ``contexts`` (the regret would read ``m[K - 1]`` for arm K)."""
+    key = jax.random.PRNGKey(0)
+    agent, _ = _fleet_agent()
+    other = jr.bandits.init(jr.bandits.greedy(jr.bandits.per_arm(jr.kalman(1.0), K + 1)),
+                            jr.kalman(1.0).init(jnp.zeros(D), jnp.eye(D)))
+    with pytest.raises(ValueError, match=r"state: the arms' scores have shape \(4,\), need \(num_arms,\) = \(3,\)"):
+        jr.bandits.run(agent, other, key, X, R)
+    four = jr.rvga(jr.bandits.heads(lambda th, x: th.reshape(K + 1, D) @ x, jr.models.gaussian(1.0)), "ekf")
+    agent = jr.bandits.greedy(jr.bandits.shared(four, K))
+    state = jr.bandits.init(agent, four.init(jnp.zeros((K + 1) * D), jnp.eye((K + 1) * D)))
+    with pytest.raises(ValueError, match="state: the arms' scores have shape"):
+        jr.bandits.run(agent, state, key, X, R)
+    three = jr.rvga(jr.bandits.heads(lambda th, x: th.reshape(K, D) @ x, jr.models.gaussian(1.0)), "ekf")
+    agent = jr.bandits.greedy(jr.bandits.shared(three, K))
+    state = jr.bandits.init(agent, three.init(jnp.zeros(K * D), jnp.eye(K * D)))
+    with pytest.raises(ValueError, match="contexts"):
+        jr.bandits.run(agent, state, key, X[:, :2], R)
+    assert jr.bandits.run(agent, state, key, X, R).regret.shape == (T,)
+    for arm in (1.5, 1.0, True):  # an arm is an index, not a number rounded to one
+        with pytest.raises(ValueError, match="arm must be an integer"):
+            jr.bandits.update(agent, state, X[0], arm, R[0, 1])
+
+
 # --------------------------------------------------------------------------- the benchmark (benchmarks/bandits.py)
 
 def test_wheel_expected_rewards_are_the_problem_definition():

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..validation import check_key, is_concrete, positive_int
 from .agents import (NUM_DRAWS, RULES, Agent, AgentState, BanditRun, Offsets, PerArm, Welford, _context_stats,
-                     _nonnegative, _scaled_context, _welford, act, greedy, ids, init, per_arm, thompson, ucb)
+                     _nonnegative, _scaled_context, _welford, act, greedy, ids, init, per_arm, scores, thompson,
+                     ucb)
 
 
 # --------------------------------------------------------------------------- learning
@@ -78,6 +79,8 @@ def update(agent: Agent, state: AgentState, x, arm, reward):
       ``(state, flagged)``: the new :class:`AgentState` and a 0-d bool.
     """
     K = agent.num_arms
+    if not jnp.issubdtype(jnp.result_type(arm), jnp.integer) or isinstance(arm, (bool, np.bool_)):
+        raise ValueError(f"arm must be an integer in [0, {K}), got {arm!r} of dtype {jnp.result_type(arm)}")
     if is_concrete(arm) and not (np.ndim(arm) == 0 and 0 <= int(arm) < K):
         raise ValueError(f"arm must be an integer in [0, {K}), got {arm!r}")
     if is_concrete(reward) and (np.ndim(reward) != 0 or not np.isfinite(float(reward))):
@@ -154,6 +157,19 @@ def _check_table(name, a, T, K):
     return a
 
 
+def _check_scores(agent: Agent, state: AgentState, key, x):
+    """The agent's scores of the context ``x`` must be K numbers, one per arm (by shape, nothing computed):
+    a state of another agent or a model ``h`` of another number of heads would otherwise pull arms that
+    the regret reads at a clamped index. ``ValueError`` naming ``state`` or ``contexts``."""
+    try:
+        shape = jax.eval_shape(lambda s, k, x: scores(agent, s, k, x), state, key, x).shape
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"contexts: the agent cannot score a context of this shape ({err})") from None
+    if shape != (agent.num_arms,):
+        raise ValueError(f"state: the arms' scores have shape {shape}, need (num_arms,) = ({agent.num_arms},): a "
+                         f"state of an agent of another number of arms, or a model h of another number of heads")
+
+
 def run(agent: Agent, state: AgentState, key, contexts, rewards, expected=None) -> BanditRun:
     """Play the logged full-feedback data ``(contexts[t], rewards[t, :])`` for ``t < T`` in one jitted
     ``lax.scan``: at each round the agent picks an arm for ``contexts[t]`` (:func:`act`, with a key
@@ -198,6 +214,7 @@ def run(agent: Agent, state: AgentState, key, contexts, rewards, expected=None) 
         if jnp.ndim(contexts) != 2 or jnp.shape(contexts)[1] != d:
             raise ValueError(f"contexts must have shape (T, d) = ({T}, {d}) to match the arms' beliefs, "
                              f"got {jnp.shape(contexts)}")
+    _check_scores(agent, state, key, jax.tree_util.tree_map(lambda a: a[0], contexts))
     dtype = state.rewards.mean.dtype
     return _run_jit(agent, state, key, contexts, rewards.astype(dtype), expected.astype(dtype))
 

@@ -70,7 +70,18 @@ def sqrt_factor(cov):
       ``R``, (..., d, d).
     """
     L = jnp.linalg.cholesky(cov)
-    return jax.lax.cond(jnp.all(jnp.isfinite(L)), lambda c, L: L, lambda c, L: _eigen_root(c), cov, L)
+    return jax.lax.cond(jnp.all(jnp.isfinite(L)), _cholesky_root, _eigen_root_of, cov, L)
+
+
+def _cholesky_root(cov, L):
+    """:func:`sqrt_factor`'s route where the Cholesky factor ``L`` is finite (a module-level function, so
+    that an eager call traces its ``lax.cond`` once, not on every call)."""
+    return L
+
+
+def _eigen_root_of(cov, L):
+    """:func:`sqrt_factor`'s route where ``L`` is not finite: :func:`_eigen_root` of ``cov``."""
+    return _eigen_root(cov)
 
 
 class Dense(NamedTuple):

@@ -86,6 +86,29 @@ def test_float32_draws_and_one_compile_per_shape():
     assert len(traces) == 1
 
 
+def test_eager_draws_trace_the_factor_once(monkeypatch):
+    """Called outside ``jit``, ``jr.sample`` of a dense belief traces its ``lax.cond`` once per shape, not on
+    every call (its branches were new lambdas on every call: 95 ms a draw at d = 65, issue 50)."""
+    from jaxrvga.beliefs import dense
+    traces = []
+    root = dense._eigen_root
+    monkeypatch.setattr(dense, "_eigen_root", lambda cov: traces.append(1) or root(cov))
+    state = jr.kalman(1.0).init(MEAN, COV)
+    draws = [jr.sample(state, jax.random.PRNGKey(seed), 3) for seed in range(3)]
+    assert len(traces) <= 1 and not np.allclose(draws[0], draws[1])   # 0 where an earlier test traced it
+    np.testing.assert_allclose(sqrt_factor(COV), np.linalg.cholesky(COV), rtol=1e-12)
+
+
+def test_semidefinite_covariance_is_checked_by_its_eigenvalues():
+    """A state's covariance is read as semidefinite: a singular one is accepted (after its Cholesky
+    factorisation fails, by its eigenvalues), an indefinite one refused with its eigenvalue."""
+    u = np.ones(D) / np.sqrt(D)
+    state = jr.kalman(1.0).init(MEAN, COV)
+    assert np.all(np.isfinite(jr.sample(state._replace(cov=jnp.asarray(np.outer(u, u))), jax.random.PRNGKey(0), 2)))
+    with pytest.raises(ValueError, match="positive semidefinite, got an eigenvalue -1"):
+        jr.sample(state._replace(cov=jnp.asarray(np.eye(D) - 2 * np.outer(u, u))), jax.random.PRNGKey(0), 2)
+
+
 def _mixture(means, covs, w, scales):
     """Mean and covariance of ``sum_ks w_ks N(means_k, scales_ks covs_k)`` (``scales`` (S,) or (K, S))."""
     m = np.einsum("ks,kd->d", w, means)
@@ -136,6 +159,25 @@ def test_model_average_draws_have_the_mixture_moments_diagonal_and_learned_noise
     _assert_moments(jr.sample(state, jax.random.PRNGKey(7), N),
                     *_mixture(means, np.stack([COV, COV]) * 10.0 / 5.0, np.array([[0.2, 0.3], [0.4, 0.1]]),
                               np.array([0.5, 1.0]) * ratio))
+
+
+def test_model_average_draws_have_the_mixture_moments_lowrank_and_compile_once():
+    """Low-rank members, drawn through their factors: the mixture of ``N(mean_k, c_s (W W^T + diag(psi))^-1)``;
+    eager calls of a new key compile the draws once per shape."""
+    from jaxrvga import average
+    means = RNG.normal(size=(2, D))
+    W, psi = RNG.normal(size=(2, D, 2)), RNG.uniform(0.5, 2.0, size=(2, D))
+    flt = jr.lrvga(jr.models.logistic(), rank=2)
+    members = jax.vmap(flt.init)(jnp.asarray(means), jnp.asarray(W), jnp.asarray(psi))
+    log_prior = np.log(np.array([[0.3, 0.2], [0.1, 0.4]]))
+    state = _average_of(flt, members, log_prior, (0.5, 1.0))
+    covs = np.stack([np.linalg.inv(W[k] @ W[k].T + np.diag(psi[k])) for k in range(2)])
+    w = np.exp(log_prior) / np.exp(log_prior).sum()
+    _assert_moments(jr.sample(state, jax.random.PRNGKey(8), N), *_mixture(means, covs, w, np.array([0.5, 1.0])))
+    before = average._average_draws._cache_size()
+    for seed in range(3):
+        jr.sample(state, jax.random.PRNGKey(seed), 7)
+    assert average._average_draws._cache_size() == before + 1
 
 
 def test_model_average_sample_checks_its_input():
