@@ -21,9 +21,13 @@ Agents (``--agents``):
 * ``neural_linear`` (NeuralLinear, Riquelme et al. 2018): an MLP with K outputs trained by optax's
   Adam on the replayed data every few rounds, and per arm a Bayesian linear regression (normal-
   inverse-gamma) on the network's last hidden layer, Thompson sampling from it (:class:`NeuralLinear`);
-* peers where importable (``pip install -e ".[bandits]"``): ``vw_squarecb`` and ``vw_epsilon``
-  (Vowpal Wabbit ``--cb_explore_adf`` with ``--squarecb`` or ``--epsilon 0.05``, shared features
-  crossed with the arm), ``mabwiser_linucb`` and ``mabwiser_lints`` (``alpha = 1``).
+* peers where importable (``pip install -e ".[bandits]"``): ``vw_squarecb``, ``vw_epsilon`` and
+  ``vw_bag`` (Vowpal Wabbit ``--cb_explore_adf`` with ``--squarecb``, ``--epsilon 0.05`` or ``--bag 5``,
+  shared features crossed with the arm), ``mabwiser_linucb`` and ``mabwiser_lints`` (``alpha = 1``).
+
+The peers' own exploration is set by ``--peer-alpha`` (LinUCB's and LinTS's ``alpha``, NumPy's and
+MABWiser's; default 1) and ``--peer-epsilon`` (epsilon-greedy's and ``vw_epsilon``'s; default 0.05), so
+that each can be run at its best setting as well as at its default.
 
 ``--out FILE`` writes CSV rows ``problem,agent,seed,regret,ms_per_round``; the time per round is
 after compiling (the library's agents are compiled ahead with ``jit(...).lower().compile()`` and
@@ -45,11 +49,13 @@ PROBLEMS = ("digits", "mnist", "wheel0.5", "wheel0.9", "wheel0.95", "wheel0.99")
 JR_AGENTS = ("jr_thompson", "jr_greedy", "jr_ucb", "jr_ids", "jr_thompson_nig", "jr_thompson_optimistic")
 NUMPY_AGENTS = ("linucb", "eps_greedy", "uniform")
 NEURAL_AGENTS = ("neural_linear",)
-PEER_AGENTS = ("vw_squarecb", "vw_epsilon", "mabwiser_linucb", "mabwiser_lints")
+PEER_AGENTS = ("vw_squarecb", "vw_epsilon", "vw_bag", "mabwiser_linucb", "mabwiser_lints")
 AGENTS = JR_AGENTS + NUMPY_AGENTS + NEURAL_AGENTS + PEER_AGENTS
 DEFAULT_AGENTS = ("jr_thompson", "jr_ids", "jr_greedy", "linucb", "eps_greedy", "uniform", "neural_linear",
                   "vw_squarecb", "mabwiser_linucb")
 EPSILON = 0.05
+#: The peers' exploration (``--peer-alpha``, ``--peer-epsilon``): their defaults unless set.
+PEER = {"alpha": 1.0, "epsilon": EPSILON}
 
 
 # --------------------------------------------------------------------------- problems
@@ -175,9 +181,9 @@ def play_numpy(name, contexts, rewards, expected, seed):
             Ax = A_inv @ x  # (K, d)
             est = np.einsum("kd,kd->k", Ax, b)
             if name == "linucb":
-                arm = int(np.argmax(est + 1.0 * np.sqrt(np.maximum(Ax @ x, 0.0))))
+                arm = int(np.argmax(est + PEER["alpha"] * np.sqrt(np.maximum(Ax @ x, 0.0))))
             else:
-                arm = int(rng.integers(K)) if rng.uniform() < EPSILON else int(np.argmax(est))
+                arm = int(rng.integers(K)) if rng.uniform() < PEER["epsilon"] else int(np.argmax(est))
             Ax = Ax[arm]
             A_inv[arm] -= np.outer(Ax, Ax) / (1.0 + x @ Ax)
             b[arm] += rewards[t, arm] * x
@@ -343,7 +349,7 @@ def play_vw(name, contexts, rewards, expected, seed):
     """Vowpal Wabbit's contextual-bandit reduction (costs are negated rewards)."""
     import vowpalwabbit
 
-    explore = "--squarecb" if name == "vw_squarecb" else f"--epsilon {EPSILON}"
+    explore = {"vw_squarecb": "--squarecb", "vw_bag": "--bag 5"}.get(name, f"--epsilon {PEER['epsilon']}")
     vw = vowpalwabbit.Workspace(f"--cb_explore_adf {explore} --interactions sa --quiet --random_seed {seed}")
     rng = np.random.default_rng(20_000 + seed)
     T, K = rewards.shape
@@ -360,12 +366,12 @@ def play_vw(name, contexts, rewards, expected, seed):
 
 
 def play_mabwiser(name, contexts, rewards, expected, seed):
-    """MABWiser's LinUCB or LinTS (``alpha = 1``): the first round a uniform arm (it must be fit
-    before it predicts), then ``predict`` and ``partial_fit`` one round at a time."""
+    """MABWiser's LinUCB or LinTS (``alpha = PEER["alpha"]``, 1 by default): the first round a uniform arm
+    (it must be fit before it predicts), then ``predict`` and ``partial_fit`` one round at a time."""
     from mabwiser.mab import MAB, LearningPolicy
 
     T, K = rewards.shape
-    policy = LearningPolicy.LinUCB(alpha=1.0) if name == "mabwiser_linucb" else LearningPolicy.LinTS(alpha=1.0)
+    policy = (LearningPolicy.LinUCB if name == "mabwiser_linucb" else LearningPolicy.LinTS)(alpha=PEER["alpha"])
     mab = MAB(arms=list(range(K)), learning_policy=policy, seed=seed)
     arm = int(np.random.default_rng(seed).integers(K))
     start = time.perf_counter()
@@ -429,7 +435,12 @@ def main(argv=None) -> list:
     parser.add_argument("--num-draws", type=int, default=None, help="jr_ids' draws a round")
     parser.add_argument("--process-noise", type=float, default=None,
                         help="the library agents' fading memory: each pulled arm's covariance times 1 + this")
+    parser.add_argument("--peer-alpha", type=float, default=1.0, help="LinUCB's and LinTS's alpha (NumPy, MABWiser)")
+    parser.add_argument("--peer-epsilon", type=float, default=EPSILON, help="eps_greedy's and vw_epsilon's epsilon")
     a = parser.parse_args(argv)
+    if not (a.peer_alpha >= 0 and 0 <= a.peer_epsilon <= 1):
+        raise SystemExit("--peer-alpha must be >= 0 and --peer-epsilon in [0, 1]")
+    PEER.update(alpha=a.peer_alpha, epsilon=a.peer_epsilon)
     OPTIONS.update(prior_var=a.prior_var, noise=None if a.noise is None else tuple(a.noise), scale=a.scale,
                    context_scale=a.context_scale, num_draws=a.num_draws, process_noise=a.process_noise)
     if a.rounds < 1 or a.seeds < 1 or a.first_seed < 0:

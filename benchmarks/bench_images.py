@@ -144,8 +144,8 @@ def make_filter(h, theta0, kind, options, blocks=None):
     one-image model. ``average``: :func:`jaxrvga.model_average` of the one filter over its
     predictive scales (the predictive that the uncertainty guide recommends); ``"learned"``: the same
     with its prior precision learned on the stream (``learn_prior=jr.average.LEARN_PRIOR``, from
-    ``1 / PRIOR_VAR``); ``"per_layer"``: the documented default, one learned precision per layer
-    (``blocks`` the layers' sizes, :func:`network`) and the weights forgetting at ``jr.average.FORGET``.
+    ``1 / PRIOR_VAR``); ``"per_layer"``: the documented default, :func:`jaxrvga.average.recipe` (one
+    learned precision per layer, ``blocks`` the layers' sizes, :func:`network`; the weights forgetting).
     ``passes``: E, the filter's likelihood tempered to ``1 / E`` (``jr.models.tempered``) for E passes
     (:func:`filter_pass`)."""
     options = dict(options)
@@ -161,13 +161,13 @@ def make_filter(h, theta0, kind, options, blocks=None):
         W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), theta0.shape[0], RANK,
                                            PRIOR_VAR, dtype=theta0.dtype)
         state = flt.init(theta0, W0, psi0)
-    if average:
-        learned, per_layer = average in ("learned", "per_layer"), average == "per_layer"
-        if per_layer and blocks is None:
+    if average == "per_layer":
+        if blocks is None:
             raise ValueError("a prior learned per layer needs the network's layer sizes (blocks)")
-        flt = jr.model_average(flt, learn_prior=jr.average.LEARN_PRIOR if learned else None,
-                               prior_groups=blocks if per_layer else None,
-                               forget=jr.average.FORGET if per_layer else 1.0)
+        flt, state = jr.average.recipe(flt, state, PRIOR_VAR, blocks)
+    elif average:
+        learned = average == "learned"
+        flt = jr.model_average(flt, learn_prior=jr.average.LEARN_PRIOR if learned else None)
         one = jax.tree_util.tree_map(lambda a: a[None], state)
         state = flt.init(one, prior_precision=1.0 / PRIOR_VAR) if learned else flt.init(one)
     return flt, state, model

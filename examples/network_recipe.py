@@ -7,9 +7,9 @@ readings of the same data:
 * one filter (``jr.lrvga``, rank 10, prior ``N(theta0, 0.1 I)``) read by its plug-in,
   ``p(y | theta = mean)``;
 * the same filter read by its own linearised predictive, far too wide for a network;
-* the documented recipe (docs/uncertainty.md, "The recipe"): ``jr.model_average`` of
-  that one filter with its prior precision learned per layer on the stream
-  (``learn_prior=jr.average.LEARN_PRIOR``, ``prior_groups`` the layers' sizes), the
+* the documented recipe (docs/uncertainty.md, "The recipe"), ``jr.average.recipe``:
+  ``jr.model_average`` of that one filter with its prior precision learned per layer on
+  the stream (``learn_prior=jr.average.LEARN_PRIOR``, the layers' sizes as groups), the
   forecasters' weights forgetting at ``jr.average.FORGET``, read through the scales;
 * the same recipe over :data:`PASSES` passes of the training set, its likelihood
   tempered to ``1 / PASSES`` (``jr.models.tempered``: each image counted once in all;
@@ -52,13 +52,6 @@ def network(hidden: int, key):
     return theta0, model, jr.learned_prior.block_sizes(params.layers)
 
 
-def recipe(flt, blocks):
-    """The documented recipe over the one filter ``flt``: its prior learned per layer
-    (``blocks``), the forecasters' weights forgetting."""
-    return jr.model_average(flt, learn_prior=jr.average.LEARN_PRIOR,
-                            prior_groups=blocks, forget=jr.average.FORGET)
-
-
 def _trace(state, x, y):
     """The learned prior variance of each layer after each step."""
     return jnp.exp(-state.prior.log_precision[0])
@@ -99,12 +92,11 @@ def main(num_train: int = 1200, num_test: int = 597, hidden: int = 32, seed: int
     theta0, model, blocks = network(hidden, jax.random.PRNGKey(seed))
     flt = jr.lrvga(model, rank=10)
     member = lowrank_init(flt, theta0, 10, PRIOR_VAR, jax.random.PRNGKey(seed + 1))
-    avg = recipe(flt, blocks)
-    one = jax.tree_util.tree_map(lambda a: a[None], member)
-    start = avg.init(one, prior_precision=1.0 / PRIOR_VAR)
+    avg, start = jr.average.recipe(flt, member, PRIOR_VAR, blocks)
     (alone, _), seconds = timed_pass(flt, member, Xtr, ytr)
     (state, prior_vars), recipe_seconds = timed_pass(avg, start, Xtr, ytr, _trace)
-    hot = recipe(jr.lrvga(jr.models.tempered(model, 1.0 / PASSES), rank=10), blocks)
+    hot = jr.lrvga(jr.models.tempered(model, 1.0 / PASSES), rank=10)
+    hot, start = jr.average.recipe(hot, member, PRIOR_VAR, blocks)
     (passed, _), passes_seconds = timed_pass(hot, start, Xtr, ytr, passes=PASSES)
     out = {"plug_in": scores(alone, model, Xte, yte, 0.0),
            "linearised": scores(alone, model, Xte, yte),

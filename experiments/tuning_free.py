@@ -44,7 +44,7 @@ import numpy as np
 
 from benchmarks.machine import best_time
 from experiments.common import results_dir
-from jaxrvga.average import FORGET, LEARN_PRIOR
+from jaxrvga.average import LEARN_PRIOR
 
 PRIORS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 LINEAR_PRIORS = tuple(10.0 ** np.arange(-3.0, 2.5, 0.5))
@@ -198,22 +198,23 @@ def fit_task(task, quick=False, seed=0) -> TaskFit:
     k = ONE_PRIOR.get(task, 2)
     one = jax.tree_util.tree_map(lambda a: a[k:k + 1], members)
     avg = jr.model_average(flt)
-    learned = learned_average(flt, task, quick)
     starts = {"average": (avg, avg.init(members)), "one_prior_average": (avg, avg.init(one)),
-              "learned_prior": (learned, learned.init(one, prior_precision=1.0 / priors[k]))}
+              "learned_prior": learned_average(flt, task, members, k, priors[k], quick)}
     runs = {name: (f, s0, jr.run(f, s0, data[0], data[1])[0]) for name, (f, s0) in starts.items()}
     return TaskFit(model, flt, members, data, theta0, h, priors, k, runs)
 
 
-def learned_average(flt, task, quick=False):
-    """The learned-prior average of ``flt``: one prior precision per layer of a network, the forecasters'
-    weights forgetting at ``FORGET`` (the network recipe); one precision, no forgetting, for the linear task."""
+def learned_average(flt, task, members, k, prior_var, quick=False):
+    """``(avg, state)``: the learned-prior average of ``flt`` over member ``k`` of ``members`` (built from
+    ``prior_var``): for a network the recipe (``jr.average.recipe``: one prior precision per layer, the
+    forecasters' weights forgetting at ``FORGET``); one precision, no forgetting, for the linear task."""
     import jaxrvga as jr
 
-    if task == "linear":
-        return jr.model_average(flt, learn_prior=LEARN_PRIOR)
-    return jr.model_average(flt, learn_prior=LEARN_PRIOR, prior_groups=layer_sizes(mlp_sizes(task, quick)),
-                            forget=FORGET)
+    if task != "linear":
+        member = jax.tree_util.tree_map(lambda a: a[k], members)
+        return jr.average.recipe(flt, member, prior_var, layer_sizes(mlp_sizes(task, quick)))
+    avg = jr.model_average(flt, learn_prior=LEARN_PRIOR)
+    return avg, avg.init(jax.tree_util.tree_map(lambda a: a[k:k + 1], members), prior_precision=1.0 / prior_var)
 
 
 def passes_rows(task, quick=False, seeds=1, passes=(1, 2, 3)):
@@ -225,10 +226,9 @@ def passes_rows(task, quick=False, seeds=1, passes=(1, 2, 3)):
     rows, k = [], PRIORS.index(0.1)
     for seed in range(seeds):
         model, _, members, data, _, _ = network_task(task, quick, seed)
-        one = jax.tree_util.tree_map(lambda a: a[k:k + 1], members)
         for E in passes:
-            avg = learned_average(jr.lrvga(jr.models.tempered(model, 1.0 / E), rank=RANK), task, quick)
-            state = avg.init(one, prior_precision=1.0 / PRIORS[k])
+            avg, state = learned_average(jr.lrvga(jr.models.tempered(model, 1.0 / E), rank=RANK), task, members, k,
+                                         PRIORS[k], quick)
             for _ in range(E):
                 state = jr.run(avg, state, data[0], data[1])[0]
             rows.append({"task": task, "seed": seed, "passes": E, "nlpd": test_nlpd(state, model, *data[2:]),

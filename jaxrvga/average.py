@@ -388,6 +388,32 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
     return _average(flt, scales, num_points, hyper, float(forget))
 
 
+def recipe(flt: Filter, member, prior_var: float, groups=None):
+    """``(avg, state)``: the default with nothing to tune for a network (docs/uncertainty.md, "The recipe"):
+    :func:`model_average` of ``flt``, its prior precision learned (``LEARN_PRIOR``) per block of ``groups``,
+    the weights forgetting at :data:`FORGET`; ``state`` has the one ``member``, of prior precision ``1 /
+    prior_var`` (0.1 for LeCun-normal weights and standardised inputs). A tempered ``flt``
+    (:func:`jaxrvga.models.tempered`) makes it the recipe of several passes.
+
+    Args:
+      flt: the member's filter (no dynamics).
+      member: one state of ``flt`` (not stacked), built from the prior ``N(mean, prior_var I)``.
+      prior_var: the variance of that prior, a number > 0.
+      groups: None (one prior precision) or the block sizes of the flat parameters that learn one each
+        (:func:`jaxrvga.learned_prior.block_sizes` of a network's layers).
+
+    Returns:
+      ``(avg, state)``: the model average's :class:`~jaxrvga.Filter` and its :class:`AverageState`.
+    """
+    if jnp.ndim(getattr(member, "mean", None)) != 1:
+        raise ValueError("member must be one state of flt (a (d,) mean), not a stack: the recipe has one member")
+    if isinstance(prior_var, bool) or not (isinstance(prior_var, numbers.Real) and 0 < prior_var < np.inf):
+        raise ValueError(f"prior_var must be a finite number > 0, got {prior_var!r}")
+    avg = model_average(flt, learn_prior=LEARN_PRIOR, prior_groups=groups, forget=FORGET)
+    one = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], member)
+    return avg, avg.init(one, prior_precision=1.0 / float(prior_var))
+
+
 def _average(flt: Filter, scales: tuple, num_points: int, hyper: Optional[HyperPrior], forget: float) -> Filter:
     check = None if flt.check is None else Bound(_check, flt)
     predict = None if flt.predict is None else Bound(_predict, flt)
@@ -613,8 +639,7 @@ def _sample_average(state: AverageState, key, num: int):
 
 @functools.partial(jax.jit, static_argnums=2)
 def _average_draws(state: AverageState, key, num: int):
-    """:func:`_sample_average`'s draws once the state is checked, compiled once per shape (eager, its
-    ``vmap`` of the gamma draws cost 380 ms a call at d = 65)."""
+    """:func:`_sample_average`'s draws of a checked state, compiled once per shape."""
     K, S = state.log_weight.shape
     k_pick, k_s2, k_z = jax.random.split(key, 3)
     logits = jnp.where(jnp.isnan(state.log_weight), -jnp.inf, state.log_weight).ravel()
@@ -675,6 +700,6 @@ def _check_average(st):
 io.register(AverageState, _check_average)
 
 
-__all__ = ["AverageState", "LearnedPrior", "PREDICTIVE_SCALES", "LEARN_PRIOR", "FORGET", "model_average",
+__all__ = ["AverageState", "LearnedPrior", "PREDICTIVE_SCALES", "LEARN_PRIOR", "FORGET", "model_average", "recipe",
            "member_filter", "with_member_filter", "weights", "prune", "each_member", "each_forecaster",
            "mixture_moments", "mixture_log_density", "usable_log_weight", "check_log_weight", "check_members"]

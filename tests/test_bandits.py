@@ -455,6 +455,76 @@ def test_benchmark_options_reach_the_library_agents(monkeypatch):
     assert (default.num_draws, default.context_scale) == (256, jr.bandits.CONTEXT_SCALE)
 
 
+def test_peer_exploration_options_reach_linucb_and_epsilon_greedy(monkeypatch):
+    """``--peer-alpha`` is NumPy LinUCB's alpha (alpha 0 is its ridge regression's greedy play, the
+    same regret as epsilon-greedy at epsilon 0), ``--peer-epsilon`` epsilon-greedy's (1: uniform play)."""
+    from benchmarks import bandits as bench
+
+    monkeypatch.setattr(bench, "PEER", dict(bench.PEER))
+    args = ["--problems", "wheel0.5", "--rounds", "200", "--agents", "linucb,eps_greedy"]
+    default = dict((row[1], row[3]) for row in bench.main(args))
+    assert bench.PEER == {"alpha": 1.0, "epsilon": 0.05}
+    greedy = dict((row[1], row[3]) for row in bench.main(args + ["--peer-alpha", "0", "--peer-epsilon", "0"]))
+    assert greedy["linucb"] == greedy["eps_greedy"] != default["linucb"]
+    with pytest.raises(SystemExit):
+        bench.main(args + ["--peer-epsilon", "2"])
+
+
+class _FakeWorkspace:
+    """Vowpal Wabbit's ``Workspace`` as the benchmark calls it: uniform pmfs, the options recorded."""
+
+    made = []
+
+    def __init__(self, options):
+        self.made.append(options)
+
+    def predict(self, lines):
+        return [1.0 / len(lines[1:])] * len(lines[1:])
+
+    def learn(self, lines):
+        assert any(":" in line for line in lines[1:])  # the pulled arm's action:cost:probability
+
+    def finish(self):
+        pass
+
+
+def test_peer_code_paths_run_with_stand_ins_of_vowpal_wabbit_and_mabwiser(monkeypatch):
+    """The optional peers' loops (not installed here) against stand-ins of their APIs: the options each
+    agent passes (``--bag 5``, ``--epsilon``, alpha) and a regret within the problem's bounds."""
+    import sys
+    import types
+
+    from benchmarks import bandits as bench
+
+    monkeypatch.setitem(sys.modules, "vowpalwabbit", types.SimpleNamespace(Workspace=_FakeWorkspace))
+    policies = []
+
+    class MAB:
+        def __init__(self, arms, learning_policy, seed):
+            self.arms = arms
+            policies.append(learning_policy)
+
+        def fit(self, decisions, rewards, contexts):
+            pass
+
+        partial_fit = fit
+
+        def predict(self, contexts):
+            return self.arms[0]
+
+    policy = types.SimpleNamespace(LinUCB=lambda alpha: ("LinUCB", alpha), LinTS=lambda alpha: ("LinTS", alpha))
+    monkeypatch.setitem(sys.modules, "mabwiser", types.ModuleType("mabwiser"))
+    monkeypatch.setitem(sys.modules, "mabwiser.mab", types.SimpleNamespace(MAB=MAB, LearningPolicy=policy))
+    monkeypatch.setattr(bench, "PEER", dict(bench.PEER))
+    _FakeWorkspace.made.clear()
+    rows = bench.main(["--problems", "wheel0.9", "--rounds", "20", "--peer-alpha", "0.25", "--peer-epsilon", "0.1",
+                       "--agents", "vw_squarecb,vw_epsilon,vw_bag,mabwiser_linucb,mabwiser_lints"])
+    assert [o.split("--interactions")[0].strip() for o in _FakeWorkspace.made] == [
+        "--cb_explore_adf --squarecb", "--cb_explore_adf --epsilon 0.1", "--cb_explore_adf --bag 5"]
+    assert policies == [("LinUCB", 0.25), ("LinTS", 0.25)]
+    assert all(0 <= row[3] <= 20 * 49.0 for row in rows) and len(rows) == 5
+
+
 def test_neural_linear_keeps_each_arms_normal_inverse_gamma_posterior_of_the_current_features():
     """NeuralLinear after 70 rounds (trained at round 50, so the features are fixed since): each arm's
     statistics are those of the rounds it was pulled in, on the current network's features, and its

@@ -130,6 +130,55 @@ def test_a_non_finite_observation_is_flagged_and_keeps_the_prior():
     np.testing.assert_array_equal(bad.prior.information, state.prior.information)
 
 
+def test_the_recipe_is_the_per_layer_learned_prior_with_forgetting():
+    """``jr.average.recipe``: the documented default, ``model_average(flt, learn_prior=LEARN_PRIOR,
+    prior_groups=groups, forget=FORGET)`` over the one member, its prior precision ``1 / prior_var``."""
+    X, y = _data()
+    flt = jr.kalman(None)
+    member = flt.init(jnp.zeros(D), 0.1 * jnp.eye(D))
+    avg, state = jr.average.recipe(flt, member, 0.1, (1, 3))
+    spelt = jr.model_average(flt, learn_prior=jr.average.LEARN_PRIOR, prior_groups=(1, 3), forget=jr.average.FORGET)
+    assert avg == spelt
+    want = spelt.init(_one(member), prior_precision=10.0)
+    for got, expected in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_array_equal(got, expected)
+    np.testing.assert_allclose(state.prior.log_precision, np.log(10.0) * np.ones((1, 2)), rtol=1e-12)
+    out, _ = jr.run(avg, state, X, y)
+    assert bool(out.info.converged) and np.all(np.isfinite(out.prior.log_precision))
+    with pytest.raises(ValueError, match="member must be one state"):
+        jr.average.recipe(flt, _one(member), 0.1)
+    for v in (0.0, -1.0, float("nan"), float("inf"), True, "a"):
+        with pytest.raises(ValueError, match="prior_var"):
+            jr.average.recipe(flt, member, v)
+    with pytest.raises(ValueError, match="dynamics"):
+        jr.average.recipe(jr.kalman(0.25, decay=0.9), member, 0.1)
+
+
+def test_identical_observations_and_an_infinite_reward_keep_the_prior_finite():
+    """A stream of one observation repeated (its evidence pushes the precision one way for ever) leaves
+    the learned precision finite on every step; an infinite ``y`` is a flagged step that keeps the prior."""
+    X, y = _data()
+    avg, state = _learned(jr.kalman(None), 3.0, 4.0)
+    out, trace = jr.run(avg, state, np.repeat(X[:1], 2000, 0), np.repeat(y[:1], 2000),
+                        lambda s, x, y: s.prior.log_precision)
+    assert np.all(np.isfinite(np.asarray(trace))) and bool(out.info.converged)
+    bad = avg.update(out, X[1], np.inf)
+    assert not bool(bad.info.converged)
+    np.testing.assert_array_equal(bad.prior.log_precision, out.prior.log_precision)
+
+
+def test_a_run_resumed_from_a_file_is_the_whole_run(tmp_path):
+    """Saved after half the stream, loaded and run on: the learned prior, weights and member of the whole run."""
+    X, y = _data()
+    avg, state = _learned(jr.kalman(None), 3.0, 4.0, groups=(1, 3))
+    whole, _ = jr.run(avg, state, X, y)
+    half, _ = jr.run(avg, state, X[:N // 2], y[:N // 2])
+    jr.io.save(tmp_path / "half.json", half)
+    resumed, _ = jr.run(avg, jr.io.load(tmp_path / "half.json"), X[N // 2:], y[N // 2:])
+    for got, want in zip(jax.tree_util.tree_leaves(resumed), jax.tree_util.tree_leaves(whole)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
 def test_bad_arguments_are_refused_by_name():
     flt = jr.kalman(0.25)
     for v in (0.0, -1.0, float("nan"), float("inf"), True, "a"):
