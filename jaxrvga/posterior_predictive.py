@@ -453,9 +453,14 @@ def scores_of(state, X, y, model: models.Model, scale) -> Scores:
         log_density = family.log_prob(jnp.reshape(y, (-1,)), jnp.reshape(special.probit_k(v) * m, (-1,)))
     elif family.name == "categorical":
         log_density = jax.vmap(family.log_prob)(y, special.softmax_probit_logits(m, v))
+    elif family.name == "gaussian" and (m.ndim == 1 or m.shape[-1] == 1):  # a scalar output: the same moments
+        one = (lambda t: t[None]) if model.is_glm else (lambda t: t)  # a GLM's y as one row of its minibatch
+        log_density = jax.vmap(lambda t, a, b: joint_log_density(model, stats, one(t), a[None], b[None, None]))(
+            jnp.reshape(y, (-1,)), jnp.reshape(m, (-1,)), jnp.reshape(v, (-1,)))
     else:
         log_density = jax.vmap(lambda x, t: log_predictive(state, x, t, model, scale=scale))(X, y)
-    return Scores(mean, var, jnp.reshape(log_density, (-1,)), param_var, var - param_var)
+    noise_var = jnp.where(jnp.isposinf(var), var, var - param_var)  # E[s2] = inf (shape <= 1): inf, not NaN
+    return Scores(mean, var, jnp.reshape(log_density, (-1,)), param_var, noise_var)
 
 
 def _check_scale(scale):

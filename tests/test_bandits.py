@@ -104,6 +104,40 @@ def test_thompson_scores_are_draws_of_each_arms_predictor(learned):
     assert abs(np.corrcoef(draws.T)[0, 1]) < 5 / np.sqrt(n)
 
 
+@pytest.mark.parametrize("kind", ["diagonal", "lowrank"])
+def test_fleets_of_diagonal_and_low_rank_arms_score_by_their_own_covariances(kind):
+    """Per-arm fleets of diagonal and low-rank beliefs (not dense): UCB is ``x^T m_k + alpha sqrt(x^T P_k
+    x)`` with ``P_k`` each arm's covariance formed densely here; Thompson's draws of a GLM arm's predictor
+    and of a non-GLM arm's weights (``h = x^T theta`` as a nonlinear model) have mean ``x^T m_k`` and
+    variance ``x^T P_k x``."""
+    means = RNG.normal(size=(K, D))
+    if kind == "diagonal":
+        variances = RNG.uniform(0.5, 2.0, size=(K, D))
+        make = lambda model: jr.diag_rvga(model)  # noqa: E731
+        fleet_of = lambda flt: jax.vmap(flt.init)(jnp.asarray(means), jnp.asarray(variances))  # noqa: E731
+        covs = np.stack([np.diag(v) for v in variances])
+    else:
+        W, psi = RNG.normal(size=(K, D, 2)), RNG.uniform(0.5, 2.0, size=(K, D))
+        make = lambda model: jr.lrvga(model, rank=2)  # noqa: E731
+        fleet_of = lambda flt: jax.vmap(flt.init)(jnp.asarray(means), jnp.asarray(W), jnp.asarray(psi))  # noqa: E731
+        covs = np.stack([np.linalg.inv(W[k] @ W[k].T + np.diag(psi[k])) for k in range(K)])
+    x = X[0]
+    mean, var = means @ x, np.einsum("d,kde,e->k", x, covs, x)
+    glm = make(jr.models.linear_gaussian(1.0))
+    ucb = jr.bandits.ucb(jr.bandits.per_arm(glm, K), alpha=2.0)
+    state = jr.bandits.init(ucb, fleet_of(glm), stacked=True)
+    np.testing.assert_allclose(jr.bandits.scores(ucb, state, None, x), mean + 2.0 * np.sqrt(var), rtol=1e-10)
+    linear = jr.models.nonlinear(lambda th, x: x @ th, jr.models.gaussian(1.0))
+    n = 40_000
+    keys = jax.random.split(jax.random.PRNGKey(2), n)
+    for flt in (glm, make(linear)):
+        agent = jr.bandits.thompson(jr.bandits.per_arm(flt, K))
+        state = jr.bandits.init(agent, fleet_of(flt), stacked=True)
+        draws = np.asarray(jax.jit(jax.vmap(lambda k: jr.bandits.scores(agent, state, k, x)))(keys))
+        np.testing.assert_array_less(np.abs(draws.mean(0) - mean), 5 * np.sqrt(var / n))
+        np.testing.assert_array_less(np.abs(draws.var(0) - var), 5 * np.sqrt(2.0 / n) * var)
+
+
 def test_optimistic_thompson_scores_each_arm_by_the_larger_of_its_draw_and_its_mean():
     """``optimistic=True``: ``max(draw, mean)`` per arm with the same draw as plain Thompson, for the
     three ways of drawing (a GLM fleet's predictors, a nonlinear fleet's weights, one shared belief)."""

@@ -73,6 +73,13 @@ def test_predictive_scores_read_one_predictive():
     parts = jr.predictive_scores(learned, X, y, jr.models.linear_gaussian(None))
     np.testing.assert_allclose(parts.noise_var, 1.0, rtol=1e-12)
     np.testing.assert_allclose(parts.param_var, np.sum(X * X, 1), rtol=1e-12)  # E[s2] x^T P x
+    prior = jr.predictive_scores(jr.kalman(None).init(jnp.zeros(3), jnp.eye(3)), X, y, jr.models.linear_gaussian(None))
+    assert np.all(np.isposinf(prior.noise_var)) and np.all(np.isposinf(prior.var))  # InvGamma(1, 1): E[s2] = inf
+    # a network's scalar Gaussian output, noise learned: each density is jr.log_predictive's, from the same moments
+    tanh = jr.models.nonlinear(lambda th, x: jnp.tanh(x @ th), jr.models.gaussian(None))
+    net = jr.lrvga(tanh, rank=2).init(jnp.array([0.3, -0.2, 0.5]), 0.1 * jnp.ones((3, 2)), jnp.ones(3), noise=(3.0, 2.0))
+    np.testing.assert_allclose(jr.predictive_scores(net, X, y, tanh).log_density,
+                               [jr.log_predictive(net, X[i], y[i], tanh) for i in range(7)], rtol=1e-12)
     with pytest.raises(ValueError, match="^X must be a batch of n test inputs and y their n outputs"):
         jr.predictive_scores(gs, X, y[:3], lg)
     with pytest.raises(ValueError, match="chunk_size"):
