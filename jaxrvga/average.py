@@ -622,7 +622,7 @@ def _scores(state: AverageState, X, y, model, scale) -> Scores:
     mean, var = mixture_moments(w, each.mean, each.var)
     param_var = mixture_moments(w, each.mean, each.param_var)[1]
     log_density = jax.vmap(lambda lp: mixture_log_density(state.log_weight, lp), in_axes=1)(each.log_density)
-    return Scores(mean, var, log_density, param_var, var - param_var)
+    return Scores.of_parts(mean, var, log_density, param_var)
 
 
 @sample_of.register

@@ -358,6 +358,12 @@ class Scores(NamedTuple):
     param_var: jax.Array
     noise_var: jax.Array
 
+    @classmethod
+    def of_parts(cls, mean, var, log_density, param_var) -> "Scores":
+        """The scores whose ``noise_var`` is ``var - param_var``, and ``inf`` where ``var`` is (a learned
+        noise variance of infinite mean, ``InvGamma`` shape <= 1: not ``inf - inf = NaN``)."""
+        return cls(mean, var, log_density, param_var, jnp.where(jnp.isposinf(var), var, var - param_var))
+
 
 def predictive_scores(state, X, y, model: models.Model | None = None, *, scale=1.0,
                       chunk_size: int | None = 1024) -> Scores:
@@ -459,8 +465,7 @@ def scores_of(state, X, y, model: models.Model, scale) -> Scores:
             jnp.reshape(y, (-1,)), jnp.reshape(m, (-1,)), jnp.reshape(v, (-1,)))
     else:
         log_density = jax.vmap(lambda x, t: log_predictive(state, x, t, model, scale=scale))(X, y)
-    noise_var = jnp.where(jnp.isposinf(var), var, var - param_var)  # E[s2] = inf (shape <= 1): inf, not NaN
-    return Scores(mean, var, jnp.reshape(log_density, (-1,)), param_var, noise_var)
+    return Scores.of_parts(mean, var, jnp.reshape(log_density, (-1,)), param_var)
 
 
 def _check_scale(scale):

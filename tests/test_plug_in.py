@@ -75,6 +75,10 @@ def test_predictive_scores_read_one_predictive():
     np.testing.assert_allclose(parts.param_var, np.sum(X * X, 1), rtol=1e-12)  # E[s2] x^T P x
     prior = jr.predictive_scores(jr.kalman(None).init(jnp.zeros(3), jnp.eye(3)), X, y, jr.models.linear_gaussian(None))
     assert np.all(np.isposinf(prior.noise_var)) and np.all(np.isposinf(prior.var))  # InvGamma(1, 1): E[s2] = inf
+    avg = jr.model_average(jr.kalman(None))
+    mixed = jr.predictive_scores(avg.init(jax.tree_util.tree_map(lambda a: a[None], jr.kalman(None).init(
+        jnp.zeros(3), jnp.eye(3)))), X, y, jr.models.linear_gaussian(None))
+    assert np.all(np.isposinf(mixed.noise_var))  # the average's too: not inf - inf
     # a network's scalar Gaussian output, noise learned: each density is jr.log_predictive's, from the same moments
     tanh = jr.models.nonlinear(lambda th, x: jnp.tanh(x @ th), jr.models.gaussian(None))
     net = jr.lrvga(tanh, rank=2).init(jnp.array([0.3, -0.2, 0.5]), 0.1 * jnp.ones((3, 2)), jnp.ones(3), noise=(3.0, 2.0))
