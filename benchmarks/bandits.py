@@ -166,12 +166,21 @@ def play_jr(name, contexts, rewards, expected, seed, compiled_cache):
 
 def play_numpy(name, contexts, rewards, expected, seed):
     """LinUCB, epsilon-greedy ridge regression or uniform play: ``(regret, ms per round)``."""
+    regrets, ms = numpy_regrets(name, contexts, rewards, expected, seed)
+    return float(regrets.sum()), ms
+
+
+def numpy_regrets(name, contexts, rewards, expected, seed, alpha=None, epsilon=None):
+    """Each round's regret (T,) of LinUCB, epsilon-greedy ridge regression or uniform play (``alpha`` and
+    ``epsilon``: default :data:`PEER`'s), and the milliseconds a round."""
+    alpha = PEER["alpha"] if alpha is None else alpha
+    epsilon = PEER["epsilon"] if epsilon is None else epsilon
     rng = np.random.default_rng(10_000 + seed)
     T, K = rewards.shape
     d = contexts.shape[1]
     A_inv = np.stack([np.eye(d)] * K)  # (I + sum x x^T)^{-1} per arm, by Sherman-Morrison
     b = np.zeros((K, d))
-    total = 0.0
+    regrets = np.zeros(T)
     start = time.perf_counter()
     for t in range(T):
         x = contexts[t]
@@ -181,14 +190,14 @@ def play_numpy(name, contexts, rewards, expected, seed):
             Ax = A_inv @ x  # (K, d)
             est = np.einsum("kd,kd->k", Ax, b)
             if name == "linucb":
-                arm = int(np.argmax(est + PEER["alpha"] * np.sqrt(np.maximum(Ax @ x, 0.0))))
+                arm = int(np.argmax(est + alpha * np.sqrt(np.maximum(Ax @ x, 0.0))))
             else:
-                arm = int(rng.integers(K)) if rng.uniform() < PEER["epsilon"] else int(np.argmax(est))
+                arm = int(rng.integers(K)) if rng.uniform() < epsilon else int(np.argmax(est))
             Ax = Ax[arm]
             A_inv[arm] -= np.outer(Ax, Ax) / (1.0 + x @ Ax)
             b[arm] += rewards[t, arm] * x
-        total += expected[t].max() - expected[t, arm]
-    return total, 1e3 * (time.perf_counter() - start) / T
+        regrets[t] = expected[t].max() - expected[t, arm]
+    return regrets, 1e3 * (time.perf_counter() - start) / T
 
 
 # --------------------------------------------------------------------------- NeuralLinear

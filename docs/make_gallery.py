@@ -306,7 +306,8 @@ def fig_neural_bandit(out):
     labels = {"neural_thompson": "neural Thompson (L-RVGA, library)", "neural_greedy": "neural greedy (same network)",
               "linear_thompson": "linear Thompson", "linear_ids": "linear IDS (jr.bandits.linear)",
               "linear_greedy": "linear greedy",
-              "neural_linear": "NeuralLinear (Adam + last-layer BLR)", "uniform": "uniform"}
+              "neural_linear": "NeuralLinear (Adam + last-layer BLR)", "linucb": "LinUCB, alpha 1 (MABWiser's default)",
+              "linucb_tuned": "LinUCB, alpha 0.05 (tuned on seeds 2-4)", "uniform": "uniform"}
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     rounds = np.arange(1, out["rounds"] + 1)
     for name in AGENTS:

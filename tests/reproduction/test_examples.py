@@ -203,7 +203,7 @@ def test_neural_bandit():
     pytest.importorskip("mlxtend")
     pytest.importorskip("optax")
     from examples import neural_bandit
-    agents = ("neural_thompson", "linear_greedy", "neural_linear", "uniform")  # every branch of play, fewer compiles
+    agents = ("neural_thompson", "linear_greedy", "neural_linear", "linucb_tuned", "uniform")  # every branch of play, fewer compiles
     out = neural_bandit.main(rounds=60, hidden=4, rank=2, agents=agents, verbose=False)
     for name in agents:
         curve = out[name]["curve"]
