@@ -3,7 +3,7 @@
     python -m experiments.strong_baselines [--tasks binary,multiclass,diabetes] [--seeds N] [--quick] [--json FILE]
 
 The three network tasks of :mod:`experiments.tuning_free` (the same data, splits, MLPs and initial weights
-of each seed, float32), trained as the strong baselines of issue 51 are:
+of each seed, float32), trained as the strong baselines that people pick with the data set in hand:
 
 * ``adam_validated``: optax Adam (learning rate 1e-3, minibatches of 32) for :data:`EPOCHS` epochs on the
   first 80 % of the training stream; the epoch, and a temperature of the logits (classification) or the
@@ -43,7 +43,7 @@ LEARNING_RATE = 1e-3
 VALIDATION = 0.2
 #: IVON's settings: the ivon package's defaults (module docstring).
 IVON = {"lr": 0.1, "hess_init": 1.0, "beta1": 0.9, "beta2": 0.99999, "weight_decay": 1e-4, "draws": 64}
-#: IVON's numbers of epochs: 20 as on the classifiers and 5 as on diabetes in issue 51's figures.
+#: IVON's numbers of epochs: 20, as in the classifiers' figures the docs quote, and 5, as in diabetes'.
 IVON_EPOCHS = (5, 20)
 #: The passes of the library's recipe run beside them (``--recipe``).
 RECIPE_PASSES = (1, 2)
