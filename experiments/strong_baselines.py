@@ -1,9 +1,12 @@
 """What a user with the data set in hand picks instead of one filter: ``python -m experiments.strong_baselines``.
 
     python -m experiments.strong_baselines [--tasks binary,multiclass,diabetes] [--seeds N] [--quick] [--json FILE]
+    python -m experiments.strong_baselines --tasks mlp28 --seeds 3
 
 The three network tasks of :mod:`experiments.tuning_free` (the same data, splits, MLPs and initial weights
-of each seed, float32), trained as the strong baselines that people pick with the data set in hand:
+of each seed, float32) and ``mlp28``, the 28 x 28 MLP of :mod:`benchmarks.bench_images` (its training
+images in the order ``seed``, its ``--order``), trained as the strong baselines that people pick with the
+data set in hand:
 
 * ``adam_validated``: optax Adam (learning rate 1e-3, minibatches of 32) for :data:`EPOCHS` epochs on the
   first 80 % of the training stream; the epoch, and a temperature of the logits (classification) or the
@@ -16,13 +19,14 @@ of each seed, float32), trained as the strong baselines that people pick with th
 * ``ivon``: IVON (Shen et al. 2024, Algorithm 1) on the whole training set, nothing tuned: the ivon
   package's defaults (learning rate 0.1 rescaled by ``h0 + delta``, ``h0 = 1``, ``beta1 = 0.9``,
   ``beta2 = 0.99999``, weight decay ``delta = 1e-4``, effective sample size the training set's, one
-  draw a step), minibatches of 32, 5 and 20 epochs (:data:`IVON_EPOCHS`); its predictive averages 64 draws of the
-  weights; the regression's loss is the squared error (unit noise variance) and its noise variance the
+  draw a step), minibatches of 32, 5 and 20 epochs (:data:`IVON_EPOCHS`); its predictive averages 64
+  draws of the weights; the regression's loss is the squared error (unit noise variance) and its noise variance the
   mean squared training residual of its mean.
 
 Per task and seed: test NLPD, accuracy and ECE (classification) and the seconds of training (compiled);
 ``--recipe`` runs the library's recipe beside them in the same process, one pass and two tempered passes
-(experiments/REPORT.md, "The strong baselines, run here").
+(not on ``mlp28``, where it takes a minute a pass: ``benchmarks.bench_images`` runs it; experiments/REPORT.md,
+"The strong baselines, run here").
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from experiments import common  # noqa: F401  (float64 enabled: the Laplace algebra; the networks stay float32)
 from jaxrvga.baselines.metrics import ece
 
 EPOCHS = 20
@@ -47,7 +52,7 @@ IVON = {"lr": 0.1, "hess_init": 1.0, "beta1": 0.9, "beta2": 0.99999, "weight_dec
 IVON_EPOCHS = (5, 20)
 #: The passes of the library's recipe run beside them (``--recipe``).
 RECIPE_PASSES = (1, 2)
-TASKS = ("binary", "multiclass", "diabetes")
+TASKS = ("binary", "multiclass", "diabetes", "mlp28")
 TEMPERATURES = np.exp(np.linspace(-3.0, 3.0, 241))
 
 
@@ -180,28 +185,31 @@ def last_layer_laplace(task, h, theta, last, X, y, noise_var, Xte, yte, key, ite
     def f(tail, x):
         return jnp.atleast_1d(h(jnp.concatenate([head, tail]), x))
 
-    def ggn(x):
-        J, out = jax.jacfwd(f)(w, x), f(w, x)
+    def outputs_and_jacobians(Xc):
+        return jax.vmap(f, (None, 0))(w, Xc), jax.vmap(jax.jacrev(f), (None, 0))(w, Xc)   # (B, K), (B, K, p)
+
+    @jax.jit
+    def ggn(Xc):
+        out, J = outputs_and_jacobians(Xc)
         if task == "binary":
             p = jax.nn.sigmoid(out)
-            lam = jnp.diag(p * (1 - p))
+            lam = jax.vmap(jnp.diag)(p * (1 - p))
         elif task == "multiclass":
             p = jax.nn.softmax(out)
-            lam = jnp.diag(p) - jnp.outer(p, p)
+            lam = jax.vmap(jnp.diag)(p) - p[:, :, None] * p[:, None, :]
         else:
-            lam = jnp.eye(1, dtype=out.dtype) / noise_var
-        return J.T @ lam @ J
+            lam = jnp.ones((Xc.shape[0], 1, 1), out.dtype) / noise_var
+        return jnp.einsum("bkp,bkl,blq->pq", J, lam, J)
 
-    G = jnp.sum(jax.lax.map(ggn, X, batch_size=64), 0).astype(jnp.float64)
+    G = sum(ggn(X[i:i + 64]).astype(jnp.float64) for i in range(0, X.shape[0], 64))   # chunks: no (n, p, p)
     eig = jnp.linalg.eigvalsh(G)
     alpha = 1.0
     for _ in range(iterations):
         gamma = float(jnp.sum(eig / (eig + alpha)))
         alpha = gamma / float(jnp.sum(w.astype(jnp.float64) ** 2))
     Sigma = jnp.linalg.inv(G + alpha * jnp.eye(last, dtype=G.dtype))
-    J = jax.vmap(jax.jacfwd(f), (None, 0))(w, Xte).astype(jnp.float64)       # (n, K, p)
-    mean = jax.vmap(f, (None, 0))(w, Xte).astype(jnp.float64)                 # (n, K)
-    V = jnp.einsum("nkp,pq,nlq->nkl", J, Sigma, J)
+    mean, J = (a.astype(jnp.float64) for a in outputs_and_jacobians(Xte))
+    V = jnp.einsum("nkq,nlq->nkl", jnp.einsum("nkp,pq->nkq", J, Sigma), J)
     if task == "binary":
         probs = jax.nn.sigmoid(mean[:, 0] / jnp.sqrt(1 + jnp.pi / 8 * V[:, 0, 0]))
         log_density = jnp.where(yte > 0, jnp.log(probs), jnp.log1p(-probs))
@@ -235,23 +243,42 @@ def ivon(task, h, theta0, data, key, epochs=EPOCHS):
     return _scores(task, log_density, probs, yte), seconds
 
 
-def task_rows(task, seed=0, quick=False):
-    """The three baselines' rows of ``task`` at ``seed`` (:func:`experiments.tuning_free.network_task`;
-    ``quick``: its small sizes and 2 epochs)."""
+def task_data(task, seed=0, quick=False):
+    """``(data, theta0, h, last)``: a task's ``(Xtr, ytr, Xte, yte)``, initial weights, network and the size
+    of its last layer. The tuning_free networks (:func:`experiments.tuning_free.network_task`), or ``mlp28``:
+    :mod:`benchmarks.bench_images`' MLP 784-256-256-10 on 1,000 training and 1,000 test images of
+    mnist_5k, the training images in the order ``seed`` (its ``--order``), the initial weights its own."""
+    if task == "mlp28":
+        from benchmarks import bench_images as bi
+
+        n_train, n_test = (bi.QUICK["train"], bi.QUICK["test"]) if quick else (1000, 1000)
+        _, theta0, h, blocks = bi.network("mlp")
+        Xtr, ytr, Xte, yte = (jnp.asarray(a) for a in bi.digits(n_train, n_test))
+        if seed:
+            order = np.random.default_rng(seed).permutation(n_train)
+            Xtr, ytr = Xtr[order], ytr[order]
+        return (Xtr, ytr, Xte, yte), theta0, h, blocks[-1]
     from experiments.tuning_free import layer_sizes, mlp_sizes, network_task
 
     _, _, _, data, theta0, h = network_task(task, quick, seed)
+    return data, theta0, h, layer_sizes(mlp_sizes(task, quick))[-1]
+
+
+def task_rows(task, seed=0, quick=False):
+    """The three baselines' rows of ``task`` at ``seed`` (:func:`task_data`; ``quick``: its small sizes and
+    2 epochs)."""
+    data, theta0, h, last = task_data(task, seed, quick)
+    kind = "multiclass" if task == "mlp28" else task      # the likelihood
     key, epochs = jax.random.PRNGKey(100 + seed), (2 if quick else EPOCHS)
     row = {"task": task, "seed": seed}
-    scores, theta, scale, seconds = adam_validated(task, h, theta0, data, key, epochs)
+    scores, theta, scale, seconds = adam_validated(kind, h, theta0, data, key, epochs)
     rows = [{**row, "method": "adam_validated", "scale": scale, "seconds": seconds, **scores}]
     Xtr, ytr, Xte, yte = data
     n_fit = int(round(Xtr.shape[0] * (1 - VALIDATION)))
-    last = layer_sizes(mlp_sizes(task, quick))[-1]
-    laplace = last_layer_laplace(task, h, theta, last, Xtr[:n_fit], ytr[:n_fit], scale, Xte, yte, key)
+    laplace = last_layer_laplace(kind, h, theta, last, Xtr[:n_fit], ytr[:n_fit], scale, Xte, yte, key)
     rows.append({**row, "method": "laplace_last_layer", **laplace})
     for epochs in (IVON_EPOCHS if not quick else (2,)):
-        scores, seconds = ivon(task, h, theta0, data, key, epochs)
+        scores, seconds = ivon(kind, h, theta0, data, key, epochs)
         rows.append({**row, "method": f"ivon_{epochs}", "seconds": seconds, **scores})
     return rows
 
@@ -294,7 +321,7 @@ def summary(rows):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--tasks", default="binary,multiclass,diabetes", help=f"of {', '.join(TASKS)}")
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default=None, help="write the rows and their summary to this file")
@@ -306,7 +333,8 @@ def main(argv=None):
     rows = []
     for task in tasks:
         for seed in range(a.seeds):
-            for r in task_rows(task, seed, a.quick) + (recipe_rows(task, seed, a.quick) if a.recipe else []):
+            recipe = recipe_rows(task, seed, a.quick) if a.recipe and task != "mlp28" else []
+            for r in task_rows(task, seed, a.quick) + recipe:
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     table = summary(rows)
@@ -314,7 +342,8 @@ def main(argv=None):
     for task, methods in table.items():
         for method, v in methods.items():
             acc, ece_, sec = (v.get(k, float("nan")) for k in ("accuracy", "ece", "seconds"))
-            print(f"| {task} | {method} | {v['nlpd']:.3f} ({v['worst_nlpd']:.3f}) | {acc:.3f} | {ece_:.3f} | {sec:.2f} |")
+            nlpd = f"{v['nlpd']:.3f} ({v['worst_nlpd']:.3f})"
+            print(f"| {task} | {method} | {nlpd} | {acc:.3f} | {ece_:.3f} | {sec:.2f} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"rows": rows, "summary": table}, f, indent=1)
