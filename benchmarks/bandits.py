@@ -111,9 +111,9 @@ def load(problem: str, rounds: int, seed: int):
 # --------------------------------------------------------------------------- the library's agents
 
 #: The library agents' options (``--prior-var``, ``--noise``, ``--scale``, ``--context-scale``,
-#: ``--num-draws``, ``--process-noise``): None is jr.bandits.linear's default.
+#: ``--num-draws``, ``--process-noise``, ``--noise-prior``): None is jr.bandits.linear's default.
 OPTIONS = {"prior_var": None, "noise": None, "scale": None, "context_scale": None, "num_draws": None,
-           "process_noise": None}
+           "process_noise": None, "noise_prior": None}
 
 
 def jr_agent(name: str, num_arms: int, dim: int):
@@ -446,12 +446,16 @@ def main(argv=None) -> list:
                         help="the library agents' fading memory: each pulled arm's covariance times 1 + this")
     parser.add_argument("--peer-alpha", type=float, default=1.0, help="LinUCB's and LinTS's alpha (NumPy, MABWiser)")
     parser.add_argument("--peer-epsilon", type=float, default=EPSILON, help="eps_greedy's and vw_epsilon's epsilon")
+    parser.add_argument("--noise-prior", type=float, nargs=2, default=None, metavar=("SHAPE", "RATE"),
+                        help="the library agents' inverse-gamma prior on the noise variance of the standardised "
+                             "rewards (default jr.bandits.NOISE_PRIOR)")
     a = parser.parse_args(argv)
     if not (a.peer_alpha >= 0 and 0 <= a.peer_epsilon <= 1):
         raise SystemExit("--peer-alpha must be >= 0 and --peer-epsilon in [0, 1]")
     PEER.update(alpha=a.peer_alpha, epsilon=a.peer_epsilon)
     OPTIONS.update(prior_var=a.prior_var, noise=None if a.noise is None else tuple(a.noise), scale=a.scale,
-                   context_scale=a.context_scale, num_draws=a.num_draws, process_noise=a.process_noise)
+                   context_scale=a.context_scale, num_draws=a.num_draws, process_noise=a.process_noise,
+                   noise_prior=None if a.noise_prior is None else tuple(a.noise_prior))
     if a.rounds < 1 or a.seeds < 1 or a.first_seed < 0:
         raise SystemExit("--rounds and --seeds must be positive, --first-seed >= 0")
     problems = _names(a.problems, PROBLEMS, "problems")

@@ -489,6 +489,26 @@ def test_benchmark_options_reach_the_library_agents(monkeypatch):
     assert (default.num_draws, default.context_scale) == (256, jr.bandits.CONTEXT_SCALE)
 
 
+def test_noise_prior_is_the_learned_noise_prior_and_a_benchmark_option(monkeypatch):
+    """``linear(noise_prior=(a, b))``: every arm starts from ``s2 ~ InvGamma(a, b)`` in the standardised
+    rewards' units (default :data:`NOISE_PRIOR`); ``--noise-prior A B`` sets it for the library's agents."""
+    from benchmarks import bandits as bench
+
+    _, state = jr.bandits.linear(K, D, noise_prior=(3.0, 2.0))
+    np.testing.assert_array_equal(state.beliefs.noise.shape, 3.0)
+    np.testing.assert_array_equal(state.beliefs.noise.rate, 2.0)
+    _, default = jr.bandits.linear(K, D)
+    np.testing.assert_array_equal(default.beliefs.noise.shape, jr.bandits.NOISE_PRIOR[0])
+    for bad in ((0.0, 1.0), (1.0, float("inf")), (1.0,), "learned", (True, 1.0)):
+        with pytest.raises(ValueError, match="noise_prior"):
+            jr.bandits.linear(K, D, noise_prior=bad)
+    monkeypatch.setattr(bench, "OPTIONS", dict(bench.OPTIONS))
+    monkeypatch.setattr(bench, "load", lambda *a: None)  # stop after parsing
+    bench.main(["--problems", "digits", "--agents", "jr_ids", "--noise-prior", "3", "3"])
+    _, state = bench.jr_agent("jr_ids", K, D)
+    np.testing.assert_array_equal(state.beliefs.noise.shape, 3.0)
+
+
 def test_peer_exploration_options_reach_linucb_and_epsilon_greedy(monkeypatch):
     """``--peer-alpha`` is NumPy LinUCB's alpha (alpha 0 is its ridge regression's greedy play, the
     same regret as epsilon-greedy at epsilon 0), ``--peer-epsilon`` epsilon-greedy's (1: uniform play)."""

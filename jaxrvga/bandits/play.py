@@ -246,9 +246,18 @@ DEFAULT_RULE = "ids"
 CONTEXT_SCALE = 4.0
 
 
+def _noise_pair(name, pair):
+    """``pair`` as ``(shape, rate)``, two finite numbers > 0 (an inverse-gamma prior); else ``ValueError``."""
+    if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
+            not isinstance(v, bool) and np.ndim(v) == 0 and np.isfinite(float(v)) and float(v) > 0 for v in pair)):
+        raise ValueError(f"{name} must be a pair (shape, rate) of finite numbers > 0, got {pair!r}")
+    return float(pair[0]), float(pair[1])
+
+
 def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: float = 1.0, noise="learned",
            scale: float = THOMPSON_SCALE, alpha: float = 1.0, optimistic: bool = False,
-           context_scale: float = CONTEXT_SCALE, num_draws=None, process_noise=None, dtype=None):
+           context_scale: float = CONTEXT_SCALE, num_draws=None, process_noise=None, noise_prior=NOISE_PRIOR,
+           dtype=None):
     """``(agent, state)``: the default agent, a per-arm linear-Gaussian model (``jr.kalman``, one dense
     belief per arm, the pulled arm updated exactly) with ``rule`` (:data:`RULES`; default
     :data:`DEFAULT_RULE`).
@@ -257,7 +266,7 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
 
     * ``"learned"`` (default): rewards standardised online (:class:`Welford` statistics, module
       docstring) and the noise variance learned in those units (``jr.kalman(None)``, the
-      normal-inverse-gamma belief: ``s2 ~ InvGamma(*NOISE_PRIOR)``, ``theta_k | s2 ~ N(0, s2 prior_var I)``);
+      normal-inverse-gamma belief: ``s2 ~ InvGamma(*noise_prior)``, ``theta_k | s2 ~ N(0, s2 prior_var I)``);
     * ``"standardize"``: rewards standardised online, a unit noise variance, ``theta_k ~ N(0, prior_var I)``;
     * ``(shape, rate)``: the noise variance learned, ``s2 ~ InvGamma(shape, rate)``, on the rewards as
       they are.
@@ -284,6 +293,9 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
         ``(1 + eta) P`` before its update ([LRVGA] Remark 1, :mod:`jaxrvga.dynamics`), so that an arm
         pulled many times stays uncertain (default None: none; BENCHMARKS.md, "Eleven seeds on the wheel,
         and fading memory": an option, not the default).
+      noise_prior: ``(shape, rate)`` of the inverse-gamma prior of the noise variance in the standardised
+        rewards' units, with ``noise="learned"`` (default :data:`NOISE_PRIOR`; BENCHMARKS.md, "A stronger
+        noise prior in standardised units, tried").
       dtype: the floating dtype of the state (default JAX's default float).
 
     Returns:
@@ -308,7 +320,7 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
         if noise not in ("learned", "standardize"):
             raise ValueError(f"noise must be 'learned', 'standardize' or a pair (shape, rate), got {noise!r}")
         standardize, unit = True, noise == "standardize"
-        noise = NOISE_PRIOR
+        noise = _noise_pair("noise_prior", noise_prior)
     else:
         standardize, unit = False, False
     flt = kalman(1.0 if unit else None, process_noise)
