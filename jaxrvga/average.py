@@ -391,13 +391,15 @@ def model_average(flt: Filter, *, scales=PREDICTIVE_SCALES, num_points: int = 32
 def recipe(flt: Filter, member, prior_var: float, groups=None):
     """``(avg, state)``: the default with nothing to tune for a network (docs/uncertainty.md, "The recipe"):
     :func:`model_average` of ``flt``, its prior precision learned (``LEARN_PRIOR``) per block of ``groups``,
-    the weights forgetting at :data:`FORGET`; ``state`` has the one ``member``, of prior precision ``1 /
-    prior_var`` (0.1 for LeCun-normal weights and standardised inputs). A tempered ``flt``
+    the weights forgetting at :data:`FORGET`; ``state`` has the ``member``, of prior precision ``1 /
+    prior_var`` (0.1 for LeCun-normal weights and standardised inputs), or a stack of K members (other
+    initial weights, each its own prior mean: K times the cost). A tempered ``flt``
     (:func:`jaxrvga.models.tempered`) makes it the recipe of several passes.
 
     Args:
       flt: the member's filter (no dynamics).
-      member: one state of ``flt`` (not stacked), built from the prior ``N(mean, prior_var I)``.
+      member: one state of ``flt``, built from the prior ``N(mean, prior_var I)``, or K such states
+        stacked along a leading axis (``jax.vmap(flt.init)(...)``).
       prior_var: the variance of that prior, a number > 0.
       groups: None (one prior precision) or the block sizes of the flat parameters that learn one each
         (:func:`jaxrvga.learned_prior.block_sizes` of a network's layers).
@@ -405,13 +407,14 @@ def recipe(flt: Filter, member, prior_var: float, groups=None):
     Returns:
       ``(avg, state)``: the model average's :class:`~jaxrvga.Filter` and its :class:`AverageState`.
     """
-    if jnp.ndim(getattr(member, "mean", None)) != 1:
-        raise ValueError("member must be one state of flt (a (d,) mean), not a stack: the recipe has one member")
+    ndim = jnp.ndim(getattr(member, "mean", None))
+    if ndim not in (1, 2):
+        raise ValueError(f"member must be a state of flt (a (d,) mean) or a stack of them ((K, d)), got {ndim} axes")
     if isinstance(prior_var, bool) or not (isinstance(prior_var, numbers.Real) and 0 < prior_var < np.inf):
         raise ValueError(f"prior_var must be a finite number > 0, got {prior_var!r}")
     avg = model_average(flt, learn_prior=LEARN_PRIOR, prior_groups=groups, forget=FORGET)
-    one = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], member)
-    return avg, avg.init(one, prior_precision=1.0 / float(prior_var))
+    members = member if ndim == 2 else jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], member)
+    return avg, avg.init(members, prior_precision=1.0 / float(prior_var))
 
 
 def _average(flt: Filter, scales: tuple, num_points: int, hyper: Optional[HyperPrior], forget: float) -> Filter:

@@ -145,8 +145,17 @@ def test_the_recipe_is_the_per_layer_learned_prior_with_forgetting():
     np.testing.assert_allclose(state.prior.log_precision, np.log(10.0) * np.ones((1, 2)), rtol=1e-12)
     out, _ = jr.run(avg, state, X, y)
     assert bool(out.info.converged) and np.all(np.isfinite(out.prior.log_precision))
-    with pytest.raises(ValueError, match="member must be one state"):
-        jr.average.recipe(flt, _one(member), 0.1)
+    # a stack of members (other initial weights): the same average over all of them, each under 1 / prior_var
+    other = flt.init(jnp.full(D, 0.3), 0.1 * jnp.eye(D))
+    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), member, other)
+    avg2, state2 = jr.average.recipe(flt, stacked, 0.1, (1, 3))
+    assert avg2 == spelt
+    want = spelt.init(stacked, prior_precision=10.0)
+    for got, expected in zip(jax.tree_util.tree_leaves(state2), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_array_equal(got, expected)
+    assert state2.log_weight.shape[0] == 2
+    with pytest.raises(ValueError, match="member must be a state of flt"):
+        jr.average.recipe(flt, jax.tree_util.tree_map(lambda a: a[None], stacked), 0.1)
     for v in (0.0, -1.0, float("nan"), float("inf"), True, "a"):
         with pytest.raises(ValueError, match="prior_var"):
             jr.average.recipe(flt, member, v)
