@@ -283,25 +283,32 @@ def task_rows(task, seed=0, quick=False):
     return rows
 
 
-def recipe_rows(task, seed=0, quick=False, passes=RECIPE_PASSES):
+def recipe_rows(task, seed=0, quick=False, passes=RECIPE_PASSES, members=1):
     """The library's recipe beside them (:func:`experiments.tuning_free.learned_average`, from prior variance
     0.1): its test NLPD after E passes at power ``1 / E`` for each E of ``passes``, and the seconds of those
-    passes (compiled, best of 3: :func:`experiments.tuning_free.seconds_per_observation`)."""
+    passes (compiled, best of 3: :func:`experiments.tuning_free.seconds_per_observation`). ``members`` > 1:
+    the recipe over that many members, the initial weights of keys ``seed``, ``1000 + seed``, ... (the same
+    stream; experiments/REPORT.md, "Several initial weights in one pass")."""
     import jaxrvga as jr
-    from experiments.tuning_free import (PRIORS, RANK, learned_average, network_task, seconds_per_observation,
-                                         test_nlpd)
+    from experiments.networks_any_prior import initial_state, mlp
+    from experiments.tuning_free import (PRIORS, RANK, layer_sizes, learned_average, mlp_sizes, network_task,
+                                         seconds_per_observation, test_nlpd)
 
-    model, _, members, data, _, _ = network_task(task, quick, seed)
-    k, rows = PRIORS.index(0.1), []
+    model, flt, grid, data, _, _ = network_task(task, quick, seed)
+    k, rows, sizes = PRIORS.index(0.1), [], mlp_sizes(task, quick)
+    starts = [initial_state(flt, mlp(sizes, jnp.float32, 1000 * i + seed)[0], PRIORS[k], False) for i in range(members)]
+    stack = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *starts)
     for E in passes:
-        avg, state = learned_average(jr.lrvga(jr.models.tempered(model, 1.0 / E), rank=RANK), task, members, k,
-                                     PRIORS[k], quick)
+        hot = jr.lrvga(jr.models.tempered(model, 1.0 / E), rank=RANK)
+        avg, state = (learned_average(hot, task, grid, k, PRIORS[k], quick) if members == 1 else
+                      jr.average.recipe(hot, stack, PRIORS[k], layer_sizes(sizes)))
         seconds = E * seconds_per_observation(avg, state, data) * data[0].shape[0]
         for _ in range(E):
             state = jr.run(avg, state, data[0], data[1])[0]
         scores = jr.predictive_scores(state, data[2], data[3], model)
         probs = None if task == "diabetes" else scores.mean
-        rows.append({"task": task, "seed": seed, "method": f"recipe_{E}_passes", "seconds": seconds,
+        method = f"recipe_{E}_passes" + (f"_{members}_members" if members > 1 else "")
+        rows.append({"task": task, "seed": seed, "method": method, "seconds": seconds,
                      **_scores(task, scores.log_density, probs, data[3]),
                      "nlpd_log_predictive": test_nlpd(state, model, *data[2:])})
     return rows
@@ -326,14 +333,15 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default=None, help="write the rows and their summary to this file")
     parser.add_argument("--recipe", action="store_true", help="run the library's recipe beside them (1 and 2 passes)")
+    parser.add_argument("--recipe-members", type=int, default=1, help="the recipe over this many initial weights")
     a = parser.parse_args(argv)
     tasks = [t for t in a.tasks.split(",") if t]
-    if not tasks or any(t not in TASKS for t in tasks) or a.seeds < 1:
-        raise SystemExit(f"--tasks must be among {TASKS} and --seeds >= 1")
+    if not tasks or any(t not in TASKS for t in tasks) or a.seeds < 1 or a.recipe_members < 1:
+        raise SystemExit(f"--tasks must be among {TASKS}, --seeds and --recipe-members >= 1")
     rows = []
     for task in tasks:
         for seed in range(a.seeds):
-            recipe = recipe_rows(task, seed, a.quick) if a.recipe and task != "mlp28" else []
+            recipe = recipe_rows(task, seed, a.quick, members=a.recipe_members) if a.recipe and task != "mlp28" else []
             for r in task_rows(task, seed, a.quick) + recipe:
                 rows.append(r)
                 print(json.dumps(r), flush=True)

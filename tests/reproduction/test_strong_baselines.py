@@ -68,5 +68,7 @@ def test_script_rows_at_the_quick_size(tmp_path):
     assert saved["summary"]["diabetes"]["ivon_2"]["nlpd"] == pytest.approx(rows[2]["nlpd"])
     recipe = sb.recipe_rows("diabetes", quick=True, passes=(1,))
     assert recipe[0]["method"] == "recipe_1_passes" and np.isfinite(recipe[0]["nlpd"]) and recipe[0]["seconds"] > 0
+    two = sb.recipe_rows("diabetes", quick=True, passes=(1,), members=2)
+    assert two[0]["method"] == "recipe_1_passes_2_members" and np.isfinite(two[0]["nlpd"])
     with pytest.raises(SystemExit):
         sb.main(["--tasks", "mnist"])
