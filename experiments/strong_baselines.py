@@ -74,7 +74,7 @@ def _batches(n, key):
 
 def _loss(task, h, theta, X, y):
     """Mean negative log likelihood of a minibatch (the regression's at unit noise variance)."""
-    return -jnp.mean(log_lik(task, jax.vmap(h, (None, 0))(theta, X), y))
+    return -jnp.mean(log_lik(task, _outputs(h, theta, X), y))
 
 
 def adam_epochs(task, h, theta0, X, y, key, epochs=EPOCHS):
@@ -134,8 +134,8 @@ def fit_scale(task, f, y):
     :data:`TEMPERATURES`), or a regression's noise variance (the mean squared residual)."""
     if task == "diabetes":
         return float(jnp.mean((y - f) ** 2))
-    nlpd = [float(-jnp.mean(log_lik(task, f, y, T))) for T in TEMPERATURES]
-    return float(TEMPERATURES[int(np.argmin(nlpd))])
+    nlpd = jax.vmap(lambda T: -jnp.mean(log_lik(task, f, y, T)))(jnp.asarray(TEMPERATURES, f.dtype))
+    return float(TEMPERATURES[int(jnp.argmin(nlpd))])
 
 
 def _scores(task, log_density, probs, y):
@@ -148,11 +148,17 @@ def _scores(task, log_density, probs, y):
     return out
 
 
+def _probs(task, f):
+    """A classifier's probabilities of its logits ``f`` (the positive class's for ``binary``); None for the
+    regression."""
+    if task == "diabetes":
+        return None
+    return jax.nn.sigmoid(f) if task == "binary" else jax.nn.softmax(f, -1)
+
+
 def _plug_in(task, f, y, scale):
     """Scores of the plug-in predictive: logits ``f`` at temperature ``scale``, or ``N(f, scale)``."""
-    probs = None if task == "diabetes" else (jax.nn.sigmoid(f / scale) if task == "binary"
-                                              else jax.nn.softmax(f / scale, -1))
-    return _scores(task, log_lik(task, f, y, scale), probs, y)
+    return _scores(task, log_lik(task, f, y, scale), _probs(task, f / scale), y)
 
 
 def adam_validated(task, h, theta0, data, key, epochs=EPOCHS):
@@ -238,8 +244,7 @@ def ivon(task, h, theta0, data, key, epochs=EPOCHS):
     noise_var = fit_scale(task, _outputs(h, m, Xtr), ytr) if task == "diabetes" else 1.0
     log_density = jax.scipy.special.logsumexp(jax.vmap(lambda f: log_lik(task, f, yte, noise_var))(F), 0)
     log_density = log_density - np.log(F.shape[0])                         # log of the mean density
-    probs = None if task == "diabetes" else jnp.mean(
-        jax.nn.sigmoid(F) if task == "binary" else jax.nn.softmax(F, -1), 0)
+    probs = None if task == "diabetes" else jnp.mean(_probs(task, F), 0)
     return _scores(task, log_density, probs, yte), seconds
 
 
@@ -296,8 +301,10 @@ def recipe_rows(task, seed=0, quick=False, passes=RECIPE_PASSES, members=1):
 
     model, flt, grid, data, _, _ = network_task(task, quick, seed)
     k, rows, sizes = PRIORS.index(0.1), [], mlp_sizes(task, quick)
-    starts = [initial_state(flt, mlp(sizes, jnp.float32, 1000 * i + seed)[0], PRIORS[k], False) for i in range(members)]
-    stack = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *starts)
+    if members > 1:
+        starts = [initial_state(flt, mlp(sizes, jnp.float32, 1000 * i + seed)[0], PRIORS[k], False)
+                  for i in range(members)]
+        stack = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *starts)
     for E in passes:
         hot = jr.lrvga(jr.models.tempered(model, 1.0 / E), rank=RANK)
         avg, state = (learned_average(hot, task, grid, k, PRIORS[k], quick) if members == 1 else

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import noise as noise_belief
 from ..validation import check_key, is_concrete, positive_int
 from .agents import (NUM_DRAWS, RULES, Agent, AgentState, BanditRun, Offsets, PerArm, Welford, _context_stats,
                      _nonnegative, _scaled_context, _welford, act, greedy, ids, init, per_arm, scores, thompson,
@@ -246,14 +247,6 @@ DEFAULT_RULE = "ids"
 CONTEXT_SCALE = 4.0
 
 
-def _noise_pair(name, pair):
-    """``pair`` as ``(shape, rate)``, two finite numbers > 0 (an inverse-gamma prior); else ``ValueError``."""
-    if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
-            not isinstance(v, bool) and np.ndim(v) == 0 and np.isfinite(float(v)) and float(v) > 0 for v in pair)):
-        raise ValueError(f"{name} must be a pair (shape, rate) of finite numbers > 0, got {pair!r}")
-    return float(pair[0]), float(pair[1])
-
-
 def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: float = 1.0, noise="learned",
            scale: float = THOMPSON_SCALE, alpha: float = 1.0, optimistic: bool = False,
            context_scale: float = CONTEXT_SCALE, num_draws=None, process_noise=None, noise_prior=NOISE_PRIOR,
@@ -320,7 +313,10 @@ def linear(num_arms: int, dim: int, rule: str = DEFAULT_RULE, *, prior_var: floa
         if noise not in ("learned", "standardize"):
             raise ValueError(f"noise must be 'learned', 'standardize' or a pair (shape, rate), got {noise!r}")
         standardize, unit = True, noise == "standardize"
-        noise = _noise_pair("noise_prior", noise_prior)
+        try:  # the filters' own check of an inverse-gamma prior, in the state's dtype
+            noise = tuple(noise_belief.check_noise(noise_prior, dtype))
+        except ValueError as err:
+            raise ValueError(f"noise_prior: {err}") from None
     else:
         standardize, unit = False, False
     flt = kalman(1.0 if unit else None, process_noise)
