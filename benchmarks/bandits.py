@@ -27,9 +27,9 @@ Agents (``--agents``):
 
 The peers' own exploration is set by ``--peer-alpha`` (LinUCB's and LinTS's ``alpha``, NumPy's and
 MABWiser's; default 1), ``--peer-epsilon`` (epsilon-greedy's and ``vw_epsilon``'s; default 0.05),
-``--peer-gamma-scale`` (``vw_squarecb``'s ``--gamma_scale``; default Vowpal Wabbit's 10) and ``--peer-bag``
-(``vw_bag``'s number of bootstrapped policies; default 5), so that each can be run at its best setting as
-well as at its default.
+``--peer-gamma-scale`` (``vw_squarecb``'s ``--gamma_scale``; default Vowpal Wabbit's 10), ``--peer-bag``
+(``vw_bag``'s number of bootstrapped policies; default 5) and ``--peer-learning-rate`` (Vowpal Wabbit's ``-l``;
+default its 0.5), so that each can be run at its best setting as well as at its default.
 
 ``--out FILE`` writes CSV rows ``problem,agent,seed,regret,ms_per_round``; the time per round is
 after compiling (the library's agents are compiled ahead with ``jit(...).lower().compile()`` and
@@ -58,9 +58,10 @@ DEFAULT_AGENTS = ("jr_thompson", "jr_ids", "jr_greedy", "linucb", "eps_greedy", 
 EPSILON = 0.05
 GAMMA_SCALE = 10.0  # Vowpal Wabbit's own default for --squarecb
 BAG = 5
+VW_LEARNING_RATE = 0.5  # Vowpal Wabbit's own default (-l)
 #: The peers' exploration (``--peer-alpha``, ``--peer-epsilon``, ``--peer-gamma-scale``, ``--peer-bag``): their
 #: defaults unless set.
-PEER = {"alpha": 1.0, "epsilon": EPSILON, "gamma_scale": GAMMA_SCALE, "bag": BAG}
+PEER = {"alpha": 1.0, "epsilon": EPSILON, "gamma_scale": GAMMA_SCALE, "bag": BAG, "learning_rate": VW_LEARNING_RATE}
 
 
 # --------------------------------------------------------------------------- problems
@@ -365,7 +366,8 @@ def play_vw(name, contexts, rewards, expected, seed):
 
     explore = {"vw_squarecb": f"--squarecb --gamma_scale {PEER['gamma_scale']:g}",
                "vw_bag": f"--bag {PEER['bag']}"}.get(name, f"--epsilon {PEER['epsilon']:g}")
-    vw = vowpalwabbit.Workspace(f"--cb_explore_adf {explore} --interactions sa --quiet --random_seed {seed}")
+    vw = vowpalwabbit.Workspace(f"--cb_explore_adf {explore} --interactions sa -l {PEER['learning_rate']:g} --quiet "
+                                f"--random_seed {seed}")
     rng = np.random.default_rng(20_000 + seed)
     T, K = rewards.shape
     total = 0.0
@@ -455,14 +457,18 @@ def main(argv=None) -> list:
     parser.add_argument("--peer-gamma-scale", type=float, default=GAMMA_SCALE,
                         help="vw_squarecb's --gamma_scale (SquareCB's exploration; Vowpal Wabbit's default 10)")
     parser.add_argument("--peer-bag", type=int, default=BAG, help="vw_bag's number of policies")
+    parser.add_argument("--peer-learning-rate", type=float, default=VW_LEARNING_RATE,
+                        help="the Vowpal Wabbit agents' learning rate (-l; its default 0.5)")
     parser.add_argument("--noise-prior", type=float, nargs=2, default=None, metavar=("SHAPE", "RATE"),
                         help="the library agents' inverse-gamma prior on the noise variance of the standardised "
                              "rewards (default jr.bandits.NOISE_PRIOR)")
     a = parser.parse_args(argv)
-    if not (a.peer_alpha >= 0 and 0 <= a.peer_epsilon <= 1 and a.peer_gamma_scale > 0 and a.peer_bag >= 1):
-        raise SystemExit("--peer-alpha must be >= 0, --peer-epsilon in [0, 1], --peer-gamma-scale > 0 and "
-                         "--peer-bag >= 1")
-    PEER.update(alpha=a.peer_alpha, epsilon=a.peer_epsilon, gamma_scale=a.peer_gamma_scale, bag=a.peer_bag)
+    if not (a.peer_alpha >= 0 and 0 <= a.peer_epsilon <= 1 and a.peer_gamma_scale > 0 and a.peer_bag >= 1
+            and a.peer_learning_rate > 0):
+        raise SystemExit("--peer-alpha must be >= 0, --peer-epsilon in [0, 1], --peer-gamma-scale and "
+                         "--peer-learning-rate > 0, --peer-bag >= 1")
+    PEER.update(alpha=a.peer_alpha, epsilon=a.peer_epsilon, gamma_scale=a.peer_gamma_scale, bag=a.peer_bag,
+                learning_rate=a.peer_learning_rate)
     OPTIONS.update(prior_var=a.prior_var, noise=None if a.noise is None else tuple(a.noise), scale=a.scale,
                    context_scale=a.context_scale, num_draws=a.num_draws, process_noise=a.process_noise,
                    noise_prior=None if a.noise_prior is None else tuple(a.noise_prior))

@@ -517,7 +517,8 @@ def test_peer_exploration_options_reach_linucb_and_epsilon_greedy(monkeypatch):
     monkeypatch.setattr(bench, "PEER", dict(bench.PEER))
     args = ["--problems", "wheel0.5", "--rounds", "200", "--agents", "linucb,eps_greedy"]
     default = dict((row[1], row[3]) for row in bench.main(args))
-    assert bench.PEER == {"alpha": 1.0, "epsilon": 0.05, "gamma_scale": 10.0, "bag": 5}
+    assert bench.PEER == {"alpha": 1.0, "epsilon": 0.05, "gamma_scale": 10.0, "bag": 5,
+                          "learning_rate": 0.5}
     greedy = dict((row[1], row[3]) for row in bench.main(args + ["--peer-alpha", "0", "--peer-epsilon", "0"]))
     assert greedy["linucb"] == greedy["eps_greedy"] != default["linucb"]
     with pytest.raises(SystemExit):
@@ -574,13 +575,15 @@ def test_peer_code_paths_run_with_stand_ins_of_vowpal_wabbit_and_mabwiser(monkey
     agents = ["--agents", "vw_squarecb,vw_epsilon,vw_bag,mabwiser_linucb,mabwiser_lints"]
     rows = bench.main(["--problems", "wheel0.9", "--rounds", "20", "--peer-alpha", "0.25", "--peer-epsilon", "0.1"]
                       + agents)
-    bench.main(["--problems", "wheel0.9", "--rounds", "3", "--peer-gamma-scale", "300", "--peer-bag", "3"] + agents)
+    bench.main(["--problems", "wheel0.9", "--rounds", "3", "--peer-gamma-scale", "300", "--peer-bag", "3",
+                "--peer-learning-rate", "2"] + agents)
+    assert [o.split("-l ")[1].split()[0] for o in _FakeWorkspace.made] == ["0.5"] * 3 + ["2"] * 3
     assert [o.split("--interactions")[0].strip() for o in _FakeWorkspace.made] == [
         "--cb_explore_adf --squarecb --gamma_scale 10", "--cb_explore_adf --epsilon 0.1", "--cb_explore_adf --bag 5",
         "--cb_explore_adf --squarecb --gamma_scale 300", "--cb_explore_adf --epsilon 0.05", "--cb_explore_adf --bag 3"]
     assert policies == [("LinUCB", 0.25), ("LinTS", 0.25), ("LinUCB", 1.0), ("LinTS", 1.0)]
     assert all(0 <= row[3] <= 20 * 49.0 for row in rows) and len(rows) == 5
-    for bad in (["--peer-gamma-scale", "0"], ["--peer-bag", "0"]):
+    for bad in (["--peer-gamma-scale", "0"], ["--peer-bag", "0"], ["--peer-learning-rate", "-1"]):
         with pytest.raises(SystemExit):
             bench.main(["--problems", "wheel0.9", "--rounds", "3"] + agents + bad)
 
