@@ -544,8 +544,9 @@ class _FakeWorkspace:
 
 
 def test_peer_code_paths_run_with_stand_ins_of_vowpal_wabbit_and_mabwiser(monkeypatch):
-    """The optional peers' loops (not installed here) against stand-ins of their APIs: the options each
-    agent passes (``--bag 5``, ``--epsilon``, alpha) and a regret within the problem's bounds."""
+    """The optional peers' loops against stand-ins of their APIs (the suite installs neither package): the
+    options each agent passes (``--squarecb --gamma_scale``, ``--epsilon``, ``--bag``, ``-l``, alpha) and a
+    regret within the problem's bounds."""
     import sys
     import types
 
