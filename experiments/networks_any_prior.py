@@ -98,13 +98,13 @@ def model_of(task, h):
     return jr.models.nonlinear(h, family)
 
 
-def initial_state(flt, theta0, prior_var, dense):
+def initial_state(flt, theta0, prior_var, dense, rank=RANK):
     import jaxrvga as jr
 
     d = theta0.shape[0]
     if dense:
         return flt.init(theta0, prior_var * jnp.eye(d, dtype=theta0.dtype))
-    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), d, RANK, prior_var=prior_var)
+    W0, psi0 = jr.lowrank.init_factors(jax.random.PRNGKey(1), d, rank, prior_var=prior_var)
     return flt.init(theta0, W0.astype(theta0.dtype), psi0.astype(theta0.dtype))
 
 

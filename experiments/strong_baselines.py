@@ -288,33 +288,34 @@ def task_rows(task, seed=0, quick=False):
     return rows
 
 
-def recipe_rows(task, seed=0, quick=False, passes=RECIPE_PASSES, members=1):
-    """The library's recipe beside them (:func:`experiments.tuning_free.learned_average`, from prior variance
-    0.1): its test NLPD after E passes at power ``1 / E`` for each E of ``passes``, and the seconds of those
-    passes (compiled, best of 3: :func:`experiments.tuning_free.seconds_per_observation`). ``members`` > 1:
-    the recipe over that many members, the initial weights of keys ``seed``, ``1000 + seed``, ... (the same
-    stream; experiments/REPORT.md, "Several initial weights in one pass")."""
+def recipe_rows(task, seed=0, quick=False, passes=RECIPE_PASSES, members=1, rank=None):
+    """The library's recipe beside them (``jr.average.recipe`` from prior variance 0.1, as
+    :func:`experiments.tuning_free.learned_average`): its test NLPD after E passes at power ``1 / E`` for
+    each E of ``passes``, and the seconds of those passes (compiled, best of 3:
+    :func:`experiments.tuning_free.seconds_per_observation`). ``members`` > 1: the recipe over that many
+    members, the initial weights of keys ``seed``, ``1000 + seed``, ... (the same stream;
+    experiments/REPORT.md, "Several initial weights in one pass"). ``rank``: the low-rank belief's
+    (default the tasks' :data:`experiments.tuning_free.RANK`)."""
     import jaxrvga as jr
     from experiments.networks_any_prior import initial_state, mlp
-    from experiments.tuning_free import (PRIORS, RANK, layer_sizes, learned_average, mlp_sizes, network_task,
-                                         seconds_per_observation, test_nlpd)
+    from experiments.tuning_free import RANK, layer_sizes, mlp_sizes, network_task, seconds_per_observation, test_nlpd
 
-    model, flt, grid, data, _, _ = network_task(task, quick, seed)
-    k, rows, sizes = PRIORS.index(0.1), [], mlp_sizes(task, quick)
-    if members > 1:
-        starts = [initial_state(flt, mlp(sizes, jnp.float32, 1000 * i + seed)[0], PRIORS[k], False)
-                  for i in range(members)]
-        stack = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *starts)
+    rank = RANK if rank is None else rank
+    model, _, _, data, _, _ = network_task(task, quick, seed)
+    rows, sizes, prior_var = [], mlp_sizes(task, quick), 0.1
     for E in passes:
-        hot = jr.lrvga(jr.models.tempered(model, 1.0 / E), rank=RANK)
-        avg, state = (learned_average(hot, task, grid, k, PRIORS[k], quick) if members == 1 else
-                      jr.average.recipe(hot, stack, PRIORS[k], layer_sizes(sizes)))
+        hot = jr.lrvga(jr.models.tempered(model, 1.0 / E), rank=rank)
+        starts = [initial_state(hot, mlp(sizes, jnp.float32, 1000 * i + seed)[0], prior_var, False, rank)
+                  for i in range(members)]
+        stack = starts[0] if members == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *starts)
+        avg, state = jr.average.recipe(hot, stack, prior_var, layer_sizes(sizes))
         seconds = E * seconds_per_observation(avg, state, data) * data[0].shape[0]
         for _ in range(E):
             state = jr.run(avg, state, data[0], data[1])[0]
         scores = jr.predictive_scores(state, data[2], data[3], model)
         probs = None if task == "diabetes" else scores.mean
-        method = f"recipe_{E}_passes" + (f"_{members}_members" if members > 1 else "")
+        method = (f"recipe_{E}_passes" + (f"_{members}_members" if members > 1 else "")
+                  + (f"_rank_{rank}" if rank != RANK else ""))
         rows.append({"task": task, "seed": seed, "method": method, "seconds": seconds,
                      **_scores(task, scores.log_density, probs, data[3]),
                      "nlpd_log_predictive": test_nlpd(state, model, *data[2:])})
@@ -341,14 +342,17 @@ def main(argv=None):
     parser.add_argument("--json", default=None, help="write the rows and their summary to this file")
     parser.add_argument("--recipe", action="store_true", help="run the library's recipe beside them (1 and 2 passes)")
     parser.add_argument("--recipe-members", type=int, default=1, help="the recipe over this many initial weights")
+    parser.add_argument("--recipe-rank", type=int, default=None, help="the recipe's rank (default the tasks' 10)")
     a = parser.parse_args(argv)
     tasks = [t for t in a.tasks.split(",") if t]
-    if not tasks or any(t not in TASKS for t in tasks) or a.seeds < 1 or a.recipe_members < 1:
-        raise SystemExit(f"--tasks must be among {TASKS}, --seeds and --recipe-members >= 1")
+    if (not tasks or any(t not in TASKS for t in tasks) or a.seeds < 1 or a.recipe_members < 1
+            or (a.recipe_rank is not None and a.recipe_rank < 1)):
+        raise SystemExit(f"--tasks must be among {TASKS}, --seeds, --recipe-members and --recipe-rank >= 1")
     rows = []
     for task in tasks:
         for seed in range(a.seeds):
-            recipe = recipe_rows(task, seed, a.quick, members=a.recipe_members) if a.recipe and task != "mlp28" else []
+            recipe = (recipe_rows(task, seed, a.quick, members=a.recipe_members, rank=a.recipe_rank)
+                      if a.recipe and task != "mlp28" else [])
             for r in task_rows(task, seed, a.quick) + recipe:
                 rows.append(r)
                 print(json.dumps(r), flush=True)

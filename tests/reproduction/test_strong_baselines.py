@@ -70,5 +70,9 @@ def test_script_rows_at_the_quick_size(tmp_path):
     assert recipe[0]["method"] == "recipe_1_passes" and np.isfinite(recipe[0]["nlpd"]) and recipe[0]["seconds"] > 0
     two = sb.recipe_rows("diabetes", quick=True, passes=(1,), members=2)
     assert two[0]["method"] == "recipe_1_passes_2_members" and np.isfinite(two[0]["nlpd"])
-    with pytest.raises(SystemExit):
-        sb.main(["--tasks", "mnist"])
+    five = sb.recipe_rows("diabetes", quick=True, passes=(1,), rank=5)
+    assert five[0]["method"] == "recipe_1_passes_rank_5" and np.isfinite(five[0]["nlpd"])
+    assert five[0]["nlpd"] != recipe[0]["nlpd"]  # another belief, not the rank-10 one renamed
+    for bad in (["--tasks", "mnist"], ["--tasks", "diabetes", "--recipe-rank", "0"]):
+        with pytest.raises(SystemExit):
+            sb.main(bad)
