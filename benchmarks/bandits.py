@@ -59,8 +59,8 @@ EPSILON = 0.05
 GAMMA_SCALE = 10.0  # Vowpal Wabbit's own default for --squarecb
 BAG = 5
 VW_LEARNING_RATE = 0.5  # Vowpal Wabbit's own default (-l)
-#: The peers' exploration (``--peer-alpha``, ``--peer-epsilon``, ``--peer-gamma-scale``, ``--peer-bag``): their
-#: defaults unless set.
+#: The peers' settings (``--peer-alpha``, ``--peer-epsilon``, ``--peer-gamma-scale``, ``--peer-bag``,
+#: ``--peer-learning-rate``): their defaults unless set.
 PEER = {"alpha": 1.0, "epsilon": EPSILON, "gamma_scale": GAMMA_SCALE, "bag": BAG, "learning_rate": VW_LEARNING_RATE}
 
 
