@@ -499,18 +499,41 @@ def main(argv=None) -> list:
     return rows
 
 
-def _summary(rows):
-    """Mean +- sd over seeds of each problem and agent."""
+def paired(rows, reference: str = "jr_ids") -> dict:
+    """``{(problem, agent): (lower, seeds, mean, se)}``: on the seeds that ``reference`` and ``agent`` both ran,
+    how many of them ``reference``'s regret is below ``agent``'s, and the mean of the paired differences
+    (``reference`` minus ``agent``) with its standard error (NaN for one seed). The wheel's regret is
+    heavy-tailed (one lock-in decides a mean), so the count and the median say what a mean hides."""
+    regret = {(p, a, s): r for p, a, s, r, _ in rows}
+    out = {}
+    for (problem, agent) in dict.fromkeys((p, a) for p, a, _, _, _ in rows):
+        if agent == reference:
+            continue
+        diff = np.array([regret[problem, reference, s] - r for (p, a, s), r in regret.items()
+                         if p == problem and a == agent and (problem, reference, s) in regret])
+        if len(diff):
+            se = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
+            out[problem, agent] = (int(np.sum(diff < 0)), len(diff), float(diff.mean()), float(se))
+    return out
+
+
+def _summary(rows, reference: str = "jr_ids"):
+    """Mean +- sd and median over seeds of each problem and agent; then :func:`paired` against ``reference``."""
     table = {}
     for problem, agent, _, regret, ms in rows:
         table.setdefault((problem, agent), []).append((regret, ms))
     if table:
-        print("\nproblem    agent              regret mean +- sd      ms/round")
+        print("\nproblem    agent              regret mean +- sd    median      ms/round")
     for (problem, agent), vals in table.items():
         r = np.array([v[0] for v in vals])
         ms = np.mean([v[1] for v in vals])
         sd = r.std(ddof=1) if len(r) > 1 else float("nan")
-        print(f"{problem:10s} {agent:18s} {r.mean():10.1f} +- {sd:7.1f}  {ms:8.3f}")
+        print(f"{problem:10s} {agent:18s} {r.mean():10.1f} +- {sd:7.1f} {np.median(r):9.1f}  {ms:8.3f}")
+    pairs = paired(rows, reference)
+    if pairs:
+        print(f"\n{reference} against each agent: the seeds on which it is lower, its mean difference +- se")
+    for (problem, agent), (lower, n, mean, se) in pairs.items():
+        print(f"{problem:10s} {agent:18s} lower on {lower:3d} of {n:3d}  {mean:+10.1f} +- {se:7.1f}")
 
 
 if __name__ == "__main__":

@@ -471,6 +471,28 @@ def test_benchmark_runs_on_a_tiny_size_and_writes_its_rows(tmp_path, capsys):
         bench.main(["--problems", "nope"])
 
 
+def test_paired_counts_the_seeds_on_which_the_reference_is_lower_and_the_mean_difference(capsys):
+    from benchmarks import bandits as bench
+
+    rows = [("wheel0.9", "jr_ids", 0, 10.0, 1.0), ("wheel0.9", "linucb", 0, 12.0, 1.0),
+            ("wheel0.9", "jr_ids", 1, 50.0, 1.0), ("wheel0.9", "linucb", 1, 20.0, 1.0),
+            ("wheel0.9", "jr_ids", 2, 5.0, 1.0), ("wheel0.9", "linucb", 2, 9.0, 1.0),
+            ("wheel0.9", "uniform", 0, 30.0, 1.0), ("digits", "jr_ids", 0, 3.0, 1.0), ("digits", "linucb", 3, 1.0, 1.0)]
+    out = bench.paired(rows)
+    diff = np.array([-2.0, 30.0, -4.0])  # jr_ids minus linucb on seeds 0, 1, 2
+    lower, n, mean, se = out["wheel0.9", "linucb"]
+    assert (lower, n) == (2, 3) and mean == pytest.approx(diff.mean()) and se == pytest.approx(diff.std(ddof=1) / np.sqrt(3))
+    assert out["wheel0.9", "uniform"][:3] == (1, 1, -20.0) and np.isnan(out["wheel0.9", "uniform"][3])
+    assert ("digits", "linucb") not in out  # no seed that both ran
+    assert not any(agent == "jr_ids" for _, agent in out)
+    bench._summary(rows)
+    printed = capsys.readouterr().out
+    line = next(ln for ln in printed.splitlines() if ln.startswith("wheel0.9   jr_ids ")).split()
+    assert float(line[2]) == pytest.approx(65.0 / 3, abs=0.05) and float(line[5]) == 10.0  # mean 21.7, median 10
+    assert "wheel0.9   linucb             lower on   2 of   3" in printed
+    assert bench.paired(rows, reference="nobody") == {}
+
+
 def test_benchmark_options_reach_the_library_agents(monkeypatch):
     """``--context-scale`` and ``--num-draws`` set the agents' fields; ``--num-draws`` only ``jr_ids``'."""
     from benchmarks import bandits as bench
