@@ -749,6 +749,23 @@ def test_ids_scores_are_minus_the_information_ratio_of_the_thompson_draws():
     np.testing.assert_allclose(jr.bandits.scores(agent, state, key, X[2]), -regret**2 / gain, rtol=1e-9)
 
 
+def test_ids_of_logistic_arms_reads_the_draws_mean_rewards_not_their_logits():
+    """The information ratio is not invariant under the link: IDS scores logistic arms by the ratio of the
+    draws' success probabilities ``sig(eta_k)``, the rewards' units."""
+    flt = jr.rvga(jr.models.logistic())
+    agent = jr.bandits.ids(jr.bandits.per_arm(flt, K), num_draws=64)
+    state = jr.bandits.init(agent, flt.init(jnp.zeros(D), jnp.eye(D)))
+    state = jr.bandits.update(agent, state, X[0], 1, 1.0)[0]
+    key = jax.random.PRNGKey(5)
+    thompson = jr.bandits.thompson(agent.arms)
+    draws = np.asarray(jax.vmap(lambda k: jr.bandits.scores(thompson, state, k, X[2]))(jax.random.split(key, 64)))
+    regret, gain = _regret_and_gain_by_definition(1.0 / (1.0 + np.exp(-draws)))
+    scores = np.asarray(jr.bandits.scores(agent, state, key, X[2]))
+    np.testing.assert_allclose(scores, -regret**2 / gain, rtol=1e-7)
+    on_logits = -np.square(_regret_and_gain_by_definition(draws)[0]) / _regret_and_gain_by_definition(draws)[1]
+    assert not np.allclose(scores, on_logits, rtol=1e-2)
+
+
 def test_ids_plays_every_model_shape_and_the_default_model():
     tanh = jr.models.nonlinear(lambda th, x: jnp.tanh(x @ th), jr.models.gaussian(1.0))
     shared_flt = jr.rvga(jr.bandits.heads(lambda th, x: th.reshape(K, D) @ x, jr.models.gaussian(1.0)), "ekf")

@@ -24,7 +24,8 @@ GLM link, so the arg max is the same):
 * ``ucb``: ``E[eta_k] + alpha sd[eta_k]`` from the predictive (LinUCB, Li et al. 2010, with
   ``P = A^{-1}`` and ``alpha = 1``; a learned noise variance scales the variance by ``E[s2]``);
 * ``ids``: information-directed sampling (Russo & Van Roy 2018), the arm of the smallest
-  ``regret_k^2 / gain_k``, from ``num_draws`` Thompson draws of every arm (:func:`regret_and_gain`).
+  ``regret_k^2 / gain_k``, from ``num_draws`` Thompson draws of every arm (:func:`regret_and_gain`),
+  each read as its mean reward ``E[r | eta_k]`` (a ratio, unlike an arg max, depends on the link).
 
 Reward scale: a model of known noise variance assumes rewards of that scale. Either learn it
 (``jr.kalman(None)``, ``linear_gaussian(None)``, ``gaussian(None)``: the normal-inverse-gamma

@@ -505,7 +505,8 @@ def scores(agent: Agent, state: AgentState, key, x):
     """The K scores whose arg max is the agent's arm for the context ``x`` (module docstring):
     ``eta_k`` under one draw (``thompson``), at the mean (``greedy``), ``E + alpha sd`` (``ucb``), or
     minus the information ratio ``regret_k^2 / gain_k`` over ``num_draws`` draws (``ids``,
-    :func:`information_ratio_scores`).
+    :func:`information_ratio_scores`, of the draws' mean rewards ``E[r | eta_k]``: the ratio, unlike an
+    arg max, is not unchanged by a nonlinear link).
 
     Args:
       agent: an :class:`Agent`.
@@ -526,9 +527,9 @@ def scores(agent: Agent, state: AgentState, key, x):
         return jnp.maximum(drawn, _at_mean(agent, beliefs, x)) if agent.optimistic else drawn
     if agent.rule == "greedy":
         return _at_mean(agent, beliefs, x)
-    if agent.rule == "ids":
+    if agent.rule == "ids":  # regret and information in the rewards' units, E[r | eta] (a logistic arm's sig(eta))
         draws = jax.vmap(lambda k: _predictor_draw(agent, beliefs, k, x))(jax.random.split(key, agent.num_draws))
-        return information_ratio_scores(draws)
+        return information_ratio_scores(flt.model.family.mean(draws))
     if isinstance(agent.arms, PerArm):
         if flt.model.is_glm:
             m, v = _fleet_marginals(beliefs, x)
