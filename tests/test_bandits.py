@@ -481,7 +481,8 @@ def test_paired_counts_the_seeds_on_which_the_reference_is_lower_and_the_mean_di
     out = bench.paired(rows)
     diff = np.array([-2.0, 30.0, -4.0])  # jr_ids minus linucb on seeds 0, 1, 2
     lower, n, mean, se = out["wheel0.9", "linucb"]
-    assert (lower, n) == (2, 3) and mean == pytest.approx(diff.mean()) and se == pytest.approx(diff.std(ddof=1) / np.sqrt(3))
+    assert (lower, n) == (2, 3) and mean == pytest.approx(diff.mean())
+    assert se == pytest.approx(diff.std(ddof=1) / np.sqrt(3))
     assert out["wheel0.9", "uniform"][:3] == (1, 1, -20.0) and np.isnan(out["wheel0.9", "uniform"][3])
     assert ("digits", "linucb") not in out  # no seed that both ran
     assert not any(agent == "jr_ids" for _, agent in out)

@@ -505,8 +505,8 @@ def scores(agent: Agent, state: AgentState, key, x):
     """The K scores whose arg max is the agent's arm for the context ``x`` (module docstring):
     ``eta_k`` under one draw (``thompson``), at the mean (``greedy``), ``E + alpha sd`` (``ucb``), or
     minus the information ratio ``regret_k^2 / gain_k`` over ``num_draws`` draws (``ids``,
-    :func:`information_ratio_scores`, of the draws' mean rewards ``E[r | eta_k]``: the ratio, unlike an
-    arg max, is not unchanged by a nonlinear link).
+    :func:`information_ratio_scores`, of the draws' mean rewards ``E[r | eta_k]``: unlike an arg max, the
+    ratio changes with a nonlinear link).
 
     Args:
       agent: an :class:`Agent`.
