@@ -310,8 +310,7 @@ def recipe_rows(task, seed=0, quick=False, passes=RECIPE_PASSES, members=1, rank
         stack = starts[0] if members == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *starts)
         avg, state = jr.average.recipe(hot, stack, prior_var, layer_sizes(sizes))
         seconds = E * seconds_per_observation(avg, state, data) * data[0].shape[0]
-        for _ in range(E):
-            state = jr.run(avg, state, data[0], data[1])[0]
+        state = jr.passes(avg, state, data[0], data[1])  # E = 1 / power
         scores = jr.predictive_scores(state, data[2], data[3], model)
         probs = None if task == "diabetes" else scores.mean
         method = (f"recipe_{E}_passes" + (f"_{members}_members" if members > 1 else "")

@@ -229,8 +229,7 @@ def passes_rows(task, quick=False, seeds=1, passes=(1, 2, 3)):
         for E in passes:
             avg, state = learned_average(jr.lrvga(jr.models.tempered(model, 1.0 / E), rank=RANK), task, members, k,
                                          PRIORS[k], quick)
-            for _ in range(E):
-                state = jr.run(avg, state, data[0], data[1])[0]
+            state = jr.passes(avg, state, data[0], data[1])  # E = 1 / power
             rows.append({"task": task, "seed": seed, "passes": E, "nlpd": test_nlpd(state, model, *data[2:]),
                          "learned_prior_var": _prior_vars(state)})
         jax.clear_caches()  # as in seed_rows

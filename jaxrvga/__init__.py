@@ -10,7 +10,7 @@ from . import baselines, beliefs, dynamics, io, kernels, models, schemes, shardi
 from . import bandits  # jr.bandits; not in __all__, whose modules tests/test_layout.py caps at 10
 from .average import model_average
 from .beliefs import DiagonalState, GaussianState, LowRankState, sample
-from .core import (Filter, SolverInfo, masked_update, prequential, run, scan, step_fn, trace_info, trace_mean,
+from .core import (Filter, SolverInfo, masked_update, passes, prequential, run, scan, step_fn, trace_info, trace_mean,
                    traces)
 from .evidence import log_evidence, trace_log_predictive
 from .filters import build, diag_rvga, ekf, kalman, lrvga, mirror_prox, qkf, rvga
@@ -26,7 +26,7 @@ __all__ = [
     "build", "rvga", "lrvga", "diag_rvga", "kalman", "ekf", "qkf", "mirror_prox",
     "Filter", "GaussianState", "LowRankState", "DiagonalState", "SolverInfo",
     # running a filter over a stream, and what a run records
-    "run", "scan", "step_fn", "masked_update", "traces", "trace_info", "trace_mean", "prequential",
+    "run", "passes", "scan", "step_fn", "masked_update", "traces", "trace_info", "trace_mean", "prequential",
     # what a belief predicts and how well it forecast
     "predictive", "log_predictive", "predictive_scores", "trace_log_predictive", "log_evidence", "model_average",
     "sample", "rts_smoother",

@@ -20,7 +20,7 @@ from jax.experimental import checkify
 from . import file_checks as fc
 from . import io
 from ._values import same, value_key
-from .validation import all_finite, is_concrete
+from .validation import all_finite, check_key, is_concrete
 
 
 class Filter(NamedTuple):
@@ -390,6 +390,40 @@ def run(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None, *,
     return out
 
 
+def passes(flt: Filter, state, xs, ys, *, key=None, progress=False):
+    """``E`` passes of ``flt`` over a data set in hand, ``E = 1 / p`` for a model tempered to the power ``p``
+    (:func:`jaxrvga.models.tempered`): each observation counts once in all, and is relinearised at later
+    means (experiments/REPORT.md, "Tempered passes over a data set in hand"). An untempered filter makes
+    one pass. A power that is not ``1 / E`` is refused: the passes would count an observation more or
+    less than once. Passes are for a static parameter: a filter with dynamics applies its transition at
+    every step of every pass.
+
+    Args:
+      flt: a :class:`Filter` whose model is tempered to ``1 / E`` (a model average's members' model).
+      state: its initial state.
+      xs, ys: the data set, as :func:`run`'s.
+      key: a PRNG key to reshuffle the data before each pass after the first (the first in the given
+        order), or ``None``: every pass in the given order.
+      progress: as :func:`run`'s, for each pass.
+
+    Returns:
+      The state after the ``E`` passes.
+    """
+    power = 1.0 if getattr(flt, "model", None) is None else flt.model.power
+    E = max(1, round(1.0 / power))
+    if abs(E * power - 1.0) > 1e-6:
+        raise ValueError(f"flt.model.power must be 1 / E for E passes (jr.models.tempered(model, 1 / E)), got "
+                         f"{power}: {E} passes would count each observation {E * power:.4g} times")
+    xs, ys = _as_arrays("xs", xs), _as_arrays("ys", ys)
+    key = check_key(key)
+    for e in range(E):
+        if key is not None and e > 0:
+            order = jax.random.permutation(jax.random.fold_in(key, e), jax.tree_util.tree_leaves(xs)[0].shape[0])
+            xs, ys = jax.tree_util.tree_map(lambda a: a[order], (xs, ys))
+        state = run(flt, state, xs, ys, progress=progress)[0]
+    return state
+
+
 def _dispatch(flt, state, xs, ys, trace_fn, donate, validate, extra):
     flt = flt.program()  # the static argument: identical filters share one compiled program
     if validate:
@@ -622,6 +656,6 @@ io.register(SolverInfo, check_solver_info, upgrade=_completed_info)
 io.register(NoiseStats, _check_noise_stats)
 
 
-__all__ = ["Filter", "SolverInfo", "NoiseStats", "run", "solver_info", "Prequential", "prequential",
+__all__ = ["Filter", "SolverInfo", "NoiseStats", "run", "passes", "solver_info", "Prequential", "prequential",
            "Traces", "traces", "masked_update", "trace_info", "trace_mean", "scan", "Step", "step_fn",
            "check_solver_info"]

@@ -16,19 +16,13 @@ def _data(seed=0):
     return jnp.asarray(X), jnp.asarray(y)
 
 
-def _passes(flt, state, X, y, num_passes):
-    for _ in range(num_passes):
-        state, _ = jr.run(flt, state, X, y)
-    return state
-
-
 @pytest.mark.parametrize("num_passes", [2, 3])
 def test_passes_end_at_the_batch_posterior(num_passes):
     """Known noise: E passes of the Kalman step at power 1/E give the batch posterior ([RVGA] Thm 2)."""
     X, y = _data()
     noise, P0 = 0.25, 2.0 * jnp.eye(D)
     flt = jr.rvga(jr.models.tempered(jr.models.linear_gaussian(noise), 1.0 / num_passes))
-    state = _passes(flt, flt.init(jnp.zeros(D), P0), X, y, num_passes)
+    state = jr.passes(flt, flt.init(jnp.zeros(D), P0), X, y)  # E = 1 / power passes
     precision = jnp.linalg.inv(P0) + X.T @ X / noise
     np.testing.assert_allclose(state.cov, jnp.linalg.inv(precision), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(state.mean, jnp.linalg.solve(precision, X.T @ y / noise), rtol=1e-10)
@@ -40,7 +34,7 @@ def test_passes_with_a_learned_noise_end_at_the_normal_inverse_gamma_posterior()
     X, y = _data(1)
     a0, b0, m0, P0 = 2.0, 1.5, jnp.array([0.1, 0.0, -0.2]), jnp.eye(D)
     flt = jr.rvga(jr.models.tempered(jr.models.linear_gaussian(None), 0.5))
-    state = _passes(flt, flt.init(m0, P0, noise=(a0, b0)), X, y, 2)
+    state = jr.passes(flt, flt.init(m0, P0, noise=(a0, b0)), X, y)
     precision = jnp.linalg.inv(P0) + X.T @ X
     mean = jnp.linalg.solve(precision, m0 @ jnp.linalg.inv(P0) + X.T @ y)
     rate = b0 + 0.5 * (y @ y + m0 @ jnp.linalg.solve(P0, m0) - mean @ precision @ mean)
@@ -48,6 +42,32 @@ def test_passes_with_a_learned_noise_end_at_the_normal_inverse_gamma_posterior()
     np.testing.assert_allclose(state.cov, jnp.linalg.inv(precision), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(state.noise.shape, a0 + N / 2, rtol=1e-12)
     np.testing.assert_allclose(state.noise.rate, rate, rtol=1e-10)
+
+
+def test_reshuffled_passes_count_each_observation_once():
+    """Passes in reshuffled orders still end at the normal-inverse-gamma batch posterior, which does not
+    depend on the order: each pass saw every observation once (a dropped or repeated one would move it)."""
+    X, y = _data(4)
+    flt = jr.rvga(jr.models.tempered(jr.models.linear_gaussian(None), 1.0 / 3))
+    start = flt.init(jnp.zeros(D), jnp.eye(D), noise=(2.0, 1.0))
+    in_order = jr.passes(flt, start, X, y)
+    shuffled = jr.passes(flt, start, X, y, key=jax.random.key(1))
+    for field in (lambda s: s.mean, lambda s: s.cov, lambda s: s.noise.rate):
+        np.testing.assert_allclose(field(shuffled), field(in_order), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(shuffled.noise.shape, 2.0 + N / 2, rtol=1e-12)
+    assert int(shuffled.step) == 3 * N
+
+
+def test_passes_of_an_untempered_filter_is_one_run_and_other_powers_are_refused():
+    X, y = _data(5)
+    flt = jr.rvga(jr.models.linear_gaussian(0.25))
+    start = flt.init(jnp.zeros(D), jnp.eye(D))
+    np.testing.assert_allclose(jr.passes(flt, start, X, y).mean, jr.run(flt, start, X, y)[0].mean, rtol=1e-12)
+    hot = jr.rvga(jr.models.tempered(jr.models.linear_gaussian(0.25), 0.4))
+    with pytest.raises(ValueError, match="flt.model.power must be 1 / E"):
+        jr.passes(hot, start, X, y)
+    with pytest.raises(ValueError, match="key must be"):
+        jr.passes(flt, start, X, y, key=3)
 
 
 @pytest.mark.parametrize("scheme", ["ekf", "moment_ekf"])
@@ -116,7 +136,7 @@ def test_a_model_average_tempers_its_forecasters_noise_as_its_members():
     flt = jr.rvga(jr.models.tempered(jr.models.linear_gaussian(None), p))
     members = jax.vmap(lambda v: flt.init(jnp.zeros(D), v * jnp.eye(D)))(jnp.array([0.1, 1.0]))
     avg = jr.model_average(flt, scales=(0.0, 0.25, 1.0))
-    state = _passes(avg, avg.init(members), X, y, 2)
+    state = jr.passes(avg, avg.init(members), X, y)  # the members' power 1/2: two passes
     alone, residuals = flt.init(jnp.zeros(D), jnp.eye(D)), []
     for _ in range(2):
         start = alone.mean
