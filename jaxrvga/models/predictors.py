@@ -294,7 +294,7 @@ def tempered(model: Model, power: float) -> Model:
     """``model`` whose updates absorb ``p(y | theta, x)^power``: a step's curvature and gradient times
     ``power`` (and, for a learned noise variance, its shape and rate increments, the linearised
     residual's covariance ``I + power J P J^T``). ``E`` passes over a data set with ``power = 1/E``
-    count each observation once in all and relinearise it at later, better means: for a
+    (:func:`jaxrvga.passes`) count each observation once in all and relinearise it at later, better means: for a
     linear-Gaussian model they end at the batch posterior exactly, for a network at a better one than
     one pass on the classifiers measured (experiments/REPORT.md, "Tempered passes over a data set in
     hand"). The predictive and the log predictive read the untempered density; a model average scores
@@ -314,9 +314,7 @@ def tempered(model: Model, power: float) -> Model:
       >>> flt = jr.rvga(model)
       >>> X = jax.random.normal(jax.random.key(0), (40, 2))
       >>> y = X @ jnp.array([1.0, -1.0])
-      >>> state = flt.init(jnp.zeros(2), jnp.eye(2))
-      >>> for _ in range(2):
-      ...     state, _ = jr.run(flt, state, X, y)
+      >>> state = jr.passes(flt, flt.init(jnp.zeros(2), jnp.eye(2)), X, y)  # 1 / power = 2 passes
       >>> state.mean.round(2).tolist()
       [1.0, -1.0]
     """
