@@ -22,7 +22,8 @@ PUBLIC_MODULES = ["jaxrvga"] + [m.name for m in pkgutil.walk_packages(jr.__path_
 FACTORIES = [jr.rvga, jr.lrvga, jr.diag_rvga, jr.kalman, jr.ekf, jr.qkf, jr.mirror_prox, jr.build,
              jr.models.gaussian, jr.models.bernoulli, jr.models.poisson_family, jr.models.categorical,
              jr.models.linear_gaussian, jr.models.logistic, jr.models.poisson, jr.models.glm,
-             jr.models.nonlinear, jr.models.minibatch, jr.models.softmax_regression, jr.model_average,
+             jr.models.nonlinear, jr.models.minibatch, jr.models.tempered, jr.models.softmax_regression,
+             jr.model_average,
              *dict.fromkeys([*jr.schemes.FACTORIES.values(), jr.schemes.published_sampled])]
 
 
