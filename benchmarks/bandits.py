@@ -504,14 +504,14 @@ def paired(rows, reference: str = "jr_ids") -> dict:
     how many of them ``reference``'s regret is below ``agent``'s, and the mean of the paired differences
     (``reference`` minus ``agent``) with its standard error (NaN for one seed). The wheel's regret is
     heavy-tailed (one lock-in decides a mean), so the count and the median say what a mean hides."""
-    regret = {(p, a, s): r for p, a, s, r, _ in rows}
+    by_seed = {}
+    for problem, agent, seed, regret, _ in rows:
+        by_seed.setdefault((problem, agent), {})[seed] = regret
     out = {}
-    for (problem, agent) in dict.fromkeys((p, a) for p, a, _, _, _ in rows):
-        if agent == reference:
-            continue
-        diff = np.array([regret[problem, reference, s] - r for (p, a, s), r in regret.items()
-                         if p == problem and a == agent and (problem, reference, s) in regret])
-        if len(diff):
+    for (problem, agent), regrets in by_seed.items():
+        ref = by_seed.get((problem, reference), {})
+        diff = np.array([ref[seed] - r for seed, r in regrets.items() if seed in ref])
+        if agent != reference and len(diff):
             se = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
             out[problem, agent] = (int(np.sum(diff < 0)), len(diff), float(diff.mean()), float(se))
     return out

@@ -303,10 +303,10 @@ def recipe_rows(task, seed=0, quick=False, passes=RECIPE_PASSES, members=1, rank
     rank = RANK if rank is None else rank
     model, _, _, data, _, _ = network_task(task, quick, seed)
     rows, sizes, prior_var = [], mlp_sizes(task, quick), 0.1
+    weights = [mlp(sizes, jnp.float32, 1000 * i + seed)[0] for i in range(members)]
     for E in passes:
         hot = jr.lrvga(jr.models.tempered(model, 1.0 / E), rank=rank)
-        starts = [initial_state(hot, mlp(sizes, jnp.float32, 1000 * i + seed)[0], prior_var, False, rank)
-                  for i in range(members)]
+        starts = [initial_state(hot, theta0, prior_var, False, rank) for theta0 in weights]
         stack = starts[0] if members == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *starts)
         avg, state = jr.average.recipe(hot, stack, prior_var, layer_sizes(sizes))
         seconds = E * seconds_per_observation(avg, state, data) * data[0].shape[0]

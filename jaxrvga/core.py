@@ -409,8 +409,8 @@ def passes(flt: Filter, state, xs, ys, *, key=None, progress=False):
     Returns:
       The state after the ``E`` passes.
     """
-    power = 1.0 if getattr(flt, "model", None) is None else flt.model.power
-    E = max(1, round(1.0 / power))
+    power = 1.0 if flt.model is None else flt.model.power  # in (0, 1] (jr.models.tempered)
+    E = round(1.0 / power)
     if abs(E * power - 1.0) > 1e-6:
         raise ValueError(f"flt.model.power must be 1 / E for E passes (jr.models.tempered(model, 1 / E)), got "
                          f"{power}: {E} passes would count each observation {E * power:.4g} times")
