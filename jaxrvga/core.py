@@ -393,7 +393,8 @@ def run(flt: Filter, state, xs, ys, trace_fn: Optional[Callable] = None, *,
 def passes(flt: Filter, state, xs, ys, *, key=None, progress=False):
     """``E`` passes of ``flt`` over a data set in hand, ``E = 1 / p`` for a model tempered to the power ``p``
     (:func:`jaxrvga.models.tempered`): each observation counts once in all, and is relinearised at later
-    means (experiments/REPORT.md, "Tempered passes over a data set in hand"). An untempered filter makes
+    means; a linear-Gaussian model ends at the batch posterior, as one pass does ([RVGA] Thm 2;
+    experiments/REPORT.md, "Tempered passes over a data set in hand"). An untempered filter makes
     one pass. A power that is not ``1 / E`` is refused: the passes would count an observation more or
     less than once. Passes are for a static parameter: a filter with dynamics applies its transition at
     every step of every pass.
